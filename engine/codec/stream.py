@@ -1,0 +1,192 @@
+"""Exact incremental codec decoding for many streams at once, each carrying its own fixed-shape state.
+
+A `CodecStatePool` preallocates the state of `slots` streams: one tensor per entry of `codec_state_layout`,
+with the slot as leading dimension, plus an int64 frame position per slot (the valid length: it says which
+KV-ring entries hold real frames). Shapes never depend on history, so requests at different positions decode
+in one batch and a CUDA graph per (batch, frames) shape can later index the same storage.
+
+    pool.tensors[name]   [slots, *layout[name]]   model dtype, zeroed when a slot is allocated
+    pool.positions       [slots] int64            frames decoded so far (device copy, used by the kernels)
+    host mirror          positions + allocated flags, for validation without reading the device
+
+`decode_incremental(decoder, pool, slots, codes)` gathers the batch's state rows, decodes the N new frames of
+each stream with `CodecDecoder.forward_stream`, and scatters the new state back. A freshly allocated slot is
+all zeros, which is exactly the zero left padding of a full decode, so a stream's first chunk is a full decode
+of its first frames and leaves the state behind; every later chunk is incremental. The concatenated output of
+any chunk schedule equals `decoder.decode` of all frames (fp32: ~1e-7 relative).
+
+Per-request frame counts: one call decodes the same N frames for every stream of the batch; streams that want
+different N go in separate calls (the scheduler groups by N, which is also the CUDA-graph shape). There is no
+padding inside a call, because padded frames would enter the state.
+
+Failing loudly: decoding a slot that is not allocated (never, or already freed), a slot twice in one batch, a
+position other than the caller's `expected_positions`, codes of the wrong shape or range, or a pool built for
+another config / dtype / device raises before any state changes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from engine.codec.config import CodecConfig
+from engine.codec.model import CodecDecoder
+from engine.codec.state_layout import POSITION_BYTES, codec_state_layout
+
+
+class CodecStateError(RuntimeError):
+    """A decode asked for state that does not exist or does not match the caller's view of the stream."""
+
+
+class CodecStatePool:
+    """Fixed storage for the codec state of up to `slots` concurrent streams."""
+
+    def __init__(self, config: CodecConfig, slots: int, device: str | torch.device, dtype: torch.dtype):
+        if slots < 1:
+            raise ValueError(f"a codec state pool needs at least one slot, got {slots}")
+        self.config = config
+        self.slots = slots
+        self.device = torch.empty(0, device=device).device  # "cuda" -> "cuda:0", comparable with tensors'
+        self.dtype = dtype
+        self.layout = codec_state_layout(config)
+        self.tensors: dict[str, Tensor] = {
+            name: torch.zeros((slots, *shape), device=self.device, dtype=dtype) for name, shape in self.layout.items()
+        }
+        self.positions = torch.zeros(slots, device=self.device, dtype=torch.int64)
+        self._host_positions = [0] * slots
+        self._allocated = [False] * slots
+        self._free: deque[int] = deque(range(slots))
+
+    # ------------------------------------------------------------------ accounting
+
+    @property
+    def bytes_per_slot(self) -> int:
+        """Device bytes one stream's state occupies (all state tensors plus its int64 position)."""
+        return sum(t[0].numel() * t.element_size() for t in self.tensors.values()) + POSITION_BYTES
+
+    @property
+    def total_bytes(self) -> int:
+        return self.bytes_per_slot * self.slots
+
+    @property
+    def free_slots(self) -> int:
+        return len(self._free)
+
+    @property
+    def used_slots(self) -> int:
+        return self.slots - len(self._free)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def alloc(self) -> int:
+        """Claim a slot with empty state (position 0). Raises CodecStateError when every slot is taken."""
+        if not self._free:
+            raise CodecStateError(f"codec state pool exhausted: all {self.slots} slots are in use")
+        slot = self._free.popleft()
+        for tensor in self.tensors.values():
+            tensor[slot].zero_()
+        self.positions[slot] = 0
+        self._host_positions[slot] = 0
+        self._allocated[slot] = True
+        return slot
+
+    def free(self, slot: int) -> None:
+        """Return a slot; its state becomes unreachable until it is allocated (and zeroed) again."""
+        self._check_slot(slot)
+        self._allocated[slot] = False
+        self._free.append(slot)
+
+    def position(self, slot: int) -> int:
+        """Frames decoded so far by the stream in `slot`."""
+        self._check_slot(slot)
+        return self._host_positions[slot]
+
+    def is_allocated(self, slot: int) -> bool:
+        return 0 <= slot < self.slots and self._allocated[slot]
+
+    def _check_slot(self, slot: int) -> None:
+        if not isinstance(slot, int) or isinstance(slot, bool):
+            raise TypeError(f"codec state slot must be an int, got {type(slot).__name__}")
+        if not 0 <= slot < self.slots:
+            raise CodecStateError(f"codec state slot {slot} does not exist (pool has {self.slots} slots)")
+        if not self._allocated[slot]:
+            raise CodecStateError(
+                f"codec state slot {slot} is not allocated (never allocated, or already freed): "
+                "it holds no stream's state"
+            )
+
+    # ------------------------------------------------------------------ batch access (used by decode_incremental)
+
+    def check_batch(self, slots: Sequence[int], expected_positions: Sequence[int] | None) -> None:
+        for slot in slots:
+            self._check_slot(slot)
+        if len(set(slots)) != len(slots):
+            raise CodecStateError(f"a codec state slot appears twice in one batch: {list(slots)}")
+        if expected_positions is not None:
+            if len(expected_positions) != len(slots):
+                raise ValueError("expected_positions must give one position per slot")
+            for slot, expected in zip(slots, expected_positions, strict=True):
+                if self._host_positions[slot] != expected:
+                    raise CodecStateError(
+                        f"codec state slot {slot} has decoded {self._host_positions[slot]} frames but the caller "
+                        f"expects {expected}: its state does not continue the caller's stream"
+                    )
+
+    def gather(self, index: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
+        return self.positions.index_select(0, index), {n: t.index_select(0, index) for n, t in self.tensors.items()}
+
+    def scatter(self, index: Tensor, slots: Sequence[int], state: dict[str, Tensor], frames: int) -> None:
+        for name, tensor in self.tensors.items():
+            tensor.index_copy_(0, index, state[name])
+        self.positions.index_add_(0, index, torch.full_like(index, frames))
+        for slot in slots:
+            self._host_positions[slot] += frames
+
+
+@torch.no_grad()
+def decode_incremental(
+    decoder: CodecDecoder,
+    pool: CodecStatePool,
+    slots: Sequence[int],
+    codes: Tensor,
+    *,
+    expected_positions: Sequence[int] | None = None,
+    check_code_values: bool = True,
+) -> Tensor:
+    """Decode N new frames for each stream in `slots`: codes [B, 16, N] -> float32 wav [B, N * 1920].
+
+    Row b of `codes` continues the stream held in `slots[b]`; each stream may be at its own position.
+    `expected_positions[b]`, when given, must equal the frames that slot has decoded (guards against a slot
+    reused by another request). `check_code_values=False` skips the range check (it reads the codes back to
+    the host; the GPU path checks ids where they are sampled instead).
+    """
+    _check_pool(decoder, pool)
+    decoder.check_codes(codes, check_values=check_code_values)
+    slots = list(slots)
+    if codes.shape[0] != len(slots):
+        raise ValueError(f"codes has {codes.shape[0]} rows but {len(slots)} slots were given")
+    frames = codes.shape[-1]
+    if frames == 0:
+        raise ValueError("decode_incremental needs at least one new frame per stream")
+    pool.check_batch(slots, expected_positions)
+
+    index = torch.tensor(slots, device=pool.device, dtype=torch.int64)
+    positions, state = pool.gather(index)
+    wav, new_state = decoder.forward_stream(codes.to(pool.device, torch.int64), positions, state)
+    pool.scatter(index, slots, new_state, frames)
+    return wav.squeeze(1).float()
+
+
+def _check_pool(decoder: CodecDecoder, pool: CodecStatePool) -> None:
+    if not isinstance(pool, CodecStatePool):
+        raise TypeError(f"pool must be a CodecStatePool, got {type(pool).__name__}")
+    if pool.config != decoder.config:
+        raise CodecStateError("the codec state pool was built for a different codec config than this decoder")
+    if pool.dtype != decoder.dtype or pool.device != decoder.device:
+        raise CodecStateError(
+            f"codec state pool is {pool.dtype} on {pool.device} but the decoder is {decoder.dtype} on "
+            f"{decoder.device}; build the pool with the decoder's dtype and device"
+        )

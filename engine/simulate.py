@@ -1,0 +1,271 @@
+"""Simulate the engine on a CPU in seconds: the real Scheduler, a cost model as the GPU clock.
+
+    python -m engine.simulate --rps 5 10 20 40 80 100 --duration 120 [--costs FILE] [--policy deadline]
+
+Poisson arrivals (seeded) of Seed-TTS English prompts (`loadtest/data/seed-tts-eval-en.jsonl`), each
+speaking `ceil(12.5 * chars / 14)` frames (the random-weight length model) with ~chars/4.5 text tokens,
+the text sent whole or streamed word by word. One plan runs at a time and takes the cost model's time;
+inbound events that arrive meanwhile are applied before the next plan, as in the engine loop.
+
+The simulator plays the gateway's part for deadlines: each client starts playing when its first
+audio arrives (plus `--client-buffer-ms`), plays continuously, and resumes as soon as audio arrives
+after running dry. An underrun is a chunk that arrives after its client ran dry. It prints one row
+per RPS: TTFA percentiles (request arrival to first audio published, engine side), underruns
+(count and requests affected), refusals, GPU utilisation (busy time / simulated time) and the mean
+batch per work kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import random
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from engine.costmodel import DEFAULT_COSTS, CostModel
+from engine.ipc.messages import Layout
+from engine.request import NS_PER_SAMPLE, SAMPLES_PER_FRAME, RequestState, WorkKind, length_model_frames
+from engine.scheduler import Outcome, Policy, Scheduler, SchedulerConfig
+
+PROMPTS = Path(__file__).resolve().parent.parent / "loadtest" / "data" / "seed-tts-eval-en.jsonl"
+CHARS_PER_TOKEN = 4.5
+MS = 1_000_000  # ns per ms
+
+
+def load_prompts(path: Path = PROMPTS) -> list[str]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line)["text"] for line in f if line.strip()]
+
+
+def text_tokens(chars: int) -> int:
+    return max(1, round(chars / CHARS_PER_TOKEN))
+
+
+def capacity_rps(config: SchedulerConfig, costs: CostModel, mean_frames: float) -> float:
+    """Requests per second the GPU can generate and decode at the largest batches this configuration
+    runs: full talker/code-predictor captures, and the largest codec batch of typical chunks that fits
+    the step budget."""
+    frames = config.typical_chunk_frames
+    codec_batch = max((b for b in config.codec_capture_sizes
+                       if costs.ms(WorkKind.CODEC_CHUNK, b, frames) <= config.max_step_ms), default=1)
+    fps = costs.frames_per_second(config.capture_sizes[-1], codec_batch, frames)
+    return fps / mean_frames
+
+
+@dataclass(slots=True)
+class Listener:
+    """The client's playback of one request."""
+
+    arrival_ns: int
+    first_audio_ns: int | None = None
+    runs_dry_ns: int = 0  # when the client's buffer empties at the current rate
+    underruns: int = 0
+    underrun_ms: float = 0.0
+
+
+@dataclass(slots=True)
+class SimResult:
+    rps: float
+    offered: int = 0
+    refused: int = 0
+    completed: int = 0
+    ttfa_ms: list[float] = field(default_factory=list)
+    underruns: int = 0
+    requests_with_underruns: int = 0
+    busy_ms: float = 0.0
+    sim_ms: float = 0.0
+    rows: dict[WorkKind, list[int]] = field(default_factory=lambda: defaultdict(list))
+    codec_frames: list[int] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def percentile(self, q: float) -> float:
+        if not self.ttfa_ms:
+            return math.nan
+        ordered = sorted(self.ttfa_ms)
+        return ordered[min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1)]
+
+    @property
+    def utilization(self) -> float:
+        return self.busy_ms / self.sim_ms if self.sim_ms else 0.0
+
+    def mean_batch(self, kind: WorkKind) -> float:
+        rows = self.rows.get(kind)
+        return sum(rows) / len(rows) if rows else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    rps: float
+    duration_s: float
+    seed: int = 0
+    text_mode: str = "whole"  # "whole" | "words"
+    words_per_s: float = 20.0  # words mode: how fast the LLM streams text
+    client_buffer_ms: float = 0.0  # client jitter buffer before playback starts
+    layout: Layout = Layout.STREAMING
+    jitter: float = 0.0  # relative spread of step times around the cost model (uniform)
+
+
+def _arrivals(load: Workload, prompts: list[str]) -> list[tuple[int, int, str, object]]:
+    """(time_ns, request_id, event, payload) for submits, text pieces and text ends."""
+    rng = random.Random(load.seed)
+    events: list[tuple[int, int, str, object]] = []
+    t, rid = 0.0, 0
+    while True:
+        t += rng.expovariate(load.rps)
+        if t >= load.duration_s:
+            return events
+        rid += 1
+        text = rng.choice(prompts)
+        at = int(t * 1e9)
+        if load.text_mode == "whole":
+            events.append((at, rid, "submit", (text_tokens(len(text)), len(text), True)))
+            continue
+        words = text.split()
+        sent_tokens = 0
+        for i, word in enumerate(words):
+            chars = len(word) + (1 if i else 0)
+            total = text_tokens(sum(len(w) + 1 for w in words[: i + 1]) - 1)
+            n, sent_tokens = total - sent_tokens, total
+            kind = "submit" if i == 0 else "append"
+            events.append((at + int(i / load.words_per_s * 1e9), rid, kind, (n, chars, False)))
+        events.append((at + int((len(words) - 1) / load.words_per_s * 1e9), rid, "end", None))
+
+
+def simulate(load: Workload, config: SchedulerConfig, costs: CostModel, prompts: list[str]) -> SimResult:
+    started = time.perf_counter()
+    config = replace(config, length_model=True)
+    scheduler = Scheduler(config, costs)
+    rng = random.Random(load.seed + 1)
+    result = SimResult(load.rps)
+    events = _arrivals(load, prompts)
+    heapq.heapify(events)
+    listeners: dict[int, Listener] = {}
+    now = 0
+    while True:
+        while events and events[0][0] <= now:
+            _apply(heapq.heappop(events), scheduler, listeners, result, load)
+        plan = scheduler.plan(now)
+        if plan is None:
+            if events:
+                now = events[0][0]
+                continue
+            assert scheduler.active_count == 0, "simulation stuck: requests wait for input that never comes"
+            break
+        step_ms = plan.predicted_ms * (1 + load.jitter * (2 * rng.random() - 1))
+        now += int(step_ms * MS)
+        result.busy_ms += step_ms
+        result.rows[plan.kind].append(len(plan.rows))
+        if plan.kind is WorkKind.CODEC_CHUNK:
+            result.codec_frames.append(plan.codec_frames)
+        scheduler.complete(plan, Outcome(), now)
+        if plan.kind is WorkKind.CODEC_CHUNK:
+            for row in plan.rows:
+                _play(listeners[row.request_id], row.codec_frames, now, load, scheduler, row.request_id, result)
+        result.completed += len(scheduler.pop_finished())
+    result.sim_ms = now / MS
+    result.requests_with_underruns = sum(1 for li in listeners.values() if li.underruns)
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
+def _apply(event: tuple[int, int, str, object], scheduler: Scheduler, listeners: dict[int, Listener],
+           result: SimResult, load: Workload) -> None:
+    at, rid, kind, payload = event
+    if kind == "submit":
+        n_tokens, chars, ended = payload  # type: ignore[misc]
+        result.offered += 1
+        prefill = 10 if load.layout is Layout.STREAMING else 11 + n_tokens
+        state = RequestState(rid, at, load.layout, prefill, [0] * n_tokens, chars, ended)
+        if scheduler.admit(state, at).ok:
+            listeners[rid] = Listener(at)
+        else:
+            result.refused += 1
+    elif rid not in listeners:
+        return  # text for a refused request
+    elif kind == "append":
+        n_tokens, chars, _ = payload  # type: ignore[misc]
+        scheduler.append_text(rid, [0] * n_tokens, chars)
+    else:
+        scheduler.end_text(rid)
+
+
+def _play(listener: Listener, frames: int, now: int, load: Workload, scheduler: Scheduler, rid: int,
+          result: SimResult) -> None:
+    """A chunk reaches the client at `now`: start, extend or resume its playback; tell the engine."""
+    audio_ns = int(frames * SAMPLES_PER_FRAME * NS_PER_SAMPLE)
+    if listener.first_audio_ns is None:
+        listener.first_audio_ns = now
+        listener.runs_dry_ns = now + int(load.client_buffer_ms * MS) + audio_ns
+        result.ttfa_ms.append((now - listener.arrival_ns) / MS)
+    elif now > listener.runs_dry_ns:
+        listener.underruns += 1
+        result.underruns += 1
+        listener.underrun_ms += (now - listener.runs_dry_ns) / MS
+        listener.runs_dry_ns = now + audio_ns
+    else:
+        listener.runs_dry_ns += audio_ns
+    scheduler.set_deadline(rid, listener.runs_dry_ns)
+
+
+DEFAULTS = SchedulerConfig()
+HEADER = (f"{'rps':>6} {'offered':>7} {'refused':>7} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} "
+          f"{'underruns':>9} {'affected':>8} {'gpu':>5} {'prefill':>7} {'cp':>6} {'decode':>6} "
+          f"{'codec':>6} {'frames':>6} {'wall s':>6}")
+
+
+def format_row(r: SimResult) -> str:
+    frames = sum(r.codec_frames) / len(r.codec_frames) if r.codec_frames else 0.0
+    return (f"{r.rps:>6g} {r.offered:>7} {r.refused:>7} {r.percentile(50):>7.1f} {r.percentile(95):>7.1f} "
+            f"{r.percentile(99):>7.1f} {r.underruns:>9} {r.requests_with_underruns:>8} "
+            f"{r.utilization:>5.0%} {r.mean_batch(WorkKind.TALKER_PREFILL):>7.1f} "
+            f"{r.mean_batch(WorkKind.CODE_PREDICT):>6.1f} {r.mean_batch(WorkKind.TALKER_DECODE):>6.1f} "
+            f"{r.mean_batch(WorkKind.CODEC_CHUNK):>6.1f} {frames:>6.1f} {r.wall_s:>6.1f}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m engine.simulate", description=__doc__.splitlines()[0])
+    parser.add_argument("--rps", type=float, nargs="+", default=[5, 10, 20, 40, 80, 100])
+    parser.add_argument("--duration", type=float, default=120.0, help="seconds of arrivals per RPS")
+    parser.add_argument("--costs", type=Path, default=DEFAULT_COSTS, help="cost table JSON")
+    parser.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.DEADLINE.value)
+    parser.add_argument("--text", choices=["whole", "words"], default="whole")
+    parser.add_argument("--words-per-s", type=float, default=20.0)
+    parser.add_argument("--layout", choices=["streaming", "non_streaming"], default="streaming")
+    parser.add_argument("--client-buffer-ms", type=float, default=0.0)
+    parser.add_argument("--max-step-ms", type=float, default=getattr(DEFAULTS, "max_step_ms"))
+    parser.add_argument("--first-chunk-frames", type=int, default=getattr(DEFAULTS, "first_chunk_frames"))
+    parser.add_argument("--max-requests", type=int, default=getattr(DEFAULTS, "max_requests"))
+    parser.add_argument("--merge-startup", action="store_true", help="newcomers may wait a step to merge")
+    parser.add_argument("--no-admission", action="store_true", help="only slot limits refuse work")
+    parser.add_argument("--jitter", type=float, default=0.0, help="relative spread of step times")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--prompts", type=Path, default=PROMPTS)
+    args = parser.parse_args(argv)
+    if args.text == "words" and args.layout == "non_streaming":
+        parser.error("the non-streaming layout needs the whole text (--text whole)")
+
+    costs = CostModel.load(args.costs)
+    config = SchedulerConfig(policy=Policy(args.policy), max_step_ms=args.max_step_ms,
+                             first_chunk_frames=args.first_chunk_frames, max_requests=args.max_requests,
+                             max_codec_streams=args.max_requests, admission_control=not args.no_admission,
+                             merge_startup=args.merge_startup)
+    prompts = load_prompts(args.prompts)
+    mean_frames = sum(length_model_frames(len(p)) for p in prompts) / len(prompts)
+    layout = Layout.STREAMING if args.layout == "streaming" else Layout.NON_STREAMING
+    print(f"costs {costs.name} | policy {args.policy} | text {args.text} | layout {args.layout} | "
+          f"{len(prompts)} prompts, mean {mean_frames:.1f} frames | capacity "
+          f"{capacity_rps(config, costs, mean_frames):.0f} rps | duration {args.duration:g} s | seed {args.seed}")
+    print(HEADER)
+    for rps in args.rps:
+        load = Workload(rps, args.duration, args.seed, args.text, args.words_per_s, args.client_buffer_ms,
+                        layout, args.jitter)
+        print(format_row(simulate(load, config, costs, prompts)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

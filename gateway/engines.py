@@ -1,0 +1,307 @@
+"""Engine processes: spawn, connect, supervise, restart, and route requests to them.
+
+One `EngineSlot` per engine process (one per GPU). Its supervisor task runs the whole life cycle
+in a loop: spawn the process -> connect an `EngineLink` over its Unix socket -> wait for `Ready`
+-> serve until the link closes (the process died or hung) -> fail its in-flight requests (the link
+pushes `Error(engine_died)` into every subscribed queue) -> kill what is left -> restart after a
+back-off. The pool is ready when every engine is; requests go to the least-loaded ready engine,
+so with several engines a dead one fails only its own requests while the others keep serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from engine.ipc.client import EngineLink, LinkClosed, LinkFull
+from engine.ipc.messages import Cancel, Error, Heartbeat, Inbound, Outbound, Ready, Shutdown, Submit
+from engine.ipc.process import spawn_engine
+from gateway.metrics import GatewayMetrics
+from gateway.settings import Settings
+
+log = logging.getLogger("vivace.engines")
+
+RESTART_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)  # successive failures wait longer, capped at the last value
+CONNECT_RETRY_S = 0.02
+SHUTDOWN_GRACE_MS = 2000
+
+
+class EngineUnavailable(RuntimeError):
+    """No engine can take a request now (none ready, or the chosen one is gone or full)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class EngineRequest:
+    """The gateway's handle on one engine request: send follow-up messages, read its replies."""
+
+    def __init__(self, slot: EngineSlot, link: EngineLink, request_id: int) -> None:
+        self.slot = slot
+        self.generation = slot.generation  # a restart starts a new generation; its count starts at 0
+        self.request_id = request_id
+        self._link = link
+        self.events: asyncio.Queue[Outbound] = link.subscribe(request_id)
+        self.finished = False
+
+    def send(self, msg: Inbound) -> None:
+        """Forward AppendText/Flush/EndText/Deadline/Cancel; raises EngineUnavailable if it cannot."""
+        if self.finished:
+            return
+        try:
+            self._link.send(msg)
+        except LinkClosed:
+            raise EngineUnavailable("engine_died", "the engine serving this request stopped") from None
+        except LinkFull:
+            raise EngineUnavailable("engine_busy", "the engine's request queue is full; try again") from None
+
+    def cancel(self) -> None:
+        """Best effort: a dead engine has nothing left to cancel."""
+        with contextlib.suppress(EngineUnavailable):
+            self.send(Cancel(self.request_id))
+
+    def release(self) -> None:
+        """Called once the request ended (Done/Error seen) or was abandoned: stop routing to it."""
+        if not self.finished:
+            self.finished = True
+            self._link.unsubscribe(self.request_id)
+            if self.generation == self.slot.generation:
+                self.slot.in_flight -= 1
+                self.slot.metrics.engine_in_flight.set(self.slot.in_flight, self.slot.label)
+
+
+class EngineSlot:
+    """One engine process and its link, restarted by `supervise()` whenever it dies."""
+
+    def __init__(self, index: int, settings: Settings, metrics: GatewayMetrics, socket_dir: Path) -> None:
+        self.index = index
+        self.label = str(index)
+        self.settings = settings
+        self.metrics = metrics
+        self.socket_path = str(socket_dir / f"engine-{index}.sock")
+        self.process: subprocess.Popen[bytes] | None = None
+        self.link: EngineLink | None = None
+        self.info: Ready | None = None
+        self.in_flight = 0
+        self.generation = 0
+        self.restarts = 0
+        self.last_heartbeat: Heartbeat | None = None
+        self._last_heartbeat_at = 0.0
+        self._next_request_id = 1
+        self._stopping = False
+        self.ready_changed = asyncio.Event()
+
+    @property
+    def ready(self) -> bool:
+        return self.link is not None and self.info is not None and not self.link.closed.done()
+
+    def submit(self, submit: Submit) -> EngineRequest:
+        link = self.link
+        if link is None or not self.ready:
+            raise EngineUnavailable("engine_unavailable", f"engine {self.index} is not ready")
+        request_id = self._next_request_id
+        self._next_request_id += 1
+        request = EngineRequest(self, link, request_id)
+        self.in_flight += 1
+        self.metrics.engine_in_flight.set(self.in_flight, self.label)
+        try:
+            request.send(dataclasses.replace(submit, request_id=request_id))
+        except EngineUnavailable:
+            request.release()
+            raise
+        return request
+
+    # ------------------------------------------------------------ life cycle
+
+    async def supervise(self) -> None:
+        failures = 0
+        while not self._stopping:
+            started = time.monotonic()
+            reason = await self._run_once()
+            if self._stopping:
+                break
+            self.restarts += 1
+            self.metrics.engine_restarts_total.inc(self.label)
+            failures = 0 if time.monotonic() - started > 30 else failures + 1
+            backoff = RESTART_BACKOFF_S[min(failures, len(RESTART_BACKOFF_S) - 1)]
+            log.warning("engine %d stopped (%s); restarting in %.1f s", self.index, reason, backoff)
+            await asyncio.sleep(backoff)
+
+    async def _run_once(self) -> str:
+        """Spawn, connect, serve until the engine goes away; returns why it went away."""
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        env = dict(os.environ)
+        if self.settings.engines > 1 and self.settings.device != "cpu" and not self.settings.fake_engine:
+            env["CUDA_VISIBLE_DEVICES"] = str(self.index)
+        argv = self.settings.engine_command()
+        log.info("starting engine %d: %s --socket %s", self.index, " ".join(argv), self.socket_path)
+        self.process = spawn_engine(argv, self.socket_path, env)
+        try:
+            link = await self._connect()
+            if link is None:
+                return f"exited with code {self.process.returncode} before accepting a link"
+            self.link = link
+            link.on_engine_message(self._on_engine_message)
+            if not await self._await_ready(link):
+                return "did not become ready in time" if not link.closed.done() else "closed before ready"
+            self._set_ready(True)
+            return await self._serve(link)
+        finally:
+            self._set_ready(False)
+            await self._dispose()
+
+    async def _connect(self) -> EngineLink | None:
+        deadline = time.monotonic() + self.settings.engine_start_timeout_s
+        assert self.process is not None
+        while time.monotonic() < deadline and not self._stopping:
+            if self.process.poll() is not None:
+                return None
+            try:
+                return await EngineLink.connect(self.socket_path)
+            except OSError:  # not listening yet (or a handshake cut short by a dying engine)
+                await asyncio.sleep(CONNECT_RETRY_S)
+        return None
+
+    async def _await_ready(self, link: EngineLink) -> bool:
+        ready = asyncio.ensure_future(link.ready.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {ready, link.closed},
+                timeout=self.settings.engine_start_timeout_s,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            ready.cancel()
+        return ready in done and self.info is not None and not link.closed.done()
+
+    async def _serve(self, link: EngineLink) -> str:
+        """Wait for the link to close, or for the heartbeat to stop (a hung engine)."""
+        self._last_heartbeat_at = time.monotonic()
+        timeout = self.settings.engine_heartbeat_timeout_s
+        while True:
+            remaining = self._last_heartbeat_at + timeout - time.monotonic()
+            if remaining <= 0:
+                return f"no heartbeat for {timeout:.0f} s"
+            with contextlib.suppress(asyncio.TimeoutError):
+                return await asyncio.wait_for(asyncio.shield(link.closed), remaining)
+
+    def _on_engine_message(self, msg: Outbound) -> None:
+        if isinstance(msg, Ready):
+            self.info = msg
+        elif isinstance(msg, Heartbeat):
+            self.last_heartbeat = msg
+            self._last_heartbeat_at = time.monotonic()
+            self.metrics.engine_active.set(msg.active_requests, self.label)
+            self.metrics.engine_queued.set(msg.queued_requests, self.label)
+            for kind, (batch, ms) in msg.step_stats.items():
+                self.metrics.engine_batch_size.set(batch, self.label, kind)
+                self.metrics.engine_step_seconds.set(ms / 1000.0, self.label, kind)
+        elif isinstance(msg, Error):
+            log.error("engine %d reported %s: %s", self.index, msg.code, msg.message)
+
+    def _set_ready(self, ready: bool) -> None:
+        self.metrics.engine_ready.set(1.0 if ready else 0.0, self.label)
+        if not ready:
+            self.info = None
+            self.in_flight = 0
+            self.generation += 1
+            self.metrics.engine_in_flight.set(0, self.label)
+        self.ready_changed.set()
+
+    async def _dispose(self) -> None:
+        link, process = self.link, self.process
+        self.link = None
+        if link is not None:
+            if not link.closed.done() and self._stopping:
+                with contextlib.suppress(LinkClosed, LinkFull):
+                    link.send(Shutdown(grace_ms=SHUTDOWN_GRACE_MS))
+            if process is not None and self._stopping:
+                await _wait_exit(process, SHUTDOWN_GRACE_MS / 1000 + 1.0)
+            await link.close()
+        if process is not None and process.poll() is None:
+            process.kill()
+        if process is not None:
+            await _wait_exit(process, 5.0)
+
+    async def stop(self) -> None:
+        self._stopping = True
+
+
+async def _wait_exit(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while process.poll() is None and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+
+
+class EnginePool:
+    """All engine slots; the gateway's one entry point to the engines."""
+
+    def __init__(self, settings: Settings, metrics: GatewayMetrics) -> None:
+        self.settings = settings
+        self._socket_dir = tempfile.TemporaryDirectory(prefix="vivace-")
+        self.slots = [
+            EngineSlot(i, settings, metrics, Path(self._socket_dir.name)) for i in range(settings.engines)
+        ]
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(slot.supervise(), name=f"engine-{slot.index}") for slot in self.slots
+        ]
+
+    @property
+    def ready(self) -> bool:
+        return all(slot.ready for slot in self.slots)
+
+    @property
+    def info(self) -> Ready | None:
+        """What the engines serve (model id, speakers, languages), from any engine that said Ready."""
+        return next((slot.info for slot in self.slots if slot.info is not None), None)
+
+    async def wait_ready(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self.ready:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            waits = [asyncio.ensure_future(slot.ready_changed.wait()) for slot in self.slots]
+            for slot in self.slots:
+                slot.ready_changed.clear()
+            await asyncio.wait(waits, timeout=min(remaining, 0.5), return_when=asyncio.FIRST_COMPLETED)
+            for w in waits:
+                w.cancel()
+        return True
+
+    def submit(self, submit: Submit) -> EngineRequest:
+        """Route a new request to the least-loaded ready engine (request_id is assigned there)."""
+        candidates = [slot for slot in self.slots if slot.ready]
+        if not candidates:
+            raise EngineUnavailable("engine_unavailable", "no engine is ready; try again shortly")
+        return min(candidates, key=lambda slot: slot.in_flight).submit(submit)
+
+    async def close(self) -> None:
+        for slot in self.slots:
+            await slot.stop()
+            if slot.link is not None and not slot.link.closed.done():
+                # Wake the supervisor: it is waiting on the link; shutting the engine down closes it.
+                with contextlib.suppress(LinkClosed, LinkFull):
+                    slot.link.send(Shutdown(grace_ms=SHUTDOWN_GRACE_MS))
+        if self._tasks:
+            _, pending = await asyncio.wait(self._tasks, timeout=SHUTDOWN_GRACE_MS / 1000 + 3.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        for slot in self.slots:  # anything a cancelled supervisor left behind
+            if slot.process is not None and slot.process.poll() is None:
+                slot.process.kill()
+                slot.process.wait()
+        self._socket_dir.cleanup()

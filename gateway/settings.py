@@ -1,0 +1,159 @@
+"""Gateway settings: one frozen dataclass built from the command line and `VIVACE_*` variables.
+
+Built only in `gateway/__main__.py` (or directly by tests) and passed down; nothing else in the
+gateway reads the environment. Every flag `--some-flag` also reads `VIVACE_SOME_FLAG`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gateway.limits import Limits
+
+DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str = DEFAULT_MODEL
+    download: bool = False
+    load_format: str = "auto"
+    device: str = "auto"
+    engines: int = 1
+    api_key: str | None = None
+    # Browser origins allowed on the WebSocket. Empty: localhost and same-origin only; "*": any.
+    allowed_origins: tuple[str, ...] = ()
+    limits: Limits = field(default_factory=Limits)
+    fake_engine: bool = False  # hidden: the fake engine (engine.ipc.fake_engine), for benchmarks and tests
+    engine_args: tuple[str, ...] = ()  # hidden: extra arguments appended to every engine command
+    engine_start_timeout_s: float = 1800.0  # load + graph capture + warm-up of a real model
+    engine_heartbeat_timeout_s: float = 10.0  # no heartbeat for this long: the engine is hung, restart it
+    drain_timeout_s: float = 30.0  # SIGTERM: how long live contexts may take to finish
+    web_dir: Path = REPO_ROOT / "web"
+    log_level: str = "info"
+
+    def engine_command(self, python: str = sys.executable) -> list[str]:
+        """The engine's argv without `--socket` (added per engine)."""
+        if self.fake_engine:
+            return [python, "-m", "engine.ipc.fake_engine", *self.engine_args]
+        command = [python, "-m", "engine", "--model", self.model, "--load-format", self.load_format]
+        command += ["--device", "cuda" if self.device == "auto" and self.engines > 1 else self.device]
+        if self.download:
+            command.append("--download")
+        return command + list(self.engine_args)
+
+
+def _env_default(environ: Mapping[str, str], flag: str, default: str | None) -> str | None:
+    return environ.get("VIVACE_" + flag.upper().replace("-", "_"), default)
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
+    def env(flag: str, default: str | None = None) -> str | None:
+        return _env_default(environ, flag, default)
+
+    parser = argparse.ArgumentParser(
+        prog="python -m gateway",
+        description="Vivace: realtime Qwen3-TTS server (WebSocket vivace.speech.v1 and OpenAI-compatible HTTP). "
+        "Every flag can also be set as an environment variable VIVACE_<FLAG> (e.g. VIVACE_PORT=9000).",
+    )
+    parser.add_argument("--host", default=env("host", "127.0.0.1"), help="bind address (default 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=int(env("port", "8000") or 8000), help="TCP port (default 8000)"
+    )
+    parser.add_argument(
+        "--model",
+        default=env("model", DEFAULT_MODEL),
+        help=f"checkpoint directory, Hugging Face id, or the built-in preset 'tiny' (default {DEFAULT_MODEL})",
+    )
+    parser.add_argument(
+        "--download",
+        action="store_true",
+        default=_truthy(env("download")),
+        help="allow fetching weights from the Hugging Face Hub (off by default)",
+    )
+    parser.add_argument(
+        "--load-format",
+        choices=("auto", "dummy"),
+        default=env("load-format", "auto"),
+        help="auto: load weights; dummy: full-size random weights built on the device (benchmarks)",
+    )
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default=env("device", "auto"))
+    parser.add_argument(
+        "--engines",
+        type=int,
+        default=int(env("engines", "1") or 1),
+        help="engine processes, one per GPU (default 1)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=env("api-key"),
+        help="require this key: 'Authorization: Bearer <key>', or for browsers the WebSocket subprotocol "
+        "'vivace.auth.<key>' next to 'vivace.speech.v1'",
+    )
+    parser.add_argument(
+        "--allowed-origins",
+        default=env("allowed-origins", ""),
+        help="comma-separated browser origins allowed on the WebSocket ('*' for any); "
+        "default: localhost and the server's own origin",
+    )
+    parser.add_argument(
+        "--limit",
+        action="append",
+        default=[x for x in (env("limit") or "").split(",") if x.strip()],
+        metavar="NAME=VALUE",
+        help="override a session limit (repeatable; see docs/protocol.md), e.g. max_contexts=16",
+    )
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=float(env("drain-timeout", "30") or 30),
+        help="on SIGTERM, seconds live contexts may take to finish before their sockets close 1001",
+    )
+    parser.add_argument("--log-level", default=env("log-level", "info"))
+    # Hidden: for tests and the gateway overhead benchmark only.
+    parser.add_argument(
+        "--fake-engine", action="store_true", default=_truthy(env("fake-engine")), help=argparse.SUPPRESS
+    )
+    parser.add_argument("--engine-arg", action="append", default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--engine-start-timeout", type=float, default=1800.0, help=argparse.SUPPRESS)
+    return parser
+
+
+def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
+    parser = build_parser(environ)
+    args = parser.parse_args(list(argv))
+    if args.engines < 1:
+        parser.error("--engines must be at least 1")
+    try:
+        limits = Limits.parse_overrides(args.limit)
+    except ValueError as exc:
+        parser.error(str(exc))
+    origins = tuple(o.strip().rstrip("/") for o in args.allowed_origins.split(",") if o.strip())
+    return Settings(
+        host=args.host,
+        port=args.port,
+        model=args.model,
+        download=args.download,
+        load_format=args.load_format,
+        device=args.device,
+        engines=args.engines,
+        api_key=args.api_key or None,
+        allowed_origins=origins,
+        limits=limits,
+        fake_engine=args.fake_engine,
+        engine_args=tuple(args.engine_arg),
+        engine_start_timeout_s=args.engine_start_timeout,
+        drain_timeout_s=args.drain_timeout,
+        log_level=args.log_level,
+    )

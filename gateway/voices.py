@@ -1,0 +1,61 @@
+"""Voice and language names users may send, resolved onto what the engine serves.
+
+The engine's `Ready` message lists its speakers and languages (lower case). Users may also send
+OpenAI's voice names (Pipecat and others refuse any other name client-side), mapped here onto the
+nine CustomVoice speakers, English speakers for the neutral names. Matching is case-insensitive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+OPENAI_VOICES: dict[str, str] = {
+    "alloy": "ryan",
+    "ash": "aiden",
+    "ballad": "eric",
+    "coral": "serena",
+    "echo": "aiden",
+    "fable": "dylan",
+    "onyx": "uncle_fu",
+    "nova": "vivian",
+    "sage": "sohee",
+    "shimmer": "serena",
+    "verse": "ryan",
+    "marin": "ono_anna",
+    "cedar": "aiden",
+}
+DEFAULT_VOICE = "ryan"
+DEFAULT_LANGUAGE = "auto"
+
+
+class UnknownName(ValueError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def resolve_voice(name: str, speakers: Sequence[str]) -> str:
+    key = name.strip().lower()
+    if key in speakers:
+        return key
+    mapped = OPENAI_VOICES.get(key)
+    if mapped is not None and mapped in speakers:
+        return mapped
+    raise UnknownName(
+        "unknown_voice",
+        f"unknown voice {name[:64]!r}; voices: {', '.join(speakers)} (or an OpenAI voice name: "
+        f"{', '.join(OPENAI_VOICES)})",
+    )
+
+
+def resolve_language(name: str, languages: Sequence[str]) -> str:
+    key = name.strip().lower()
+    if key in languages or key == DEFAULT_LANGUAGE:
+        return key
+    raise UnknownName(
+        "unknown_language", f"unknown language {name[:64]!r}; languages: {', '.join(languages)}"
+    )
+
+
+def default_voice(speakers: Sequence[str]) -> str:
+    return DEFAULT_VOICE if DEFAULT_VOICE in speakers else speakers[0]

@@ -1,0 +1,252 @@
+"""WebSocket transport: Vivace's native protocol `vivace.speech.v1`, text streamed like an LLM.
+
+One socket per request. Sequence (time zero = just before the first append, so the handshake,
+`session.created` and `context.create` are reported separately as `connect`):
+
+    client                                   server
+    ── connect (subprotocol vivace.speech.v1) ─▶
+    ◀─────────────────────────── session.created
+    ── context.create {context_id, voice} ────▶
+    ── input_text.append " word" every N ms ──▶   (time zero at the first)
+    ── input_text.end ────────────────────────▶
+    ◀──── context.created {stream}, binary audio frames, context.done
+    ── playback.position every 200 ms ────────▶   (optional, simulating a real player)
+
+Binary frame: 12-byte little-endian header, then PCM16 samples:
+
+    byte 0      1      2..3     4..7        8..11
+         version flags stream   sequence    start_sample      flags: bit 0 first, bit 1 last
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import re
+import struct
+import time
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.typing import Subprotocol
+
+from loadtest.trace import RequestFailed, StreamTrace
+
+PROTOCOL = "vivace.speech.v1"
+LIVE_PATH = "/v1/audio/speech/live"
+HEADER = struct.Struct("<BBHII")  # version, flags, stream, sequence, start_sample
+FRAME_VERSION = 1
+
+_context_ids = itertools.count()
+
+
+def split_words(text: str) -> list[str]:
+    """LLM-like pieces: each word with its leading whitespace; joined they give the text, right-stripped."""
+    return re.findall(r"\s*\S+", text)
+
+
+def live_url(base_url: str) -> str:
+    """http(s)://host:port[/prefix] -> ws(s)://host:port[/prefix]/v1/audio/speech/live (ws URLs kept)."""
+    url = base_url.rstrip("/")
+    if url.startswith(("ws://", "wss://")):
+        return url if url.endswith(LIVE_PATH) else url + LIVE_PATH
+    if url.startswith("https://"):
+        return "wss://" + url.removeprefix("https://") + LIVE_PATH
+    if url.startswith("http://"):
+        return "ws://" + url.removeprefix("http://") + LIVE_PATH
+    raise ValueError(f"URL must start with http://, https://, ws:// or wss://: {base_url!r}")
+
+
+class WsSpeechClient:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        voice: str,
+        language: str | None,
+        sample_rate: int,
+        word_interval_s: float,
+        playback_report_s: float | None,
+        timeout_s: float,
+        api_key: str | None = None,
+    ) -> None:
+        self.url = live_url(base_url)
+        self.voice = voice
+        self.language = language
+        self.sample_rate = sample_rate
+        self.word_interval_s = word_interval_s
+        self.playback_report_s = playback_report_s
+        self.timeout_s = timeout_s
+        self.headers = {"authorization": f"Bearer {api_key}"} if api_key else None
+
+    async def close(self) -> None:
+        """Nothing pooled: each request owns its socket."""
+
+    async def synthesize(self, text: str, trace: StreamTrace) -> None:
+        context_id = f"lt-{next(_context_ids)}"
+        try:
+            async with connect(
+                self.url,
+                subprotocols=[Subprotocol(PROTOCOL)],
+                additional_headers=self.headers,
+                compression=None,
+                open_timeout=self.timeout_s,
+                max_size=2**24,
+                ping_interval=None,  # request lifetimes are bounded by the run's own timeout
+            ) as ws:
+                await self._converse(ws, context_id, text, trace)
+        except InvalidStatus as exc:
+            raise RequestFailed(f"http_{exc.response.status_code}", "WebSocket handshake refused") from None
+        except InvalidHandshake as exc:
+            raise RequestFailed("protocol", f"WebSocket handshake failed: {exc}") from None
+        except ConnectionClosed as exc:
+            raise RequestFailed("ws_closed", f"socket closed before context.done ({exc})") from None
+        except TimeoutError:
+            raise RequestFailed("timeout", "WebSocket opening handshake timed out") from None
+        except OSError as exc:
+            raise RequestFailed("connect", f"{type(exc).__name__}: {exc}") from None
+
+    async def _converse(self, ws: ClientConnection, context_id: str, text: str, trace: StreamTrace) -> None:
+        if ws.subprotocol != PROTOCOL:
+            raise RequestFailed(
+                "protocol", f"server negotiated subprotocol {ws.subprotocol!r}, not {PROTOCOL}"
+            )
+        session = await _receive_event(ws)
+        if session.get("type") != "session.created":
+            raise RequestFailed("protocol", f"expected session.created, got {session.get('type')!r}")
+        rate = (session.get("audio") or {}).get("sample_rate", self.sample_rate)
+        if rate != self.sample_rate:
+            raise RequestFailed(
+                "protocol", f"session sample_rate {rate} but the run expects {self.sample_rate}"
+            )
+        trace.setup_done = time.monotonic()
+        create: dict[str, Any] = {"type": "context.create", "context_id": context_id, "voice": self.voice}
+        if self.language:
+            create["language"] = self.language
+        await ws.send(json.dumps(create))
+
+        trace.dispatch = time.monotonic()
+        helpers = [asyncio.create_task(self._send_text(ws, context_id, text, trace))]
+        if self.playback_report_s:
+            helpers.append(asyncio.create_task(self._report_playback(ws, context_id, trace)))
+        try:
+            await self._receive_audio(ws, context_id, trace, helpers[0])
+        finally:
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+
+    async def _send_text(self, ws: ClientConnection, context_id: str, text: str, trace: StreamTrace) -> None:
+        """Append word by word on an absolute cadence from time zero (no drift), then end the input."""
+        assert trace.dispatch is not None
+        pieces = split_words(text) if self.word_interval_s > 0 else [text]
+        for i, piece in enumerate(pieces):
+            delay = trace.dispatch + i * self.word_interval_s - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            await ws.send(json.dumps({"type": "input_text.append", "context_id": context_id, "text": piece}))
+        await ws.send(json.dumps({"type": "input_text.end", "context_id": context_id}))
+        trace.input_last = time.monotonic()
+
+    async def _report_playback(self, ws: ClientConnection, context_id: str, trace: StreamTrace) -> None:
+        """Every interval once audio plays: the simulated player's position, as a browser would send it."""
+        assert self.playback_report_s is not None
+        while True:
+            await asyncio.sleep(self.playback_report_s)
+            if not trace.playback.started:
+                continue
+            now = time.monotonic()
+            played = trace.playback.played_samples(now)
+            report = {
+                "type": "playback.position",
+                "context_id": context_id,
+                "played_samples": played,
+                "buffered_samples": trace.playback.total_samples - played,
+                "underruns": trace.playback.underruns,
+                "client_time_ms": now * 1000.0,
+            }
+            await ws.send(json.dumps(report))
+            trace.reports_sent += 1
+
+    async def _receive_audio(
+        self, ws: ClientConnection, context_id: str, trace: StreamTrace, sender: asyncio.Task[None]
+    ) -> None:
+        stream: int | None = None
+        next_sequence: int | None = None
+        async for message in ws:
+            if sender.done() and not sender.cancelled() and sender.exception() is not None:
+                raise sender.exception()  # type: ignore[misc]
+            if isinstance(message, bytes):
+                if len(message) < HEADER.size:
+                    raise RequestFailed(
+                        "protocol", f"binary frame of {len(message)} bytes, shorter than the header"
+                    )
+                version, _flags, frame_stream, sequence, start_sample = HEADER.unpack_from(message)
+                if version != FRAME_VERSION or stream is None or frame_stream != stream:
+                    raise RequestFailed(
+                        "protocol",
+                        f"unexpected frame (version {version}, stream {frame_stream}; ours {stream})",
+                    )
+                if next_sequence is not None and sequence != next_sequence:
+                    raise RequestFailed("protocol", f"sequence {sequence}, expected {next_sequence}")
+                if start_sample != trace.samples:
+                    raise RequestFailed(
+                        "protocol", f"start_sample {start_sample}, but {trace.samples} received"
+                    )
+                next_sequence = sequence + 1
+                trace.audio(memoryview(message)[HEADER.size :])
+                continue
+            event = _parse_event(message)
+            kind = event.get("type")
+            if kind == "error":
+                error = event.get("error") or {}
+                raise RequestFailed(
+                    f"ws_{error.get('code') or error.get('type') or 'error'}", str(error.get("message"))
+                )
+            if event.get("context_id") != context_id:
+                continue  # session-level events we do not need (pong, session.updated, ...)
+            if kind == "context.created":
+                stream = _check_context_audio(event, self.sample_rate)
+            elif kind == "context.done":
+                trace.end = time.monotonic()
+                reason = event.get("reason")
+                if reason != "completed":
+                    raise RequestFailed(f"done_{reason}", f"context ended with reason {reason!r}")
+                if event.get("samples", trace.samples) != trace.samples:
+                    raise RequestFailed(
+                        "protocol",
+                        f"context.done says {event.get('samples')} samples, {trace.samples} received",
+                    )
+                return
+        raise RequestFailed("ws_closed", f"socket closed before context.done (code {ws.close_code})")
+
+
+def _parse_event(message: str) -> dict[str, Any]:
+    try:
+        event = json.loads(message)
+    except json.JSONDecodeError:
+        raise RequestFailed("protocol", f"text frame is not JSON: {message[:80]!r}") from None
+    if not isinstance(event, dict):
+        raise RequestFailed("protocol", f"text frame is not a JSON object: {message[:80]!r}")
+    return event
+
+
+async def _receive_event(ws: ClientConnection) -> dict[str, Any]:
+    message = await ws.recv()
+    if isinstance(message, bytes):
+        raise RequestFailed("protocol", "binary frame before session.created")
+    return _parse_event(message)
+
+
+def _check_context_audio(event: dict[str, Any], sample_rate: int) -> int:
+    """The stream number of a context.created event whose audio is PCM16 mono at the run's rate."""
+    audio = event.get("audio") or {}
+    shape = (audio.get("format", "pcm16"), audio.get("sample_rate", sample_rate), audio.get("channels", 1))
+    if shape != ("pcm16", sample_rate, 1):
+        raise RequestFailed("protocol", f"context audio {shape}, expected ('pcm16', {sample_rate}, 1)")
+    stream = event.get("stream")
+    if not isinstance(stream, int):
+        raise RequestFailed("protocol", f"context.created without an integer stream: {stream!r}")
+    return stream
