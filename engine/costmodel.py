@@ -63,7 +63,7 @@ def _check_axis(name: str, xs: list[float], ms: list[float]) -> None:
 
 
 class CostModel:
-    """Predicted milliseconds per work unit. Immutable once loaded."""
+    """Predicted milliseconds per work unit. Immutable once loaded (answers are memoized)."""
 
     def __init__(self, table: dict) -> None:
         try:
@@ -82,6 +82,7 @@ class CostModel:
             _check_axis("codec_chunk", frames, row)
         _check_axis("codec_chunk batch", batches, [1.0] * len(batches))
         self.codec = Grid(tuple(batches), tuple(frames), tuple(tuple(r) for r in grid))
+        self._memo: dict[tuple[WorkKind, int, int, int], float] = {}
 
     @staticmethod
     def _curve(name: str, entry: dict, axis: str) -> Curve:
@@ -96,6 +97,13 @@ class CostModel:
 
     def ms(self, kind: WorkKind, batch: int, frames: int = 1, tokens: int = 10) -> float:
         """One step of `kind` at `batch` rows (already padded); `frames` per codec row; `tokens` per prefill row."""
+        key = (kind, batch, frames, tokens)
+        cost = self._memo.get(key)
+        if cost is None:  # the scheduler asks the same few shapes thousands of times per second
+            cost = self._memo[key] = self._interpolate(kind, batch, frames, tokens)
+        return cost
+
+    def _interpolate(self, kind: WorkKind, batch: int, frames: int, tokens: int) -> float:
         if kind is WorkKind.TALKER_DECODE:
             cost = self.decode(batch)
         elif kind is WorkKind.CODE_PREDICT:

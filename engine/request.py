@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import Enum, IntEnum, auto
 
 from engine.ipc.messages import Layout, Submit
 
@@ -38,24 +38,25 @@ TEXT_END = -1  # the text end-of-sequence row: fed once, after the last text tok
 TEXT_PAD = -2  # the text pad row: fed on every step after TEXT_END (and always in the non-streaming layout)
 
 
-class WorkKind(Enum):
+# IntEnum: the scheduler hashes these per request per step, and int hashing is C, Enum's is Python.
+class WorkKind(IntEnum):
     """The four independently schedulable, batchable units of work (design brief section 3)."""
 
-    TALKER_PREFILL = "talker_prefill"
-    CODE_PREDICT = "code_predict"  # the 15-step code predictor loop of one frame
-    TALKER_DECODE = "talker_decode"
-    CODEC_CHUNK = "codec_chunk"
+    TALKER_PREFILL = auto()
+    CODE_PREDICT = auto()  # the 15-step code predictor loop of one frame
+    TALKER_DECODE = auto()
+    CODEC_CHUNK = auto()
 
 
-class Phase(Enum):
-    WAITING_TEXT = "waiting_text"
-    PREFILL = "prefill"
-    CODE_PREDICT = "code_predict"
-    TALKER_DECODE = "talker_decode"
-    FINISHING = "finishing"
-    DONE = "done"
-    CANCELLED = "cancelled"
-    FAILED = "failed"
+class Phase(IntEnum):
+    WAITING_TEXT = auto()
+    PREFILL = auto()
+    CODE_PREDICT = auto()
+    TALKER_DECODE = auto()
+    FINISHING = auto()
+    DONE = auto()
+    CANCELLED = auto()
+    FAILED = auto()
 
 
 ENDED_PHASES = frozenset({Phase.DONE, Phase.CANCELLED, Phase.FAILED})

@@ -14,9 +14,10 @@ Who is most pressing (policy DEADLINE, the default):
   3. everyone else by slack (earliest to run dry first): filler that builds buffers ahead.
 FIFO and ROUND_ROBIN exist as baselines for the simulator (docs/scheduling.md compares them).
 
-Chunk sizes: each request's next codec chunk is chosen from its remaining playback buffer
-(`ChunkPolicy`): one frame while the listener has almost nothing, growing as the buffer grows,
-so small chunks are paid for only when they buy latency.
+Chunk sizes: each request's next codec chunk is chosen from its remaining playback buffer and its
+own generation pace (`SlackChunkPolicy`; any `engine.codec.chunking` policy plugs in instead): one
+frame while the listener has almost nothing, growing as the buffer grows. A codec batch takes the
+anchor's chunk size, and every row with at least that many frames ready joins it.
 
 Admission refuses, with a reason, a request that would push the GPU time needed to keep every stream
 real-time past `max_utilization`, or whose predicted time to first audio exceeds `ttfa_budget_ms`;
@@ -34,8 +35,8 @@ import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
 
+from engine.codec.chunking import ChunkPolicy
 from engine.costmodel import CostModel
 from engine.ipc.messages import Layout
 from engine.request import (
@@ -50,6 +51,7 @@ from engine.request import (
 )
 
 FRAME_MS = 80.0
+PRESSURE_DECAY = 0.98  # per plan: `pressure` looks back over roughly the last 50 plans
 GENERATION_PHASES = frozenset({Phase.PREFILL, Phase.CODE_PREDICT, Phase.TALKER_DECODE})
 # Order of a request's own items when it is the anchor: audio out first, then the pipeline front.
 STAGE_RANK = {WorkKind.CODEC_CHUNK: 0, WorkKind.TALKER_PREFILL: 1, WorkKind.CODE_PREDICT: 2,
@@ -80,7 +82,8 @@ class SchedulerConfig:
     chunk_margin_ms: float = 40.0  # a chunk must be out this long before its listener would run dry
     typical_chunk_frames: int = 8  # codec shape assumed by admission's real-time demand
     max_utilization: float = 0.8  # admission: GPU share needed to keep every stream real-time
-    ttfa_budget_ms: float = 300.0  # admission: refuse when the predicted TTFA is larger
+    ttfa_budget_ms: float = 250.0  # admission: refuse when the predicted TTFA is larger
+    max_pressure: float = 0.7  # admission: refuse while more recent GPU time went to urgent streams
     admission_control: bool = True  # False: only slot and shape limits (the simulator's baselines)
     max_frames: int = 2048  # runaway cap (164 s) while the text is open
     runaway_frames_per_char: float = 3.0  # cap once the text ended: speech is ~0.9 frames per character
@@ -157,25 +160,25 @@ class Admission:
     utilization: float = 0.0  # predicted GPU share to keep every stream real-time, this one included
 
 
-class ChunkPolicy(Protocol):
-    def next_chunk_frames(self, frames_decoded: int, frames_available: int, buffered_ms: float,
-                          flush: bool, frame_interval_ms: float | None) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
 class SlackChunkPolicy:
-    """Frames to decode now (0: wait). The next chunk is the largest size the listener can afford to
+    """Frames to decode now (0: wait); the scheduler's default, pace-aware chunk policy. The next chunk is the largest size the listener can afford to
     wait for: waiting for the missing frames at this request's own pace, then decoding them, must end
     `margin_ms` before its buffer runs dry. A thin buffer gives one-frame chunks, a growing one longer
     chunks (cheaper per frame), so small chunks are paid for only when they buy latency or safety.
 
-    `frames_available` counts every generated frame; `buffered_ms` is the audio the listener still has
-    (0 before first audio); `flush` drains what is pending (flush, end of generation, text starved)."""
+    Unlike the policies of `engine.codec.chunking` (which the scheduler also accepts), it knows the
+    request's own generation pace, so a stream generated far faster than real time moves to long,
+    cheap chunks sooner, and one generated slowly under load keeps chunks short (docs/scheduling.md
+    compares them). `frames_available` counts every generated frame; `buffered_ms` is the audio the
+    listener still has (0 before first audio); `flush` drains what is pending."""
 
-    costs: CostModel
-    sizes: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 25)
-    first_chunk_frames: int = 1
-    margin_ms: float = 40.0
+    def __init__(self, costs: CostModel, sizes: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 25),
+                 first_chunk_frames: int = 1, margin_ms: float = 40.0) -> None:
+        self.sizes = sizes
+        self.first_chunk_frames = first_chunk_frames
+        self.margin_ms = margin_ms
+        # Largest first, with the time to decode that chunk alone (the policy runs per request per step).
+        self._largest_first = [(n, costs.ms(WorkKind.CODEC_CHUNK, 1, n)) for n in reversed(sizes)]
 
     def next_chunk_frames(self, frames_decoded: int, frames_available: int, buffered_ms: float,
                           flush: bool, frame_interval_ms: float | None) -> int:
@@ -187,13 +190,11 @@ class SlackChunkPolicy:
         if frames_decoded == 0 or frame_interval_ms is None:
             return self.first_chunk_frames if pending >= self.first_chunk_frames else 0
         budget = buffered_ms - self.margin_ms
-        affordable = [n for n in self.sizes
-                      if max(0, n - pending) * frame_interval_ms
-                      + self.costs.ms(WorkKind.CODEC_CHUNK, 1, n) <= budget]
-        if not affordable:  # the buffer is nearly dry: hand over what exists, in an allowed size
-            return max((n for n in self.sizes if n <= pending), default=pending)
-        target = affordable[-1]
-        return target if pending >= target else 0
+        for n, decode_ms in self._largest_first:
+            if max(0, n - pending) * frame_interval_ms + decode_ms <= budget:
+                return n if pending >= n else 0
+        # The buffer is nearly dry: hand over what exists, in an allowed size.
+        return max((n for n in self.sizes if n <= pending), default=pending)
 
 
 def next_size(sizes: tuple[int, ...], n: int) -> int:
@@ -216,14 +217,19 @@ class Scheduler:
     def __init__(self, config: SchedulerConfig, costs: CostModel, chunks: ChunkPolicy | None = None) -> None:
         self.config = config
         self.costs = costs
-        self.chunks: ChunkPolicy = chunks or SlackChunkPolicy(
-            costs, config.codec_chunk_sizes, config.first_chunk_frames, config.chunk_margin_ms)
+        # Chunk sizes: the built-in pace-aware policy, or any `engine.codec.chunking.ChunkPolicy`.
+        self.chunks = chunks
+        self.slack_chunks = SlackChunkPolicy(costs, config.codec_chunk_sizes, config.first_chunk_frames,
+                                             config.chunk_margin_ms)
         self.kv_slots = SlotPool("kv", config.max_requests)
         self.codec_slots = SlotPool("codec", config.max_codec_streams)
         self._requests: dict[int, RequestState] = {}
         self._finished: list[RequestState] = []
         self._served_at = {kind: 0 for kind in WorkKind}  # ROUND_ROBIN: plan counter per kind
         self._plans = 0
+        self._urgent_ms = self._planned_ms = 0.0  # decaying sums over recent plans, see `pressure`
+        # Time to decode n frames of one request, n = 0..largest chunk (slack needs it per request per step).
+        self._codec_row_ms = [costs.ms(WorkKind.CODEC_CHUNK, 1, max(n, 1)) for n in range(config.codec_chunk_sizes[-1] + 1)]
 
     # ------------------------------------------------------------ queries
 
@@ -256,10 +262,14 @@ class Scheduler:
             return Admission(False, f"all {cfg.max_codec_streams} codec slots are in use", "overloaded")
         streams = sum(1 for r in self._requests.values() if not r.generation_finished)
         utilization = self.realtime_utilization(streams + 1)
-        ttfa_ms = self.predicted_ttfa_ms()
+        ttfa_ms = self.predicted_ttfa_ms(now_ns)
         if cfg.admission_control and utilization > cfg.max_utilization:
             return Admission(False, f"keeping {streams + 1} streams real-time would need "
                              f"{utilization:.0%} of the GPU (limit {cfg.max_utilization:.0%})",
+                             "overloaded", ttfa_ms, utilization)
+        if cfg.admission_control and self.pressure > cfg.max_pressure:
+            return Admission(False, f"playing streams are near their deadlines ({self.pressure:.0%} of recent "
+                             f"GPU time went to rescuing them, limit {cfg.max_pressure:.0%})",
                              "overloaded", ttfa_ms, utilization)
         if cfg.admission_control and ttfa_ms > cfg.ttfa_budget_ms:
             return Admission(False, f"predicted time to first audio {ttfa_ms:.0f} ms exceeds the "
@@ -296,9 +306,10 @@ class Scheduler:
                                lambda b: costs.ms(WorkKind.CODEC_CHUNK, b, chunk)) / chunk
         return (round_ms + codec_ms) / FRAME_MS
 
-    def predicted_ttfa_ms(self) -> float:
+    def predicted_ttfa_ms(self, now_ns: int) -> float:
         """Time to first audio of a request admitted now: its own pipeline at today's batch sizes,
-        stretched by the share of the GPU that playing streams need, plus half a step already running."""
+        stretched by the share of the GPU that playing streams need, plus half a step already running;
+        never less than the wait of the oldest request still without audio (it is served before)."""
         cfg, costs = self.config, self.costs
         startup = 1 + sum(1 for r in self._requests.values() if r.first_audio_ns is None)
         generating = 1 + sum(1 for r in self._requests.values() if not r.generation_finished)
@@ -311,7 +322,9 @@ class Scheduler:
                     + costs.ms(WorkKind.CODEC_CHUNK, min(startup, cfg.codec_capture_sizes[-1]),
                                cfg.first_chunk_frames))
         busy = min(self.realtime_utilization(generating - 1), 0.95)
-        return pipeline / (1.0 - busy) + cfg.max_step_ms / 2
+        oldest_wait_ms = max(((now_ns - r.arrival_ns) / 1e6 for r in self._requests.values()
+                              if r.first_audio_ns is None), default=0.0)
+        return max(pipeline / (1.0 - busy) + cfg.max_step_ms / 2, oldest_wait_ms)
 
     # ------------------------------------------------------------ input
 
@@ -400,30 +413,38 @@ class Scheduler:
         cohort.insert(0, anchor)
         self._plans += 1
         self._served_at[anchor.kind] = self._plans
-        return self._lower(anchor.kind, anchor.shape, self._cut(anchor.kind, anchor.shape, cohort))
+        plan = self._lower(anchor.kind, anchor.shape, self._cut(anchor.kind, anchor.shape, cohort))
+        # Pressure: the share of recent GPU time spent rescuing streams close to running dry.
+        urgent = self.config.policy is Policy.DEADLINE and anchor.key[0] == 0
+        self._urgent_ms = PRESSURE_DECAY * self._urgent_ms + (plan.predicted_ms if urgent else 0.0)
+        self._planned_ms = PRESSURE_DECAY * self._planned_ms + plan.predicted_ms
+        return plan
+
+    @property
+    def pressure(self) -> float:
+        """Share of recent planned GPU time whose anchor was an urgent stream (0 idle .. 1 saturated)."""
+        return self._urgent_ms / self._planned_ms if self._planned_ms else 0.0
 
     def _ready_items(self, now_ns: int) -> list[_Item]:
         cfg, costs = self.config, self.costs
         generating = sum(1 for r in self._requests.values() if r.phase in GENERATION_PHASES)
         batch = next_size(cfg.capture_sizes, min(max(generating, 1), cfg.capture_sizes[-1]))
         cp_ms, decode_ms = costs.ms(WorkKind.CODE_PREDICT, batch), costs.ms(WorkKind.TALKER_DECODE, batch)
+        codec_ms = self._codec_row_ms
         items: list[_Item] = []
         for r in self._requests.values():
-            if r.is_ended:
-                continue
-            gen_kind = PHASE_KIND.get(r.phase) if not r.generation_busy else None
-            chunk = self._chunk_frames(r, now_ns) if not r.codec_busy else 0
+            gen_kind = None if r.generation_busy else PHASE_KIND.get(r.phase)
+            chunk = 0 if r.codec_busy or r.frames_generated == r.frames_decoded else self._chunk_frames(r, now_ns)
             if gen_kind is None and chunk == 0:
-                continue
-            # Slack: buffered audio minus the time to produce the next audio (decode pending frames,
-            # or generate one more frame first).
-            if r.first_audio_ns is None:
-                slack = 0.0
-            else:
+                continue  # also every ended request: it has no phase to run and nothing to decode
+            # Slack: buffered audio minus the time to produce the next audio (decode the pending frames,
+            # or first generate one more frame).
+            slack = 0.0
+            if r.first_audio_ns is not None:
                 deadline = r.effective_deadline_ns()
                 assert deadline is not None
-                slack = (deadline - now_ns) / 1e6 - costs.ms(WorkKind.CODEC_CHUNK, 1, max(chunk, 1))
-                if r.frames_pending == 0:
+                slack = (deadline - now_ns) / 1e6 - codec_ms[min(max(chunk, 1), len(codec_ms) - 1)]
+                if r.frames_generated == r.frames_decoded:
                     slack -= cp_ms + (decode_ms if r.phase is Phase.TALKER_DECODE else 0.0)
             if gen_kind is not None:
                 shape = _bucket(cfg.prefill_token_buckets, r.prefill_len) if gen_kind is WorkKind.TALKER_PREFILL else 0
@@ -433,14 +454,15 @@ class Scheduler:
         return items
 
     def _chunk_frames(self, r: RequestState, now_ns: int) -> int:
-        if r.frames_pending <= 0:
-            return 0
         deadline = r.effective_deadline_ns()
         buffered_ms = 0.0 if deadline is None or r.first_audio_ns is None else (deadline - now_ns) / 1e6
         starved = r.phase is Phase.WAITING_TEXT  # the talker waits for text: hand the listener what exists
         drain = r.flush_pending or starved or r.generation_finished
-        return self.chunks.next_chunk_frames(r.frames_decoded, r.frames_generated, max(buffered_ms, 0.0),
-                                             drain, r.frame_interval_ms)
+        if self.chunks is not None:
+            buffered = None if r.first_audio_ns is None else max(buffered_ms, 0.0)
+            return self.chunks.next_chunk_frames(r.frames_decoded, r.frames_pending, buffered, r.text_ended, drain)
+        return self.slack_chunks.next_chunk_frames(r.frames_decoded, r.frames_generated, max(buffered_ms, 0.0),
+                                                   drain, r.frame_interval_ms)
 
     def _key(self, r: RequestState, kind: WorkKind, slack: float) -> tuple[float, ...]:
         rank = STAGE_RANK[kind]

@@ -9,7 +9,8 @@ inbound events that arrive meanwhile are applied before the next plan, as in the
 
 The simulator plays the gateway's part for deadlines: each client starts playing when its first
 audio arrives (plus `--client-buffer-ms`), plays continuously, and resumes as soon as audio arrives
-after running dry. An underrun is a chunk that arrives after its client ran dry. It prints one row
+after running dry. An underrun is a chunk that arrives after its client ran dry; with streamed
+text, one that follows a wait for text is counted apart as "starved". It prints one row
 per RPS: TTFA percentiles (request arrival to first audio published, engine side), underruns
 (count and requests affected), refusals, GPU utilisation (busy time / simulated time) and the mean
 batch per work kind.
@@ -27,14 +28,23 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from engine.codec.chunking import AdaptivePolicy, ChunkPolicy, FixedSchedule
 from engine.costmodel import DEFAULT_COSTS, CostModel
 from engine.ipc.messages import Layout
-from engine.request import NS_PER_SAMPLE, SAMPLES_PER_FRAME, RequestState, WorkKind, length_model_frames
+from engine.request import (
+    NS_PER_SAMPLE,
+    SAMPLES_PER_FRAME,
+    Phase,
+    RequestState,
+    WorkKind,
+    length_model_frames,
+)
 from engine.scheduler import Outcome, Policy, Scheduler, SchedulerConfig
 
 PROMPTS = Path(__file__).resolve().parent.parent / "loadtest" / "data" / "seed-tts-eval-en.jsonl"
 CHARS_PER_TOKEN = 4.5
 MS = 1_000_000  # ns per ms
+STARVED_LOOKBACK_NS = 100 * MS  # an underrun this soon after waiting for text is blamed on the text
 
 
 def load_prompts(path: Path = PROMPTS) -> list[str]:
@@ -66,6 +76,7 @@ class Listener:
     runs_dry_ns: int = 0  # when the client's buffer empties at the current rate
     underruns: int = 0
     underrun_ms: float = 0.0
+    starved_ns: int = -1  # last time its talker waited for text (the LLM, not the engine, was late)
 
 
 @dataclass(slots=True)
@@ -75,7 +86,8 @@ class SimResult:
     refused: int = 0
     completed: int = 0
     ttfa_ms: list[float] = field(default_factory=list)
-    underruns: int = 0
+    underruns: int = 0  # chunks that reached a client after it ran dry, the engine's fault
+    starved: int = 0  # the same, but the talker had been waiting for text (streamed text came too slowly)
     requests_with_underruns: int = 0
     busy_ms: float = 0.0
     sim_ms: float = 0.0
@@ -136,10 +148,20 @@ def _arrivals(load: Workload, prompts: list[str]) -> list[tuple[int, int, str, o
         events.append((at + int((len(words) - 1) / load.words_per_s * 1e9), rid, "end", None))
 
 
-def simulate(load: Workload, config: SchedulerConfig, costs: CostModel, prompts: list[str]) -> SimResult:
+def chunk_policy(name: str, config: SchedulerConfig) -> ChunkPolicy | None:
+    """'slack': the scheduler's pace-aware default; 'adaptive' and 'ramp': engine.codec.chunking's."""
+    if name == "slack":
+        return None
+    if name == "adaptive":
+        return AdaptivePolicy(sizes=config.codec_chunk_sizes, first_chunk_frames=config.first_chunk_frames)
+    return FixedSchedule()
+
+
+def simulate(load: Workload, config: SchedulerConfig, costs: CostModel, prompts: list[str],
+             chunks: ChunkPolicy | None = None) -> SimResult:
     started = time.perf_counter()
     config = replace(config, length_model=True)
-    scheduler = Scheduler(config, costs)
+    scheduler = Scheduler(config, costs, chunks)
     rng = random.Random(load.seed + 1)
     result = SimResult(load.rps)
     events = _arrivals(load, prompts)
@@ -163,6 +185,10 @@ def simulate(load: Workload, config: SchedulerConfig, costs: CostModel, prompts:
         if plan.kind is WorkKind.CODEC_CHUNK:
             result.codec_frames.append(plan.codec_frames)
         scheduler.complete(plan, Outcome(), now)
+        if load.text_mode == "words":
+            for r in scheduler.requests:
+                if r.phase is Phase.WAITING_TEXT:
+                    listeners[r.request_id].starved_ns = now
         if plan.kind is WorkKind.CODEC_CHUNK:
             for row in plan.rows:
                 _play(listeners[row.request_id], row.codec_frames, now, load, scheduler, row.request_id, result)
@@ -202,6 +228,9 @@ def _play(listener: Listener, frames: int, now: int, load: Workload, scheduler: 
         listener.first_audio_ns = now
         listener.runs_dry_ns = now + int(load.client_buffer_ms * MS) + audio_ns
         result.ttfa_ms.append((now - listener.arrival_ns) / MS)
+    elif now > listener.runs_dry_ns and listener.starved_ns >= listener.runs_dry_ns - STARVED_LOOKBACK_NS:
+        result.starved += 1
+        listener.runs_dry_ns = now + audio_ns
     elif now > listener.runs_dry_ns:
         listener.underruns += 1
         result.underruns += 1
@@ -214,14 +243,14 @@ def _play(listener: Listener, frames: int, now: int, load: Workload, scheduler: 
 
 DEFAULTS = SchedulerConfig()
 HEADER = (f"{'rps':>6} {'offered':>7} {'refused':>7} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} "
-          f"{'underruns':>9} {'affected':>8} {'gpu':>5} {'prefill':>7} {'cp':>6} {'decode':>6} "
+          f"{'underruns':>9} {'affected':>8} {'starved':>7} {'gpu':>5} {'prefill':>7} {'cp':>6} {'decode':>6} "
           f"{'codec':>6} {'frames':>6} {'wall s':>6}")
 
 
 def format_row(r: SimResult) -> str:
     frames = sum(r.codec_frames) / len(r.codec_frames) if r.codec_frames else 0.0
     return (f"{r.rps:>6g} {r.offered:>7} {r.refused:>7} {r.percentile(50):>7.1f} {r.percentile(95):>7.1f} "
-            f"{r.percentile(99):>7.1f} {r.underruns:>9} {r.requests_with_underruns:>8} "
+            f"{r.percentile(99):>7.1f} {r.underruns:>9} {r.requests_with_underruns:>8} {r.starved:>7} "
             f"{r.utilization:>5.0%} {r.mean_batch(WorkKind.TALKER_PREFILL):>7.1f} "
             f"{r.mean_batch(WorkKind.CODE_PREDICT):>6.1f} {r.mean_batch(WorkKind.TALKER_DECODE):>6.1f} "
             f"{r.mean_batch(WorkKind.CODEC_CHUNK):>6.1f} {frames:>6.1f} {r.wall_s:>6.1f}")
@@ -233,13 +262,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--duration", type=float, default=120.0, help="seconds of arrivals per RPS")
     parser.add_argument("--costs", type=Path, default=DEFAULT_COSTS, help="cost table JSON")
     parser.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.DEADLINE.value)
+    parser.add_argument("--chunks", choices=["slack", "adaptive", "ramp"], default="slack",
+                        help="codec chunk policy: the scheduler's pace-aware one, or engine.codec.chunking's")
     parser.add_argument("--text", choices=["whole", "words"], default="whole")
     parser.add_argument("--words-per-s", type=float, default=20.0)
     parser.add_argument("--layout", choices=["streaming", "non_streaming"], default="streaming")
     parser.add_argument("--client-buffer-ms", type=float, default=0.0)
-    parser.add_argument("--max-step-ms", type=float, default=getattr(DEFAULTS, "max_step_ms"))
-    parser.add_argument("--first-chunk-frames", type=int, default=getattr(DEFAULTS, "first_chunk_frames"))
-    parser.add_argument("--max-requests", type=int, default=getattr(DEFAULTS, "max_requests"))
+    parser.add_argument("--max-step-ms", type=float, default=DEFAULTS.max_step_ms)
+    parser.add_argument("--first-chunk-frames", type=int, default=DEFAULTS.first_chunk_frames)
+    parser.add_argument("--max-requests", type=int, default=DEFAULTS.max_requests)
     parser.add_argument("--merge-startup", action="store_true", help="newcomers may wait a step to merge")
     parser.add_argument("--no-admission", action="store_true", help="only slot limits refuse work")
     parser.add_argument("--jitter", type=float, default=0.0, help="relative spread of step times")
@@ -257,14 +288,14 @@ def main(argv: list[str] | None = None) -> None:
     prompts = load_prompts(args.prompts)
     mean_frames = sum(length_model_frames(len(p)) for p in prompts) / len(prompts)
     layout = Layout.STREAMING if args.layout == "streaming" else Layout.NON_STREAMING
-    print(f"costs {costs.name} | policy {args.policy} | text {args.text} | layout {args.layout} | "
+    print(f"costs {costs.name} | policy {args.policy} | chunks {args.chunks} | text {args.text} | layout {args.layout} | "
           f"{len(prompts)} prompts, mean {mean_frames:.1f} frames | capacity "
           f"{capacity_rps(config, costs, mean_frames):.0f} rps | duration {args.duration:g} s | seed {args.seed}")
     print(HEADER)
     for rps in args.rps:
         load = Workload(rps, args.duration, args.seed, args.text, args.words_per_s, args.client_buffer_ms,
                         layout, args.jitter)
-        print(format_row(simulate(load, config, costs, prompts)), flush=True)
+        print(format_row(simulate(load, config, costs, prompts, chunk_policy(args.chunks, config))), flush=True)
 
 
 if __name__ == "__main__":

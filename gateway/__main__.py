@@ -48,7 +48,9 @@ class DrainingServer(uvicorn.Server):
         state = getattr(self._app.state, "gateway", None)  # absent until the lifespan started
         if state is not None:
             await drain(state)
-        super().handle_exit(sig, frame)
+        # Not super().handle_exit(): uvicorn would re-raise the signal after shutting down, and a
+        # completed drain is a normal exit (status 0).
+        self.should_exit = True
 
 
 def run(settings: Settings) -> int:

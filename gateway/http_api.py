@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engine.ipc.messages import Audio, Done, DoneReason, Error, Layout, Outbound, Sampling, Submit
-from gateway.audio import OggOpusMuxer, OpusPacketizer, OpusUnavailable, wav_header
+from gateway.audio import OggOpusMuxer, OpusPacketizer, OpusUnavailable, opus_available, wav_header
 from gateway.engines import EngineRequest, EngineUnavailable
 from gateway.state import GatewayState
 from gateway.textstream import TextStream
@@ -182,6 +182,9 @@ async def speech(request: Request) -> Response:
         except orjson.JSONDecodeError as exc:
             raise HttpError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
         params = parse_speech(body, state)
+        if params.response_format == "opus" and not opus_available():
+            raise HttpError(400, "opus_unavailable", "Opus is not available on this server (libopus missing); "
+                            "use pcm or wav", param="response_format")  # fmt: skip
         submit = _build_submit(params, state, started_ns)
         engine_request = state.pool.submit(submit)
     except EngineUnavailable as exc:

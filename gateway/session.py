@@ -31,6 +31,7 @@ from gateway.audio import OPUS_PACKET_SAMPLES, OpusPacketizer, OpusUnavailable, 
 from gateway.clock import NS_PER_MS, ClockOffset, PlaybackClock
 from gateway.engines import EngineRequest, EngineUnavailable
 from gateway.limits import TokenBucket
+from gateway.metrics import Gauge
 from gateway.state import GatewayState
 from gateway.textstream import Piece, TextStream
 from gateway.voices import UnknownName, default_voice, resolve_language, resolve_voice
@@ -66,11 +67,12 @@ OutItem = str | AudioOut | LazyText | CloseOut
 
 
 class Outbox:
-    """FIFO of outgoing items with a byte budget (the slow-reader guard)."""
+    """FIFO of outgoing items with a byte budget (the slow-reader guard); `gauge` sums all sessions."""
 
-    def __init__(self, max_bytes: int) -> None:
+    def __init__(self, max_bytes: int, gauge: Gauge) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
+        self._gauge = gauge
         self._items: deque[tuple[OutItem, int]] = deque()
         self._wake = asyncio.Event()
 
@@ -78,7 +80,7 @@ class Outbox:
         if self.bytes + size > self.max_bytes and self._items:
             return False
         self._items.append((item, size))
-        self.bytes += size
+        self._account(size)
         self._wake.set()
         return True
 
@@ -92,12 +94,16 @@ class Outbox:
             self._wake.clear()
             await self._wake.wait()
         item, size = self._items.popleft()
-        self.bytes -= size
+        self._account(-size)
         return item
 
     def drop_audio(self) -> None:
         self._items = deque((item, size) for item, size in self._items if not isinstance(item, AudioOut))
-        self.bytes = sum(size for _, size in self._items)
+        self._account(sum(size for _, size in self._items) - self.bytes)
+
+    def _account(self, delta: int) -> None:
+        self.bytes += delta
+        self._gauge.inc(amount=delta)
 
 
 @dataclass(eq=False)
@@ -147,7 +153,7 @@ class Session:
         self.contexts: dict[str, Context] = {}
         self.recent: OrderedDict[str, Context] = OrderedDict()
         self.next_stream = 1
-        self.outbox = Outbox(self.limits.max_outbound_bytes)
+        self.outbox = Outbox(self.limits.max_outbound_bytes, state.metrics.outbound_bytes)
         self.clock_offset = ClockOffset()
         self.appends = TokenBucket(self.limits.appends_per_second, self.limits.append_burst, time.monotonic())
         self.closing = asyncio.Event()
@@ -693,7 +699,6 @@ class Session:
         try:
             while True:
                 item = await self.outbox.get()
-                self.metrics.outbound_bytes.set(self.outbox.bytes)
                 if isinstance(item, AudioOut):
                     if item.context.cancelled:
                         continue  # barge-in: queued audio of a cancelled context is dropped

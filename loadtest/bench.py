@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loadtest.h1_client import FastHttpSpeechClient
 from loadtest.http_client import HttpSpeechClient
 from loadtest.prompts import DEFAULT_POOL, load_prompts
 from loadtest.runner import SpeechTransport, run_schedule
@@ -23,6 +24,7 @@ from loadtest.schedule import build_schedule
 from loadtest.summary import format_summary, summarize
 from loadtest.trace import StreamTrace
 from loadtest.ws_client import WsSpeechClient
+from loadtest.ws_fast import FastWsSpeechClient
 
 
 @dataclass(slots=True)
@@ -32,6 +34,7 @@ class RunOptions:
     duration_s: float = 120.0
     warmup_s: float = 10.0
     transport: str = "http"  # "http" | "ws"
+    client: str = "fast"  # "fast" (raw asyncio protocols) | "library" (httpx / websockets)
     seed: int = 0
     prompts: str = str(DEFAULT_POOL)
     out: str | None = None
@@ -59,8 +62,12 @@ class RunOptions:
 def make_transport(options: RunOptions) -> SpeechTransport:
     if options.max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {options.max_concurrency}")
+    if options.client not in ("fast", "library"):
+        raise ValueError(f"client must be 'fast' or 'library', got {options.client!r}")
+    fast = options.client == "fast"
     if options.transport == "http":
-        return HttpSpeechClient(
+        http_class = FastHttpSpeechClient if fast else HttpSpeechClient
+        return http_class(
             options.url,
             model=options.model,
             voice=options.voice,
@@ -74,7 +81,8 @@ def make_transport(options: RunOptions) -> SpeechTransport:
     if options.transport == "ws":
         if options.request_params:
             raise ValueError("request params apply to the HTTP transport only")
-        return WsSpeechClient(
+        ws_class = FastWsSpeechClient if fast else WsSpeechClient
+        return ws_class(
             options.url,
             voice=options.voice,
             language=options.language,

@@ -72,6 +72,12 @@ def _add_load_options(parser: argparse.ArgumentParser, *, needs_url: bool = True
     )
     parser.add_argument("--warmup", type=parse_duration, default=10.0, help="warm-up, excluded (default 10s)")
     parser.add_argument("--transport", choices=("http", "ws"), default="http")
+    parser.add_argument(
+        "--client",
+        choices=("fast", "library"),
+        default="fast",
+        help="fast: raw asyncio protocols (default, cheapest per chunk); library: httpx / websockets",
+    )
     parser.add_argument("--seed", type=int, default=0, help="arrival and prompt-order seed (default 0)")
     parser.add_argument(
         "--prompts", default=str(DEFAULT_POOL), help="JSONL pool of {id, text} (default: Seed-TTS en)"
@@ -122,6 +128,7 @@ def _options(args: argparse.Namespace, rps: float, url: str | None = None) -> Ru
         duration_s=args.duration,
         warmup_s=args.warmup,
         transport=args.transport,
+        client=args.client,
         seed=args.seed,
         prompts=args.prompts,
         out=getattr(args, "out", None),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from loadtest.onset import audible_onset, pcm16_to_float
+from loadtest.onset import audible_onset_pcm16
 from loadtest.trace import RequestFailed, StreamTrace
 
 STALL_FAIL_MAX_S = 0.5
@@ -93,7 +93,7 @@ def fill_record(
             record.audio_before_input_end = (
                 playback.start_time is not None and playback.start_time < trace.input_last
             )
-        onset = audible_onset(pcm16_to_float(trace.pcm), trace.sample_rate)
+        onset = audible_onset_pcm16(trace.pcm, trace.sample_rate)
         if onset is not None:
             record.leading_silence_ms = onset / trace.sample_rate * 1000.0
             record.ttfa_ms = _ms(playback.time_of_sample(onset), dispatch)

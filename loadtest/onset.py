@@ -45,6 +45,18 @@ def window_rms_dbfs(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> np.n
         return 20.0 * np.log10(rms)
 
 
+def audible_onset_pcm16(pcm: bytes | bytearray | memoryview, sample_rate: int = SAMPLE_RATE) -> int | None:
+    """`audible_onset` of PCM16 bytes, converting only the first second unless the onset lies later."""
+    prefix_bytes = 2 * round(_PREFIX_S * sample_rate)
+    if len(pcm) > 2 * prefix_bytes:
+        found = _first_run(
+            pcm16_to_float(memoryview(pcm)[:prefix_bytes]), sample_rate, THRESHOLD_DBFS, CONSECUTIVE
+        )
+        if found is not None:
+            return found
+    return audible_onset(pcm16_to_float(pcm), sample_rate)
+
+
 def audible_onset(
     samples: np.ndarray,
     sample_rate: int = SAMPLE_RATE,

@@ -60,6 +60,8 @@ def live_url(base_url: str) -> str:
 
 
 class WsSpeechClient:
+    """`websockets` implementation (`--client library`)."""
+
     def __init__(
         self,
         base_url: str,
@@ -85,7 +87,7 @@ class WsSpeechClient:
         """Nothing pooled: each request owns its socket."""
 
     async def synthesize(self, text: str, trace: StreamTrace) -> None:
-        context_id = f"lt-{next(_context_ids)}"
+        context_id = new_context_id()
         try:
             async with connect(
                 self.url,
@@ -113,19 +115,9 @@ class WsSpeechClient:
             raise RequestFailed(
                 "protocol", f"server negotiated subprotocol {ws.subprotocol!r}, not {PROTOCOL}"
             )
-        session = await _receive_event(ws)
-        if session.get("type") != "session.created":
-            raise RequestFailed("protocol", f"expected session.created, got {session.get('type')!r}")
-        rate = (session.get("audio") or {}).get("sample_rate", self.sample_rate)
-        if rate != self.sample_rate:
-            raise RequestFailed(
-                "protocol", f"session sample_rate {rate} but the run expects {self.sample_rate}"
-            )
+        check_session(await _receive_event(ws), self.sample_rate)
         trace.setup_done = time.monotonic()
-        create: dict[str, Any] = {"type": "context.create", "context_id": context_id, "voice": self.voice}
-        if self.language:
-            create["language"] = self.language
-        await ws.send(json.dumps(create))
+        await ws.send(context_create(context_id, self.voice, self.language))
 
         trace.dispatch = time.monotonic()
         helpers = [asyncio.create_task(self._send_text(ws, context_id, text, trace))]
@@ -146,84 +138,127 @@ class WsSpeechClient:
             delay = trace.dispatch + i * self.word_interval_s - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            await ws.send(json.dumps({"type": "input_text.append", "context_id": context_id, "text": piece}))
-        await ws.send(json.dumps({"type": "input_text.end", "context_id": context_id}))
+            await ws.send(append_event(context_id, piece))
+        await ws.send(end_event(context_id))
         trace.input_last = time.monotonic()
 
     async def _report_playback(self, ws: ClientConnection, context_id: str, trace: StreamTrace) -> None:
-        """Every interval once audio plays: the simulated player's position, as a browser would send it."""
+        """Every interval once audio plays, a playback.position report."""
         assert self.playback_report_s is not None
         while True:
             await asyncio.sleep(self.playback_report_s)
             if not trace.playback.started:
                 continue
-            now = time.monotonic()
-            played = trace.playback.played_samples(now)
-            report = {
-                "type": "playback.position",
-                "context_id": context_id,
-                "played_samples": played,
-                "buffered_samples": trace.playback.total_samples - played,
-                "underruns": trace.playback.underruns,
-                "client_time_ms": now * 1000.0,
-            }
-            await ws.send(json.dumps(report))
+            await ws.send(playback_report(context_id, trace, time.monotonic()))
             trace.reports_sent += 1
 
     async def _receive_audio(
         self, ws: ClientConnection, context_id: str, trace: StreamTrace, sender: asyncio.Task[None]
     ) -> None:
-        stream: int | None = None
-        next_sequence: int | None = None
+        reader = LiveContextReader(context_id, trace)
         async for message in ws:
             if sender.done() and not sender.cancelled() and sender.exception() is not None:
                 raise sender.exception()  # type: ignore[misc]
             if isinstance(message, bytes):
-                if len(message) < HEADER.size:
-                    raise RequestFailed(
-                        "protocol", f"binary frame of {len(message)} bytes, shorter than the header"
-                    )
-                version, _flags, frame_stream, sequence, start_sample = HEADER.unpack_from(message)
-                if version != FRAME_VERSION or stream is None or frame_stream != stream:
-                    raise RequestFailed(
-                        "protocol",
-                        f"unexpected frame (version {version}, stream {frame_stream}; ours {stream})",
-                    )
-                if next_sequence is not None and sequence != next_sequence:
-                    raise RequestFailed("protocol", f"sequence {sequence}, expected {next_sequence}")
-                if start_sample != trace.samples:
-                    raise RequestFailed(
-                        "protocol", f"start_sample {start_sample}, but {trace.samples} received"
-                    )
-                next_sequence = sequence + 1
-                trace.audio(memoryview(message)[HEADER.size :])
-                continue
-            event = _parse_event(message)
-            kind = event.get("type")
-            if kind == "error":
-                error = event.get("error") or {}
-                raise RequestFailed(
-                    f"ws_{error.get('code') or error.get('type') or 'error'}", str(error.get("message"))
-                )
-            if event.get("context_id") != context_id:
-                continue  # session-level events we do not need (pong, session.updated, ...)
-            if kind == "context.created":
-                stream = _check_context_audio(event, self.sample_rate)
-            elif kind == "context.done":
-                trace.end = time.monotonic()
-                reason = event.get("reason")
-                if reason != "completed":
-                    raise RequestFailed(f"done_{reason}", f"context ended with reason {reason!r}")
-                if event.get("samples", trace.samples) != trace.samples:
-                    raise RequestFailed(
-                        "protocol",
-                        f"context.done says {event.get('samples')} samples, {trace.samples} received",
-                    )
+                reader.binary(message, time.monotonic())
+            elif reader.event(parse_event(message), time.monotonic()):
                 return
         raise RequestFailed("ws_closed", f"socket closed before context.done (code {ws.close_code})")
 
 
-def _parse_event(message: str) -> dict[str, Any]:
+class LiveContextReader:
+    """Checks and records what the server sends for one context; shared by both WS implementations."""
+
+    def __init__(self, context_id: str, trace: StreamTrace) -> None:
+        self.context_id, self.trace = context_id, trace
+        self.stream: int | None = None
+        self.next_sequence: int | None = None
+
+    def binary(self, message: bytes, now: float) -> None:
+        trace = self.trace
+        if len(message) < HEADER.size:
+            raise RequestFailed("protocol", f"binary frame of {len(message)} bytes, shorter than the header")
+        version, _flags, stream, sequence, start_sample = HEADER.unpack_from(message)
+        if version != FRAME_VERSION or self.stream is None or stream != self.stream:
+            raise RequestFailed(
+                "protocol", f"unexpected frame (version {version}, stream {stream}; ours {self.stream})"
+            )
+        if self.next_sequence is not None and sequence != self.next_sequence:
+            raise RequestFailed("protocol", f"sequence {sequence}, expected {self.next_sequence}")
+        if start_sample != trace.samples:
+            raise RequestFailed("protocol", f"start_sample {start_sample}, but {trace.samples} received")
+        self.next_sequence = sequence + 1
+        trace.audio(memoryview(message)[HEADER.size :], now)
+
+    def event(self, event: dict[str, Any], now: float) -> bool:
+        """Handle a JSON event; True once the context is complete."""
+        kind = event.get("type")
+        if kind == "error":
+            error = event.get("error") or {}
+            code = error.get("code") or error.get("type") or "error"
+            raise RequestFailed(f"ws_{code}", str(error.get("message")))
+        if event.get("context_id") != self.context_id:
+            return False  # session-level events we do not need (pong, session.updated, ...)
+        if kind == "context.created":
+            self.stream = _check_context_audio(event, self.trace.sample_rate)
+        elif kind == "context.done":
+            self.trace.end = now
+            reason = event.get("reason")
+            if reason != "completed":
+                raise RequestFailed(f"done_{reason}", f"context ended with reason {reason!r}")
+            if event.get("samples", self.trace.samples) != self.trace.samples:
+                raise RequestFailed(
+                    "protocol",
+                    f"context.done says {event.get('samples')} samples, {self.trace.samples} received",
+                )
+            return True
+        return False
+
+
+def check_session(event: dict[str, Any], sample_rate: int) -> None:
+    """Raise unless `event` is a session.created compatible with the run."""
+    if event.get("type") != "session.created":
+        raise RequestFailed("protocol", f"expected session.created, got {event.get('type')!r}")
+    rate = (event.get("audio") or {}).get("sample_rate", sample_rate)
+    if rate != sample_rate:
+        raise RequestFailed("protocol", f"session sample_rate {rate} but the run expects {sample_rate}")
+
+
+def context_create(context_id: str, voice: str, language: str | None) -> str:
+    create: dict[str, Any] = {"type": "context.create", "context_id": context_id, "voice": voice}
+    if language:
+        create["language"] = language
+    return json.dumps(create)
+
+
+def append_event(context_id: str, text: str) -> str:
+    return json.dumps({"type": "input_text.append", "context_id": context_id, "text": text})
+
+
+def end_event(context_id: str) -> str:
+    return json.dumps({"type": "input_text.end", "context_id": context_id})
+
+
+def playback_report(context_id: str, trace: StreamTrace, now: float) -> str:
+    """The simulated player's position, as a browser would send it."""
+    played = trace.playback.played_samples(now)
+    return json.dumps(
+        {
+            "type": "playback.position",
+            "context_id": context_id,
+            "played_samples": played,
+            "buffered_samples": trace.playback.total_samples - played,
+            "underruns": trace.playback.underruns,
+            "client_time_ms": now * 1000.0,
+        }
+    )
+
+
+def new_context_id() -> str:
+    return f"lt-{next(_context_ids)}"
+
+
+def parse_event(message: str) -> dict[str, Any]:
     try:
         event = json.loads(message)
     except json.JSONDecodeError:
@@ -237,7 +272,7 @@ async def _receive_event(ws: ClientConnection) -> dict[str, Any]:
     message = await ws.recv()
     if isinstance(message, bytes):
         raise RequestFailed("protocol", "binary frame before session.created")
-    return _parse_event(message)
+    return parse_event(message)
 
 
 def _check_context_audio(event: dict[str, Any], sample_rate: int) -> int:

@@ -90,3 +90,70 @@ async def read_message(reader: asyncio.StreamReader) -> tuple[int, bytes]:
         parts.append(payload)
         if b0 & 0x80:
             return opcode, b"".join(parts)
+
+
+def encode_masked_frame(opcode: int, payload: bytes, mask: bytes) -> bytes:
+    """A client frame: same header with the MASK bit set, the 4-byte mask, then the masked payload."""
+    n = len(payload)
+    if n < 126:
+        header = struct.pack("!BB", 0x80 | opcode, 0x80 | n)
+    elif n < 1 << 16:
+        header = struct.pack("!BBH", 0x80 | opcode, 0x80 | 126, n)
+    else:
+        header = struct.pack("!BBQ", 0x80 | opcode, 0x80 | 127, n)
+    return header + mask + _unmask(payload, mask)
+
+
+class FrameParser:
+    """Incremental parser of server frames (unmasked). `feed` returns whole messages and control frames."""
+
+    def __init__(self, max_message_bytes: int = 1 << 24) -> None:
+        self.max_message_bytes = max_message_bytes
+        self.buffer = b""
+        self.opcode: int | None = None
+        self.parts: list[bytes] = []
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        buffer = self.buffer + data if self.buffer else data
+        messages: list[tuple[int, bytes]] = []
+        pos, size = 0, len(buffer)
+        while size - pos >= 2:
+            b0, b1 = buffer[pos], buffer[pos + 1]
+            length, offset = b1 & 0x7F, pos + 2
+            if length == 126:
+                if size - offset < 2:
+                    break
+                (length,) = struct.unpack_from("!H", buffer, offset)
+                offset += 2
+            elif length == 127:
+                if size - offset < 8:
+                    break
+                (length,) = struct.unpack_from("!Q", buffer, offset)
+                offset += 8
+            if length > self.max_message_bytes:
+                raise ProtocolViolation(1009, f"frame of {length} bytes")
+            mask = b""
+            if b1 & 0x80:
+                mask, offset = buffer[offset : offset + 4], offset + 4
+            if size - offset < length:
+                break
+            payload = buffer[offset : offset + length]
+            if mask:
+                payload = _unmask(payload, mask)
+            pos = offset + length
+            opcode = b0 & 0x0F
+            if opcode >= OP_CLOSE:
+                messages.append((opcode, payload))
+            elif b0 & 0x80 and opcode != OP_CONTINUATION and not self.parts:
+                messages.append((opcode, payload))  # the common case: one unfragmented frame
+            else:
+                if opcode != OP_CONTINUATION:
+                    self.opcode = opcode
+                elif self.opcode is None:
+                    raise ProtocolViolation(1002, "continuation without a first frame")
+                self.parts.append(payload)
+                if b0 & 0x80:
+                    messages.append((self.opcode, b"".join(self.parts)))
+                    self.opcode, self.parts = None, []
+        self.buffer = buffer[pos:]
+        return messages

@@ -151,6 +151,7 @@ function refreshBusy() {
 async function connect() {
   if (client?.open) return;
   setState('connecting');
+  vivace.sessionId = null;
   setStatus('Connecting to the server…');
   const url = params.get('server') || defaultSocketUrl(location);
   client = new LiveClient(url, {
@@ -183,6 +184,7 @@ function onClose({ code, reason }) {
   for (const c of Object.values(vivace.contexts)) {
     if (!contextFinished(c) && !c.done) failContext(c, `connection closed (${code})`);
   }
+  streams.clear(); // stream numbers belong to the socket that announced them
   setState('closed');
   const why = reason ? `: ${reason}` : '';
   setStatus(`Disconnected (code ${code}${why}). Speak again to reconnect.`);

@@ -4,8 +4,9 @@
  *
  * The server encodes 24 kHz PCM; the browser's Opus decoder always outputs 48 kHz (measured in
  * Chromium: `sampleRate: 24000` in the config is accepted and ignored). The encoder's input had
- * nothing above 12 kHz, so keeping every second 48 kHz sample returns the 24 kHz signal without
- * a filter. The first `pre_skip` decoded samples (24 kHz units, from `context.created`) are the
+ * nothing above 12 kHz, so keeping every second 48 kHz sample (the even ones) returns the 24 kHz
+ * signal without a filter: measured against libopus decoding the same packets at 24 kHz, white
+ * noise correlates at 0.99999999 (the odd samples, half a sample late, only at 0.55). The first `pre_skip` decoded samples (24 kHz units, from `context.created`) are the
  * encoder's lookahead and are dropped, so sample k of the output is sample k of the timeline; the
  * tail past `context.done.samples` is the final padding packet and is clipped by the player.
  */

@@ -249,8 +249,9 @@ class TransformerLayer(nn.Module):
     def _mlp(self, h: Tensor) -> Tensor:
         return h + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(h)))
 
-    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, window: int, block: int = 256) -> Tensor:
-        """Whole sequence from position 0; queries in blocks so memory stays O(N * (block + window))."""
+    def forward(self, x: Tensor, cos: Tensor, sin: Tensor, window: int, block: int = 512) -> Tensor:
+        """Whole sequence from position 0. Queries go in blocks so memory stays O(N * (block + window)); up to
+        `block` frames (every official 300+25-frame chunk) it is one attention call, as the official."""
         q, k, v = self.self_attn.project(self.input_layernorm(x), cos, sin)
         n = x.shape[1]
         pieces = []

@@ -102,28 +102,36 @@ class EngineLink:
         on any failure everything created here is freed and nothing is left in /dev/shm.
         """
         loop = asyncio.get_running_loop()
-        segment = Segment.create(request_ring_bytes, audio_ring_bytes, checksums=checksums)
+        address = control.unix_address(socket_path)
+        segment: Segment | None = None
         wake_engine = wake_gateway = -1
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            wake_engine = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-            wake_gateway = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             sock.setblocking(False)
             async with asyncio.timeout(timeout_s):
-                await loop.sock_connect(sock, control.unix_address(socket_path))
+                # Connect first: a caller retrying while the engine starts creates no segment per try.
+                await loop.sock_connect(sock, address)
+                segment = Segment.create(request_ring_bytes, audio_ring_bytes, checksums=checksums)
+                wake_engine = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+                wake_gateway = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
                 socket.send_fds(sock, [control.encode_hello(segment.name)], [wake_engine, wake_gateway])
-                status, link_id, n = control.decode_ack_head(await _recv_exactly(loop, sock, control.ACK.size))
+                status, link_id, n = control.decode_ack_head(
+                    await _recv_exactly(loop, sock, control.ACK.size)
+                )
                 message = (await _recv_exactly(loop, sock, n)).decode("utf-8", "replace") if n else ""
             if status != control.STATUS_OK:
                 raise control.HandshakeError(f"engine refused the link: {message}")
         except BaseException as exc:
-            segment.close()
+            if segment is not None:
+                segment.close()
             sock.close()
             for fd in (wake_engine, wake_gateway):
                 if fd >= 0:
                     os.close(fd)
             if isinstance(exc, TimeoutError):
-                raise control.HandshakeError(f"no engine handshake on {socket_path!r} within {timeout_s} s") from None
+                raise control.HandshakeError(
+                    f"no engine handshake on {socket_path!r} within {timeout_s} s"
+                ) from None
             raise
         segment.unlink()  # the engine has it mapped: from now on nothing can leak into /dev/shm
         return cls(loop, sock, segment, wake_engine, wake_gateway, link_id)
@@ -143,7 +151,9 @@ class EngineLink:
         parts = encode_parts(msg)
         ring = self._segment.to_engine
         if encoded_size(parts) > ring.max_record_bytes:
-            raise ValueError(f"{type(msg).__name__} record exceeds the request ring limit {ring.max_record_bytes}")
+            raise ValueError(
+                f"{type(msg).__name__} record exceeds the request ring limit {ring.max_record_bytes}"
+            )
         if not ring.try_write(*parts):
             raise LinkFull(f"request ring full ({ring.capacity} bytes); the engine is not draining it")
         self._schedule_signal()

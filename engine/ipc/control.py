@@ -83,7 +83,9 @@ def decode_hello(data: bytes) -> str:
     if magic != HELLO_MAGIC:
         raise HandshakeError("not a Vivace link hello")
     if version != PROTOCOL_VERSION:
-        raise HandshakeError(f"link protocol version {version} is not supported (engine speaks {PROTOCOL_VERSION})")
+        raise HandshakeError(
+            f"link protocol version {version} is not supported (engine speaks {PROTOCOL_VERSION})"
+        )
     if len(data) != HELLO.size + n:
         raise HandshakeError("malformed link hello")
     return data[HELLO.size :].decode("utf-8")

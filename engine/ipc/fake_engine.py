@@ -68,7 +68,9 @@ def frames_for(chars: int, *, text_ended: bool) -> int:
 def _tone_table() -> bytes:
     # One second holds exactly 220 periods of 220 Hz, so the table loops without a click.
     amplitude = 0.1 * 32767
-    samples = array("h", (round(amplitude * math.sin(2 * math.pi * 220 * i / SAMPLE_RATE)) for i in range(SAMPLE_RATE)))
+    samples = array(
+        "h", (round(amplitude * math.sin(2 * math.pi * 220 * i / SAMPLE_RATE)) for i in range(SAMPLE_RATE))
+    )
     if sys.byteorder != "little":  # pragma: no cover
         samples.byteswap()
     return samples.tobytes() * 2
@@ -152,13 +154,17 @@ class FakeEngine:
                 self._fail(link_id, msg.request_id, "bad_request", "request_id already in use on this link")
             else:
                 start = time.monotonic_ns() + self.delay_ns + self.frame_ns
-                self.requests[key] = FakeRequest(link_id, msg.request_id, msg.text_chars, msg.text_ended, start)
+                self.requests[key] = FakeRequest(
+                    link_id, msg.request_id, msg.text_chars, msg.text_ended, start
+                )
             return
         if kind is Cancel:
             if request is not None:
                 del self.requests[key]
                 samples = request.published * SAMPLES_PER_FRAME
-                self.endpoint.send(link_id, Done(msg.request_id, DoneReason.CANCELLED, samples, request.generated))
+                self.endpoint.send(
+                    link_id, Done(msg.request_id, DoneReason.CANCELLED, samples, request.generated)
+                )
             return  # a cancel racing with Done is normal
         if kind is Deadline:
             return
@@ -189,7 +195,9 @@ class FakeEngine:
             if request.text_ended and request.published == allowed:
                 del self.requests[key]
                 samples = request.published * SAMPLES_PER_FRAME
-                out.append((request.link_id, Done(request.request_id, DoneReason.COMPLETED, samples, allowed)))
+                out.append(
+                    (request.link_id, Done(request.request_id, DoneReason.COMPLETED, samples, allowed))
+                )
         if out:
             self.endpoint.send_many(out)
 
@@ -232,7 +240,9 @@ class FakeEngine:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.ipc.fake_engine", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m engine.ipc.fake_engine", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--socket", required=True, help='control socket path ("@name": abstract namespace)')
     parser.add_argument("--delay-ms", type=float, default=0.0, help="time from Submit to the first frame")
     parser.add_argument("--ms-per-frame", type=float, default=0.0, help="generation time per 80 ms frame")

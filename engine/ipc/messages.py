@@ -1,7 +1,7 @@
 """Typed records crossing the gateway <-> engine boundary: the one place their shapes live.
 
 Pure Python (no torch, no numpy import needed by callers) so the gateway can import it.
-The byte encoding of each record lives in `engine/ipc/codec.py`; this module only says what
+The byte encoding of each record lives in `engine/ipc/wire.py`; this module only says what
 the records mean.
 
 Inbound (gateway -> engine), all keyed by a `request_id` the gateway chooses (unique per ring):

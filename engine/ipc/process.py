@@ -73,7 +73,9 @@ def wait_for_socket(socket_path: str, timeout_s: float, proc: subprocess.Popen |
         time.sleep(0.02)
 
 
-async def wait_for_socket_async(socket_path: str, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
+async def wait_for_socket_async(
+    socket_path: str, timeout_s: float, proc: subprocess.Popen | None = None
+) -> None:
     """`wait_for_socket` for an event loop (sleeps between probes instead of blocking)."""
     deadline = time.monotonic() + timeout_s
     while not probe_socket(socket_path):

@@ -53,7 +53,9 @@ def segment_bytes(to_engine_capacity: int, to_gateway_capacity: int) -> int:
 class Segment:
     """Both rings of one link mapped in this process. The creator must `unlink()` once the peer attached."""
 
-    def __init__(self, shm: shared_memory.SharedMemory, to_engine: Ring, to_gateway: Ring, *, owner: bool) -> None:
+    def __init__(
+        self, shm: shared_memory.SharedMemory, to_engine: Ring, to_gateway: Ring, *, owner: bool
+    ) -> None:
         self._shm = shm
         self.to_engine = to_engine
         self.to_gateway = to_gateway
@@ -104,7 +106,9 @@ class Segment:
             if magic != _MAGIC:
                 raise RingCorrupted(f"segment {name!r} is not a Vivace link segment")
             if version != VERSION:
-                raise RingCorrupted(f"segment {name!r} has layout version {version}, this side speaks {VERSION}")
+                raise RingCorrupted(
+                    f"segment {name!r} has layout version {version}, this side speaks {VERSION}"
+                )
             if first + region_bytes(cap_e) > second or second + region_bytes(cap_g) > size:
                 raise RingCorrupted(f"segment {name!r} header describes rings beyond its {size} bytes")
             to_engine = Ring(shm.buf[first : first + region_bytes(cap_e)])

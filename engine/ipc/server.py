@@ -241,7 +241,9 @@ class EngineEndpoint:
         ring = link.segment.to_gateway
         size = encoded_size(parts)
         if size > ring.max_record_bytes:
-            raise ValueError(f"{type(msg).__name__} of {size} bytes exceeds the ring limit {ring.max_record_bytes}")
+            raise ValueError(
+                f"{type(msg).__name__} of {size} bytes exceeds the ring limit {ring.max_record_bytes}"
+            )
         if not link.backlog and ring.try_write(*parts):
             return True
         # Copy now: the caller may reuse its PCM buffer once send() returns.

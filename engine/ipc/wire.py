@@ -108,7 +108,9 @@ _AUDIO = struct.Struct("<QqI")
 _DONE = struct.Struct("<QBQQ")
 _U32 = struct.Struct("<I")
 
-if array("I").itemsize != 4:  # pragma: no cover - every Linux/macOS/Windows ABI we target has 4-byte unsigned int
+if (
+    array("I").itemsize != 4
+):  # pragma: no cover - every Linux/macOS/Windows ABI we target has 4-byte unsigned int
     raise ImportError("engine.ipc.wire needs a 4-byte array('I')")
 _SWAP = sys.byteorder != "little"
 
@@ -175,7 +177,11 @@ def _encode_fixed(msg: Inbound | Outbound) -> bytes:
     if kind is Done:
         return _HEAD.pack(KIND_DONE, 0) + _DONE.pack(msg.request_id, int(msg.reason), msg.samples, msg.frames)
     if kind is AppendText:
-        return _HEAD.pack(KIND_APPEND_TEXT, 0) + _APPEND.pack(msg.request_id, msg.text_chars) + _ids(msg.text_ids)
+        return (
+            _HEAD.pack(KIND_APPEND_TEXT, 0)
+            + _APPEND.pack(msg.request_id, msg.text_chars)
+            + _ids(msg.text_ids)
+        )
     if kind is Deadline:
         return _HEAD.pack(KIND_DEADLINE, 0) + _DEADLINE.pack(msg.request_id, msg.deadline_ns)
     if kind is Flush:

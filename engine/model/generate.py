@@ -61,7 +61,7 @@ def embed_prefill(model: Qwen3TTS, prefill: Prefill) -> Tensor:
     """Prefill rows -> [L, hidden] in the model dtype: P(text id) + C(codec id), absent terms omitted."""
     text = _project_text(model, [row.text_id for row in prefill.rows], split_role=True)
     codec_ids = [row.codec_id for row in prefill.rows]
-    device = model.talker.codec_head.weight.device
+    device = model.device
     present = [i for i, cid in enumerate(codec_ids) if cid is not None]
     codec = model.talker.embed_codec(torch.tensor([codec_ids[i] for i in present], device=device))
     codec_rows: dict[int, Tensor] = dict(zip(present, codec, strict=True))
@@ -90,7 +90,7 @@ def _project_text(model: Qwen3TTS, ids: list[int | None], *, split_role: bool) -
     rows at the start of a prefill is instruct + role, projected as two calls.
     """
     p = model.config.prompt_ids
-    talker, device = model.talker, model.talker.codec_head.weight.device
+    talker, device = model.talker, model.device
     special = talker.embed_text(torch.tensor([p.tts_bos, p.tts_eos, p.tts_pad], device=device))
     special_rows = {p.tts_bos: special[0], p.tts_eos: special[1], p.tts_pad: special[2]}
     out: list[Tensor | None] = [special_rows.get(i) if i is not None else None for i in ids]
@@ -186,7 +186,7 @@ def teacher_forced_probs(
         code predictor [T, 15, 2048]: before each draw of groups 1..15 of frame k), all fp32.
     """
     frames = codes.shape[0] if step_count is None else step_count
-    device = model.talker.codec_head.weight.device
+    device = model.device
     codes = codes[:frames].to(device=device, dtype=torch.int64)
     embeds = embed_prefill(model, prefill)
     trailing = [embed_trailing(model, prefill)]
@@ -274,7 +274,7 @@ def generate_batch(
         raise ValueError("generate_batch needs one sampling and one seed per prefill, and at least one prefill")
     chars = list(text_chars) if text_chars is not None else [None] * count
     limits = [_frame_limit(model, p, c, max_frames) for p, c in zip(prefills, chars, strict=True)]
-    device = model.talker.codec_head.weight.device
+    device = model.device
     embeds = [embed_prefill(model, p) for p in prefills]
     trailing = [embed_trailing(model, p) for p in prefills]
     cache = model.talker.new_cache(count, max(e.shape[0] for e in embeds) + max(lim for lim, _ in limits) + 2)

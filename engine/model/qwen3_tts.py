@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import torch
 from torch import Tensor, nn
 
 from engine.model.code_predictor import CodePredictor
@@ -39,6 +40,14 @@ class Qwen3TTS(nn.Module):
         self.code_predictor = CodePredictor(config.code_predictor)
         self.codec = codec
         self.tokenizer = tokenizer
+
+    @property
+    def device(self) -> torch.device:
+        return self.talker.model.norm.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.talker.model.norm.weight.dtype
 
     def checkpoint_tensors(self) -> Iterator[tuple[str, Tensor]]:
         """(checkpoint key, parameter) for every tensor of `model.safetensors` (the codec has its own file)."""

@@ -72,7 +72,7 @@ class Talker(nn.Module):
 
     def new_cache(self, num_slots: int, max_len: int) -> TalkerKVCache:
         c = self.config
-        weight = self.codec_head.weight
+        weight = self.model.norm.weight
         return TalkerKVCache(
             c.num_layers, num_slots, c.num_kv_heads, max_len, c.head_dim, device=weight.device, dtype=weight.dtype
         )

@@ -94,7 +94,9 @@ class WebServer:
         if self.kind == "standin":
             import json
 
-            return sum(1 for e in json.loads(self.get("/_standin/received")[1]) if e["type"] == "playback.position")
+            return sum(
+                1 for e in json.loads(self.get("/_standin/received")[1]) if e["type"] == "playback.position"
+            )
         status, text = self.get("/metrics")
         assert status == 200, f"/metrics answered {status}"
         match = re.search(r"^vivace_playback_reports_total(?:\{\})? ([0-9.e+]+)$", text, re.M)

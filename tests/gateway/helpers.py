@@ -75,13 +75,14 @@ class GatewayProcess:
         return values
 
     def engine_pids(self) -> list[int]:
-        """Direct children of the gateway process (its engines)."""
+        """Engine processes: children of the gateway started with `--socket`."""
         pids = []
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 with contextlib.suppress(OSError):
                     stat = (entry / "stat").read_text()
-                    if int(stat.rsplit(")", 1)[1].split()[1]) == self.proc.pid:
+                    argv = (entry / "cmdline").read_bytes().split(b"\0")
+                    if int(stat.rsplit(")", 1)[1].split()[1]) == self.proc.pid and b"--socket" in argv:
                         pids.append(int(entry.name))
         return sorted(pids)
 
@@ -107,12 +108,18 @@ class GatewayProcess:
                 self.proc.wait()
 
 
-def start_gateway(*args: str, engine: str = "fake", ms_per_frame: float = 0.0, wait: bool = True) -> GatewayProcess:
+def start_gateway(
+    *args: str,
+    engine: str = "fake",
+    ms_per_frame: float = 0.0,
+    wait: bool = True,
+    env_extra: dict[str, str] | None = None,
+) -> GatewayProcess:
     port = free_port()
     log_file = tempfile.NamedTemporaryFile(prefix="vivace-gateway-", suffix=".log", delete=False)
     cmd = [sys.executable, "-m", "gateway", "--port", str(port), "--model", "tiny", "--device", "cpu",
            *engine_flags(engine, ms_per_frame), *args]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VIVACE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VIVACE_")} | (env_extra or {})
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT, env=env)
     gateway = GatewayProcess(proc, port, Path(log_file.name))
     if wait:
@@ -127,7 +134,9 @@ class LiveClient:
         self.ws = ws
         self.events: list[dict[str, Any]] = []
         self.frames: list[tuple[int, int, int, int, bytes]] = []  # (flags, stream, sequence, start, payload)
-        self.order: list[tuple[str, Any]] = []  # ("event", type/context) or ("audio", stream), in arrival order
+        self.order: list[
+            tuple[str, Any]
+        ] = []  # ("event", type/context) or ("audio", stream), in arrival order
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -161,7 +170,9 @@ class LiveClient:
             if isinstance(item, dict):
                 return item
 
-    async def until(self, kind: str, context_id: str | None = None, timeout_s: float = 60.0) -> dict[str, Any]:
+    async def until(
+        self, kind: str, context_id: str | None = None, timeout_s: float = 60.0
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while True:
             event = await self.next_event(max(0.01, deadline - time.monotonic()))
@@ -175,7 +186,9 @@ class LiveClient:
         return [f for f in self.frames if f[1] == stream]
 
 
-async def speak(url: str, text: str, context_id: str = "c", **create: Any) -> tuple[dict[str, Any], LiveClient]:
+async def speak(
+    url: str, text: str, context_id: str = "c", **create: Any
+) -> tuple[dict[str, Any], LiveClient]:
     """One complete healthy context on its own socket: the control group of every fault test."""
     async with LiveClient.open(url) as client:
         if create:

@@ -10,11 +10,12 @@ import opuslib
 from gateway.protocol import FLAG_FIRST, FLAG_LAST, PROTOCOL
 from tests.gateway.helpers import GatewayProcess, LiveClient, expected_samples
 
-WORDS = ("Streaming text arrives word by word from a language model while the listener already hears "
-         "the first part of the answer without waiting for the rest of it to be written").split()  # fmt: skip
+WORDS = ["Streaming", "text", "arrives", "word", "by", "word", "from", "a", "language", "model", "while", "the", "listener", "already", "hears", "the", "first", "part", "of", "the", "answer", "without", "waiting", "for", "the", "rest", "of", "it", "to", "be", "written"]  # fmt: skip
 
 
-def assert_contiguous(frames: list[tuple[int, int, int, int, bytes]], samples_per_frame: int | None = None) -> None:
+def assert_contiguous(
+    frames: list[tuple[int, int, int, int, bytes]], samples_per_frame: int | None = None
+) -> None:
     """Sequence numbers count up from 0 and start_sample follows the payloads without gaps."""
     position = 0
     for index, (flags, _stream, sequence, start, payload) in enumerate(frames):
@@ -56,7 +57,9 @@ async def test_two_streamed_contexts_interleave_and_cancelling_one_leaves_the_ot
 
     order = client.order
     cancelled_index = order.index(("event", ("context.cancelled", "a")))
-    assert ("audio", stream_a) not in order[cancelled_index:], "audio of a cancelled context followed context.cancelled"
+    assert ("audio", stream_a) not in order[cancelled_index:], (
+        "audio of a cancelled context followed context.cancelled"
+    )
     cancelled = next(e for e in client.events if e["type"] == "context.cancelled")
     a_frames = client.stream_frames(stream_a)
     assert cancelled["samples_sent"] == sum(len(f[4]) // 2 for f in a_frames) > 0
@@ -72,7 +75,10 @@ async def test_two_streamed_contexts_interleave_and_cancelling_one_leaves_the_ot
     assert b_frames[-1][0] & FLAG_LAST and not any(f[0] & FLAG_LAST for f in b_frames[:-1])
     # Interleaved: some audio of b arrived before a was cancelled, between frames of a.
     audio_streams = [s for kind, s in order[:cancelled_index] if kind == "audio"]
-    first_b, last_a = audio_streams.index(stream_b), len(audio_streams) - 1 - audio_streams[::-1].index(stream_a)
+    first_b, last_a = (
+        audio_streams.index(stream_b),
+        len(audio_streams) - 1 - audio_streams[::-1].index(stream_a),
+    )
     assert first_b < last_a, "audio of the two contexts did not interleave"
 
 
@@ -80,12 +86,18 @@ async def _read_until_done(client: LiveClient, context_id: str) -> None:
     await client.until("context.done", context_id, timeout_s=120)
 
 
-async def test_first_append_creates_context_with_session_defaults_and_opus_decodes(gateway: GatewayProcess) -> None:
+async def test_first_append_creates_context_with_session_defaults_and_opus_decodes(
+    gateway: GatewayProcess,
+) -> None:
     text = "An implicit context speaks with the session's defaults."
     async with LiveClient.open(gateway.ws) as client:
         await client.send(type="session.update", voice="Ryan", audio={"format": "opus"}, max_lead_ms=1500)
         updated = await client.until("session.updated")
-        assert updated["voice"] == "ryan" and updated["audio"]["format"] == "opus" and updated["max_lead_ms"] == 1500
+        assert (
+            updated["voice"] == "ryan"
+            and updated["audio"]["format"] == "opus"
+            and updated["max_lead_ms"] == 1500
+        )
         await client.send(type="input_text.append", context_id="x", text=text)
         created = await client.until("context.created", "x")
         assert created["audio"]["format"] == "opus" and created["audio"]["samples_per_packet"] == 480

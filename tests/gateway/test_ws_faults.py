@@ -24,7 +24,6 @@ LIMITS = {
     "append_burst": 5,
     "idle_timeout_s": 1.5,
     "max_message_bytes": 2048,
-    "max_outbound_bytes": 64 * 1024,
     "slow_reader_grace_s": 1,
 }
 
@@ -66,7 +65,9 @@ async def test_session_created_announces_the_limits(strict: GatewayProcess) -> N
         assert limits[name] == value
 
 
-async def test_malformed_json_and_unknown_events_get_errors_and_the_socket_lives_on(strict: GatewayProcess) -> None:
+async def test_malformed_json_and_unknown_events_get_errors_and_the_socket_lives_on(
+    strict: GatewayProcess,
+) -> None:
     async def fault() -> None:
         async with LiveClient.open(strict.ws) as client:
             await client.ws.send("{not json")
@@ -84,7 +85,9 @@ async def test_malformed_json_and_unknown_events_get_errors_and_the_socket_lives
     await alongside_healthy(strict, fault)
 
 
-async def _speak_on(client: LiveClient, text: str, context_id: str = "ok") -> tuple[dict[str, Any], LiveClient]:
+async def _speak_on(
+    client: LiveClient, text: str, context_id: str = "ok"
+) -> tuple[dict[str, Any], LiveClient]:
     await client.send(type="input_text.append", context_id=context_id, text=text)
     await client.send(type="input_text.end", context_id=context_id)
     return await client.until("context.done", context_id), client
@@ -208,7 +211,8 @@ async def test_missing_subprotocol_closes_1002(strict: GatewayProcess) -> None:
 async def test_slow_reader_is_cut_off_and_its_engine_work_cancelled(engine_kind: str) -> None:
     # Its own gateway: kernel socket buffers absorb megabytes before the outbound budget is touched,
     # so this client asks for far more audio than the strict text limit allows.
-    server = start_gateway("--limit=max_outbound_bytes=65536", "--limit=slow_reader_grace_s=1",
+    # The budget stays above the healthy neighbour's whole audio (~0.7 MB), so only the stalled reader trips it.
+    server = start_gateway("--limit=max_outbound_bytes=1048576", "--limit=slow_reader_grace_s=1",
                            engine=engine_kind, ms_per_frame=0.2)  # fmt: skip
 
     def slow_reader_errors() -> float:
@@ -220,11 +224,15 @@ async def test_slow_reader_is_cut_off_and_its_engine_work_cancelled(engine_kind:
         sock.connect(("127.0.0.1", server.port))
         async with connect(server.ws, sock=sock, subprotocols=[PROTOCOL], max_queue=1, max_size=None) as ws:
             text = "la " * 3000  # ~8,000 frames, ~30 MB of PCM
-            await ws.send(orjson.dumps({"type": "input_text.append", "context_id": "s", "text": text}).decode())
+            await ws.send(
+                orjson.dumps({"type": "input_text.append", "context_id": "s", "text": text}).decode()
+            )
             await ws.send(orjson.dumps({"type": "input_text.end", "context_id": "s"}).decode())
             await _wait_for(lambda: slow_reader_errors() == 1, 30)
             # The engine dropped the request although its audio was far from finished.
-            await _wait_for(lambda: server.metrics().get('vivace_engine_active_requests{engine="0"}', 1) == 0, 5)
+            await _wait_for(
+                lambda: server.metrics().get('vivace_engine_active_requests{engine="0"}', 1) == 0, 5
+            )
             # Reading again: buffered audio, then the slow_reader error and a policy close (or a cut connection).
             with pytest.raises(ConnectionClosed) as info:
                 while True:
@@ -233,7 +241,7 @@ async def test_slow_reader_is_cut_off_and_its_engine_work_cancelled(engine_kind:
 
     try:
         await alongside_healthy(server, fault)
-        assert server.metrics()["vivace_outbound_queued_bytes"] <= 65536
+        assert server.metrics()["vivace_outbound_queued_bytes"] <= 1048576
     finally:
         server.stop()
 
@@ -252,14 +260,18 @@ async def test_disconnect_mid_stream_cancels_engine_work(strict: GatewayProcess)
 
 
 async def test_api_key_and_origin_are_checked_before_accepting(engine_kind: str) -> None:
-    server = start_gateway("--api-key=s3cret-key", "--allowed-origins=https://app.example", engine=engine_kind)
+    server = start_gateway(
+        "--api-key=s3cret-key", "--allowed-origins=https://app.example", engine=engine_kind
+    )
     try:
         with pytest.raises(InvalidStatus) as info:
             async with connect(server.ws, subprotocols=[PROTOCOL]):
                 pass
         assert info.value.response.status_code == 401
         with pytest.raises(InvalidStatus) as info:
-            async with connect(server.ws, subprotocols=[PROTOCOL, "vivace.auth.s3cret-key"], origin="https://evil.example"):
+            async with connect(
+                server.ws, subprotocols=[PROTOCOL, "vivace.auth.s3cret-key"], origin="https://evil.example"
+            ):
                 pass
         assert info.value.response.status_code == 403
         # Browsers: key in a second subprotocol entry, allowed origin; the server echoes only the protocol.
@@ -267,7 +279,9 @@ async def test_api_key_and_origin_are_checked_before_accepting(engine_kind: str)
                                    origin="https://app.example") as client:  # fmt: skip
             assert client.ws.subprotocol == PROTOCOL
         # Backends: Authorization header, no Origin.
-        async with LiveClient.open(server.ws, additional_headers={"Authorization": "Bearer s3cret-key"}) as client:
+        async with LiveClient.open(
+            server.ws, additional_headers={"Authorization": "Bearer s3cret-key"}
+        ) as client:
             done, _ = await _speak_on(client, "Authorized.")
             assert done["reason"] == "completed"
     finally:

@@ -31,7 +31,23 @@ from engine.ipc.process import spawn_engine, wait_for_socket, wait_for_socket_as
 from tests.ipc.conftest import FakeEngineProcess
 from tests.ipc.helpers import cpu_seconds, mapped_segments
 
-WORDS = ["the", "quick", "brown", "fox", "jumps", "over", "the", "lazy", "dog", "while", "seven", "tired", "zebras", "quietly", "watch"]
+WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "the",
+    "lazy",
+    "dog",
+    "while",
+    "seven",
+    "tired",
+    "zebras",
+    "quietly",
+    "watch",
+]
 
 
 async def _connect(engine: FakeEngineProcess, *args: str) -> EngineLink:
@@ -89,7 +105,7 @@ async def test_twenty_concurrent_requests_some_streamed_some_cancelled_all_end_p
         collector = asyncio.create_task(collect())
         link.send(Submit(rid, "ryan", "english", (1,), len(words[0]), False))
         for word in words[1:]:
-            await asyncio.sleep(0.02)  # an LLM producing words
+            await asyncio.sleep(0.03)  # an LLM producing words
             link.send(AppendText(rid, (2,), len(word) + 1))
         end_sent_at[rid] = time.monotonic()
         link.send(EndText(rid))
@@ -117,7 +133,9 @@ async def test_twenty_concurrent_requests_some_streamed_some_cancelled_all_end_p
             assert done.samples == done.frames * SAMPLES_PER_FRAME == len(pcm) // 2
             assert pcm == tone_pcm(0, done.samples)  # byte-exact through both rings
     for rid in end_sent_at:
-        assert rid in first_audio_at and first_audio_at[rid] < end_sent_at[rid], "audio must start before text ends"
+        assert rid in first_audio_at and first_audio_at[rid] < end_sent_at[rid], (
+            "audio must start before text ends"
+        )
     for rid in end_sent_at:  # the streamed text's length decides the audio length
         text = " ".join(WORDS[: 6 + rid % 6])
         assert results[rid - 1][-1].frames == frames_for(len(text), text_ended=True)

@@ -129,7 +129,9 @@ def test_engine_send_queue_absorbs_a_gateway_that_stops_reading_then_delivers_ev
         h.close()
 
 
-def test_engine_send_queue_is_bounded_and_overflow_closes_only_that_link(socket_path: str, no_shm_leftovers: None) -> None:
+def test_engine_send_queue_is_bounded_and_overflow_closes_only_that_link(
+    socket_path: str, no_shm_leftovers: None
+) -> None:
     h = Harness(socket_path, max_backlog_bytes=256 * 1024)
     try:
         stuck, healthy = h.connect(audio_ring_bytes=64 * 1024), h.connect()
@@ -144,7 +146,9 @@ def test_engine_send_queue_is_bounded_and_overflow_closes_only_that_link(socket_
         assert h.run(stuck.closed) == "link_overflow"
         messages = [queue.get_nowait() for _ in range(queue.qsize())]
         assert isinstance(messages[-1], Error) and messages[-1].code == "link_overflow"
-        assert all(isinstance(m, Audio) for m in messages[:-1]) and len(messages) > 1  # ring contents delivered
+        assert (
+            all(isinstance(m, Audio) for m in messages[:-1]) and len(messages) > 1
+        )  # ring contents delivered
         with pytest.raises(LinkClosed):
             stuck.send(Cancel(1))
         healthy_queue = healthy.subscribe(5)
@@ -170,7 +174,9 @@ def test_full_request_ring_raises_link_full_and_recovers_once_the_engine_drains(
     harness.run(link.close())
 
 
-def test_a_refused_handshake_raises_and_leaves_nothing_behind(socket_path: str, no_shm_leftovers: None) -> None:
+def test_a_refused_handshake_raises_and_leaves_nothing_behind(
+    socket_path: str, no_shm_leftovers: None
+) -> None:
     h = Harness(socket_path, max_links=1)
     try:
         link = h.connect()
@@ -182,7 +188,9 @@ def test_a_refused_handshake_raises_and_leaves_nothing_behind(socket_path: str, 
     assert mapped_segments() == []
 
 
-async def test_connecting_to_nothing_fails_fast_and_leaves_nothing_behind(socket_path: str, no_shm_leftovers: None) -> None:
+async def test_connecting_to_nothing_fails_fast_and_leaves_nothing_behind(
+    socket_path: str, no_shm_leftovers: None
+) -> None:
     with pytest.raises(OSError):
         await EngineLink.connect(socket_path)
     assert mapped_segments() == []
@@ -229,7 +237,10 @@ def test_killed_gateway_is_reported_within_a_second_and_leaves_nothing(harness: 
             harness.inbox.clear()
             for link_id, rids in active.items():
                 harness.endpoint.send_many((link_id, Audio(rid, 0, PCM_80MS)) for rid in rids)
-            streaming = bool(select.select([child.stdout], [], [], 0.005)[0]) and "streaming" in child.stdout.readline()
+            streaming = (
+                bool(select.select([child.stdout], [], [], 0.005)[0])
+                and "streaming" in child.stdout.readline()
+            )
         (link_id,) = active
         assert len(mapped_segments(child.pid)) == 1 and "(deleted)" in mapped_segments(child.pid)[0]
 
@@ -281,3 +292,44 @@ async def test_gateway_sees_engine_death_within_a_second_even_with_no_reply_pend
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_connection_that_never_says_hello_is_dropped_after_the_handshake_timeout(
+    socket_path: str, no_shm_leftovers: None
+) -> None:
+    import socket
+
+    from engine.ipc.control import unix_address
+
+    h = Harness(socket_path, handshake_timeout_s=0.2)
+    try:
+        silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        silent.connect(unix_address(socket_path))
+        silent.setblocking(False)
+        assert h.endpoint.poll(0.05) == []
+        with pytest.raises(BlockingIOError):
+            silent.recv(16)  # accepted and waiting for a hello
+        assert h.endpoint.poll(0.3) == []
+        assert silent.recv(16) == b""  # given up on and closed by the engine
+        silent.close()
+        link = h.connect()  # still serving
+        assert h.endpoint.new_links() == [link.link_id]
+        h.run(link.close())
+    finally:
+        h.close()
+
+
+def test_a_stale_socket_file_is_replaced_but_a_live_one_is_refused(tmp_path: Path) -> None:
+    import socket
+
+    path = str(tmp_path / "engine.sock")
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(path)
+    stale.close()  # the file remains, nobody listens: what a killed engine leaves behind
+    endpoint = EngineEndpoint(path)
+    try:
+        with pytest.raises(OSError, match="already listening"):
+            EngineEndpoint(path)
+    finally:
+        endpoint.close()
+    assert not os.path.exists(path)  # close() removes its socket file

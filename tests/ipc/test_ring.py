@@ -115,7 +115,9 @@ def test_other_architectures_are_refused_with_an_explanation() -> None:
     check_platform("x86_64")
 
 
-def _run_producer(segment: Segment, count: int, seed: int, max_bytes: int, *, reader_delay_s: float) -> tuple[list[bytes], int]:
+def _run_producer(
+    segment: Segment, count: int, seed: int, max_bytes: int, *, reader_delay_s: float
+) -> tuple[list[bytes], int]:
     """Drain `count` records that a child process writes into `segment.to_gateway`; returns them and the
     child's count of refused writes."""
     data_fd = os.eventfd(0, os.EFD_NONBLOCK)

@@ -95,7 +95,9 @@ GENERATORS: dict[type, Callable[[random.Random], object]] = {
     Ready: _ready,
     Heartbeat: _heartbeat,
     Audio: _audio,
-    Done: lambda rng: Done(_int(rng, 0, U64), rng.choice(list(DoneReason)), _int(rng, 0, U64), _int(rng, 0, U64)),
+    Done: lambda rng: Done(
+        _int(rng, 0, U64), rng.choice(list(DoneReason)), _int(rng, 0, U64), _int(rng, 0, U64)
+    ),
     Error: lambda rng: Error(_int(rng, 0, U64), _text(rng), _text(rng, 2000)),
 }
 
@@ -175,7 +177,15 @@ def test_random_garbage_only_ever_raises_wire_error() -> None:
         Error(1, "code", "\ud800"),
         Shutdown(-5),
     ],
-    ids=["negative-id", "id-over-u64", "token-over-u32", "negative-token", "odd-pcm", "surrogate", "negative-grace"],
+    ids=[
+        "negative-id",
+        "id-over-u64",
+        "token-over-u32",
+        "negative-token",
+        "odd-pcm",
+        "surrogate",
+        "negative-grace",
+    ],
 )
 def test_values_that_do_not_fit_the_layout_are_refused_with_wire_error(msg: object) -> None:
     with pytest.raises(WireError):

@@ -502,7 +502,9 @@ def tables_reference(out: Path) -> None:
             Qwen3TTSTokenizerV2Config(**speech_tokenizer_config(FULL_DECODER, FULL_ENCODER))
         )
         tables["speech_tokenizer"] = {k: list(v.shape) for k, v in codec.state_dict().items()}
-    tables["configs"] = {name: cfg for name, cfg in FULL_CONFIGS.items()}  # type: ignore[assignment]
+    tables["configs"] = {  # type: ignore[assignment]
+        **FULL_CONFIGS, "speech_tokenizer": speech_tokenizer_config(FULL_DECODER, FULL_ENCODER),
+    }
     (out / "tables.json").write_text(json.dumps(tables, indent=1))
 
 

@@ -1,0 +1,86 @@
+"""Admission refuses, with a reason, work that would break promises; and malformed requests."""
+
+from __future__ import annotations
+
+import json
+
+from engine.costmodel import DEFAULT_COSTS, CostModel
+from engine.ipc.messages import Layout
+from engine.scheduler import Scheduler, SchedulerConfig
+
+from .helpers import MS, admit, make_request, make_scheduler, run
+
+
+def _slow_costs(factor: float) -> CostModel:
+    table = json.loads(DEFAULT_COSTS.read_text())
+    for kind in ("talker_decode", "code_predict", "talker_prefill"):
+        table[kind]["ms"] = [m * factor for m in table[kind]["ms"]]
+    table["codec_chunk"]["ms"] = [[m * factor for m in row] for row in table["codec_chunk"]["ms"]]
+    return CostModel(table)
+
+
+def test_admits_under_light_load_with_a_prediction():
+    scheduler = make_scheduler()
+    admission = scheduler.admit(make_request(1), 0)
+    assert admission.ok and 0 < admission.predicted_ttfa_ms < 100 and 0 < admission.utilization < 0.2
+
+
+def test_refuses_when_playing_streams_could_no_longer_be_kept_real_time():
+    # A GPU 4x slower than the table: a few dozen streams need all of it to stay real-time.
+    scheduler = Scheduler(SchedulerConfig(length_model=True, ttfa_budget_ms=10_000), _slow_costs(4.0))
+    admitted = 0
+    for rid in range(1, 200):
+        admission = scheduler.admit(make_request(rid, tokens=100, chars=500), 0)
+        if not admission.ok:
+            break
+        admitted += 1
+    assert 0 < admitted < 199
+    assert admission.code == "overloaded" and "real-time" in admission.reason
+    assert admission.utilization > scheduler.config.max_utilization
+    assert scheduler.realtime_utilization(admitted) <= scheduler.config.max_utilization
+
+
+def test_refuses_when_the_predicted_time_to_first_audio_breaks_the_budget():
+    scheduler = make_scheduler(ttfa_budget_ms=60.0, max_utilization=1.0)
+    refused = None
+    for rid in range(1, 200):
+        admission = scheduler.admit(make_request(rid), 0)
+        if not admission.ok:
+            refused = admission
+            break
+    assert refused is not None and "time to first audio" in refused.reason
+    assert refused.predicted_ttfa_ms > 60.0
+
+
+def test_refuses_while_the_oldest_newcomer_still_waits_past_the_budget():
+    scheduler = make_scheduler(ttfa_budget_ms=100.0)
+    admit(scheduler, make_request(1, arrival_ns=0))
+    later = 150 * MS  # request 1 got no GPU time yet (no plan ran): it has waited 150 ms
+    admission = scheduler.admit(make_request(2, arrival_ns=later), later)
+    assert not admission.ok and admission.predicted_ttfa_ms >= 150.0
+
+
+def test_refuses_when_slots_run_out_and_admits_again_once_freed():
+    scheduler = make_scheduler(max_requests=2, max_codec_streams=2)
+    first = admit(scheduler, make_request(1))
+    admit(scheduler, make_request(2))
+    refused = scheduler.admit(make_request(3), 0)
+    assert not refused.ok and refused.code == "overloaded" and "KV slots" in refused.reason
+    run(scheduler, 0, lambda: first.is_ended)
+    assert scheduler.admit(make_request(3), 0).ok
+
+
+def test_refuses_malformed_requests_with_a_clear_reason():
+    scheduler = make_scheduler()
+    cases = [
+        (make_request(1, tokens=0, chars=0), "empty"),
+        (make_request(2, ended=False, layout=Layout.NON_STREAMING, prefill_len=30), "whole text"),
+        (make_request(3, prefill_len=5000), "prefill tokens"),
+    ]
+    for request, words in cases:
+        admission = scheduler.admit(request, 0)
+        assert not admission.ok and admission.code == "bad_request" and words in admission.reason
+    admit(scheduler, make_request(4))
+    duplicate = scheduler.admit(make_request(4), 0)
+    assert not duplicate.ok and "already running" in duplicate.reason
+    assert scheduler.kv_slots.free_count == scheduler.kv_slots.size - 1  # refusals hold nothing

@@ -1,0 +1,49 @@
+"""The cost model interpolates the measured table and refuses malformed ones."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from engine.costmodel import DEFAULT_COSTS, CostModel, interpolate
+from engine.request import WorkKind
+
+
+def test_costs_equal_the_measured_points_and_lie_between_them():
+    costs = CostModel.load()
+    overhead = costs.step_overhead_ms
+    assert costs.ms(WorkKind.TALKER_DECODE, 64) == pytest.approx(3.535 + overhead)
+    assert costs.ms(WorkKind.CODE_PREDICT, 1) == pytest.approx(6.715 + overhead)
+    assert costs.ms(WorkKind.CODEC_CHUNK, 32, 12) == pytest.approx(22.05 + overhead)
+    assert costs.ms(WorkKind.TALKER_PREFILL, 1, tokens=10) == pytest.approx(3.186 + overhead)
+    between = costs.ms(WorkKind.TALKER_DECODE, 48)
+    assert costs.ms(WorkKind.TALKER_DECODE, 32) < between < costs.ms(WorkKind.TALKER_DECODE, 64)
+    codec = costs.ms(WorkKind.CODEC_CHUNK, 16, 8)
+    assert costs.ms(WorkKind.CODEC_CHUNK, 8, 4) < codec < costs.ms(WorkKind.CODEC_CHUNK, 32, 12)
+
+
+def test_costs_keep_growing_past_the_largest_measured_shape():
+    costs = CostModel.load()
+    assert costs.ms(WorkKind.TALKER_DECODE, 256) > costs.ms(WorkKind.TALKER_DECODE, 128)
+    assert costs.ms(WorkKind.CODEC_CHUNK, 128, 25) > costs.ms(WorkKind.CODEC_CHUNK, 64, 25)
+    assert interpolate((1, 2), (10.0, 12.0), 4) == pytest.approx(16.0)
+    assert interpolate((1, 2), (10.0, 12.0), 0.5) == pytest.approx(10.0)
+
+
+def test_capacity_grows_with_batch():
+    costs = CostModel.load()
+    assert costs.frames_per_second(128, 64, 12) > costs.frames_per_second(8, 8, 4) > 0
+
+
+@pytest.mark.parametrize("mutate, words", [
+    (lambda t: t.pop("code_predict"), "code_predict"),
+    (lambda t: t["talker_decode"].update(batch=[4, 1, 16, 32, 64, 128]), "increasing"),
+    (lambda t: t["talker_decode"].update(ms=[1.0]), "equally long"),
+    (lambda t: t["codec_chunk"]["ms"][0].__setitem__(0, -1.0), "positive"),
+])
+def test_malformed_tables_are_refused(mutate, words):
+    table = json.loads(DEFAULT_COSTS.read_text())
+    mutate(table)
+    with pytest.raises(ValueError, match=words):
+        CostModel(table)

@@ -1,0 +1,137 @@
+"""The scheduling policy, proven with simulated time: the cost model is the clock, outcomes are fake."""
+
+from __future__ import annotations
+
+from engine.request import Phase, WorkKind
+from engine.scheduler import Outcome, Policy, Scheduler, SlackChunkPolicy
+
+from .helpers import COSTS, MS, admit, make_request, make_scheduler, run, step
+
+
+def _established_streams(scheduler: Scheduler, count: int, now: int) -> int:
+    """`count` long streams, all playing, each with a distant deadline (so their work is filler)."""
+    for rid in range(1, count + 1):
+        admit(scheduler, make_request(rid, now, tokens=120, chars=600), now)
+    streams = [scheduler.get(rid) for rid in range(1, count + 1)]
+    _, now = run(scheduler, now, lambda: all(s.first_audio_ns is not None for s in streams))
+    for _ in range(40):
+        _, now = step(scheduler, now)
+    for rid in range(1, count + 1):
+        scheduler.set_deadline(rid, now + 10_000 * MS)
+    return now
+
+
+def _first_audio_plans(policy: Policy) -> list:
+    scheduler = make_scheduler(policy=policy)
+    now = _established_streams(scheduler, 40, 0)
+    newcomer = admit(scheduler, make_request(99, now, tokens=10, chars=45), now)
+    plans, _ = run(scheduler, now, lambda: newcomer.first_audio_ns is not None)
+    return plans
+
+
+def test_new_request_first_audio_is_not_delayed_by_filler_work():
+    plans = _first_audio_plans(Policy.DEADLINE)
+    assert all(99 in plan.request_ids for plan in plans), [p.kind for p in plans]
+    assert [p.kind for p in plans] == [WorkKind.TALKER_PREFILL, WorkKind.CODE_PREDICT, WorkKind.CODEC_CHUNK]
+
+
+def test_without_the_startup_tier_filler_delays_first_audio():
+    """The same scene under plain FIFO: the newcomer waits behind older streams (so the test above can fail)."""
+    plans = _first_audio_plans(Policy.FIFO)
+    assert any(99 not in plan.request_ids for plan in plans)
+
+
+def test_stream_near_its_deadline_preempts_one_far_from_it():
+    scheduler = make_scheduler()
+    a, b = make_request(1, 0, tokens=60, chars=300), make_request(2, 0, tokens=60, chars=300)
+    admit(scheduler, a, 0)
+    admit(scheduler, b, 0)
+    _, now = run(scheduler, 0, lambda: a.frames_generated >= 3 and b.frames_generated >= 3
+                 and a.phase is Phase.TALKER_DECODE and b.phase is Phase.TALKER_DECODE)
+    scheduler.set_deadline(1, now + 5_000 * MS)  # a: far
+    scheduler.set_deadline(2, now + 20 * MS)  # b: about to run dry
+    plan = scheduler.plan(now)
+    assert plan is not None and plan.kind is WorkKind.CODEC_CHUNK and plan.request_ids == (2,)
+
+
+def test_deadline_updates_take_effect_at_the_next_plan():
+    scheduler = make_scheduler()
+    a, b = make_request(1, 0, tokens=60, chars=300), make_request(2, 0, tokens=60, chars=300)
+    admit(scheduler, a, 0)
+    admit(scheduler, b, 0)
+    _, now = run(scheduler, 0, lambda: a.frames_generated >= 3 and b.frames_generated >= 3
+                 and a.phase is Phase.TALKER_DECODE and b.phase is Phase.TALKER_DECODE)
+    scheduler.set_deadline(1, now + 5_000 * MS)
+    scheduler.set_deadline(2, now + 5_000 * MS)
+    plan = scheduler.plan(now)
+    assert plan is not None and plan.kind is WorkKind.TALKER_DECODE and set(plan.request_ids) == {1, 2}
+    scheduler.complete(plan, Outcome(), now + MS)
+    now += MS
+    scheduler.set_deadline(1, now + 15 * MS)  # the gateway learns a's client is almost dry
+    plan = scheduler.plan(now)
+    assert plan is not None and plan.kind is WorkKind.CODEC_CHUNK and plan.request_ids == (1,)
+
+
+def test_oversize_cohorts_are_split_across_turns():
+    scheduler = make_scheduler(admission_control=False)
+    requests = [admit(scheduler, make_request(rid, 0), 0) for rid in range(1, 201)]
+    _, now = run(scheduler, 0, lambda: all(r.phase is Phase.CODE_PREDICT for r in requests))
+    first, second = scheduler.plan(now), scheduler.plan(now)  # the first is still "running"
+    assert first is not None and second is not None
+    assert first.kind is second.kind is WorkKind.CODE_PREDICT
+    assert (len(first.rows), first.padded_batch) == (128, 128)
+    assert (len(second.rows), second.padded_batch) == (72, 128)
+    assert set(first.request_ids).isdisjoint(second.request_ids)
+    assert scheduler.plan(now) is None  # every lane is busy: nothing is planned twice
+
+
+def test_a_batch_is_cut_to_the_step_budget_but_the_anchor_always_runs():
+    scheduler = make_scheduler(admission_control=False, max_step_ms=8.0)
+    requests = [admit(scheduler, make_request(rid, 0, tokens=40, chars=200), 0) for rid in range(1, 65)]
+    _, now = run(scheduler, 0, lambda: all(r.frames_generated >= 30 for r in requests))
+    for r in requests:
+        scheduler.flush(r.request_id)
+    plan = scheduler.plan(now)
+    assert plan is not None and plan.kind is WorkKind.CODEC_CHUNK
+    assert plan.predicted_ms <= 8.0 and len(plan.rows) < 64
+
+
+def test_split_phases_merge_with_the_majority_first():
+    """Filler streams alternate code predictor and talker decode; a straggler in the other phase waits
+    one step so that everyone shares the next batch, instead of two half-full steps per frame."""
+    scheduler = make_scheduler()
+    group = [admit(scheduler, make_request(rid, 0, tokens=60, chars=300), 0) for rid in range(1, 9)]
+    straggler = admit(scheduler, make_request(9, 0, tokens=2, chars=10, ended=False), 0)
+    _, now = run(scheduler, 0, lambda: straggler.phase is Phase.WAITING_TEXT
+                 and all(r.phase is Phase.CODE_PREDICT and r.first_audio_ns for r in group)
+                 and not any(r.codec_busy or r.generation_busy for r in group))
+    for r in group:
+        scheduler.set_deadline(r.request_id, now + 10_000 * MS)
+    scheduler.set_deadline(9, now + 2_000 * MS)  # earliest deadline, but not urgent
+    scheduler.append_text(9, [7, 8, 9], 12)  # the straggler resumes in the talker-decode phase
+    plan, now = step(scheduler, now)
+    while plan is not None and plan.kind is WorkKind.CODEC_CHUNK:
+        plan, now = step(scheduler, now)
+    assert plan is not None and plan.kind is WorkKind.CODE_PREDICT and len(plan.rows) == 8
+    plan, now = step(scheduler, now)
+    while plan is not None and plan.kind is WorkKind.CODEC_CHUNK:
+        plan, now = step(scheduler, now)
+    assert plan is not None and plan.kind is WorkKind.TALKER_DECODE and len(plan.rows) == 9
+
+
+def test_chunks_are_tiny_when_the_buffer_is_thin_and_grow_with_it():
+    policy = SlackChunkPolicy(COSTS, first_chunk_frames=1, margin_ms=40.0)
+    assert policy.next_chunk_frames(0, 1, 0.0, False, None) == 1  # first audio: one frame, at once
+    assert policy.next_chunk_frames(5, 8, 30.0, False, 12.0) == 2  # nearly dry: what exists, allowed size
+    assert policy.next_chunk_frames(5, 6, 200.0, False, 12.0) == 0  # worth waiting for a longer chunk
+    assert policy.next_chunk_frames(5, 30, 3_000.0, False, 12.0) == 25  # deep buffer: the longest chunk
+    assert policy.next_chunk_frames(5, 9, 3_000.0, False, 12.0) == 0
+    fast = max(n for n in range(1, 30) if policy.next_chunk_frames(0 + 1, 1 + n, 400.0, False, 10.0))
+    slow = max((n for n in range(1, 30) if policy.next_chunk_frames(1, 1 + n, 400.0, False, 70.0)), default=0)
+    assert fast >= slow  # a request generated slowly waits for fewer frames
+
+
+def test_flush_drains_pending_frames_in_one_chunk():
+    policy = SlackChunkPolicy(COSTS)
+    assert policy.next_chunk_frames(10, 17, 3_000.0, True, 12.0) == 7
+    assert policy.next_chunk_frames(10, 60, 3_000.0, True, 12.0) == 25

@@ -1,0 +1,54 @@
+"""The simulator: the real scheduler under Poisson load; the policy keeps its promises below capacity."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from engine.costmodel import CostModel
+from engine.request import length_model_frames
+from engine.scheduler import SchedulerConfig
+from engine.simulate import Workload, capacity_rps, load_prompts, simulate
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_at_half_the_cost_models_capacity_no_deadline_is_missed():
+    config, costs, prompts = SchedulerConfig(), CostModel.load(), load_prompts()
+    mean_frames = sum(length_model_frames(len(p)) for p in prompts) / len(prompts)
+    rps = 0.5 * capacity_rps(config, costs, mean_frames)
+    assert rps > 20  # the plain H200 table: ~100 rps of capacity
+    result = simulate(Workload(rps, duration_s=6.0, seed=3), config, costs, prompts)
+    assert result.offered > 100 and result.refused == 0 and result.completed == result.offered
+    assert result.underruns == 0
+    assert result.percentile(99) < 250.0
+
+
+def test_words_streamed_like_an_llm_complete_without_underruns_at_light_load():
+    config, costs, prompts = SchedulerConfig(), CostModel.load(), load_prompts()
+    result = simulate(Workload(5.0, duration_s=4.0, seed=1, text_mode="words", words_per_s=20.0),
+                      config, costs, prompts)
+    assert result.offered > 5 and result.completed == result.offered and result.underruns == 0
+
+
+def test_simulation_is_reproducible_from_its_seed():
+    config, costs, prompts = SchedulerConfig(), CostModel.load(), load_prompts()
+    a, b = (simulate(Workload(10.0, duration_s=2.0, seed=7), config, costs, prompts) for _ in range(2))
+    assert a.ttfa_ms == b.ttfa_ms and a.busy_ms == b.busy_ms
+
+
+def test_overload_is_refused_rather_than_breaking_playing_streams():
+    config, costs, prompts = SchedulerConfig(max_requests=1024, max_codec_streams=1024), CostModel.load(), load_prompts()
+    result = simulate(Workload(200.0, duration_s=3.0, seed=2), config, costs, prompts)
+    assert result.refused > 0 and result.underruns == 0
+
+
+def test_simulator_runs_from_one_command_and_prints_a_row_per_rps():
+    out = subprocess.run([sys.executable, "-m", "engine.simulate", "--rps", "2", "8", "--duration", "2"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, check=True).stdout
+    lines = out.strip().splitlines()
+    assert "capacity" in lines[0] and "p95 ms" in lines[1] and "underruns" in lines[1]
+    rows = [line.split() for line in lines[2:]]
+    assert [row[0] for row in rows] == ["2", "8"]
+    assert all(len(row) == len(lines[1].split()) - 4 for row in rows)  # "p50 ms" etc. are two words
