@@ -15,10 +15,9 @@ import contextlib
 import dataclasses
 import logging
 import os
+import secrets
 import subprocess
-import tempfile
 import time
-from pathlib import Path
 
 from engine.ipc.client import EngineLink, LinkClosed, LinkFull
 from engine.ipc.messages import Cancel, Error, Heartbeat, Inbound, Outbound, Ready, Shutdown, Submit
@@ -81,12 +80,13 @@ class EngineRequest:
 class EngineSlot:
     """One engine process and its link, restarted by `supervise()` whenever it dies."""
 
-    def __init__(self, index: int, settings: Settings, metrics: GatewayMetrics, socket_dir: Path) -> None:
+    def __init__(self, index: int, settings: Settings, metrics: GatewayMetrics, socket_prefix: str) -> None:
         self.index = index
         self.label = str(index)
         self.settings = settings
         self.metrics = metrics
-        self.socket_path = str(socket_dir / f"engine-{index}.sock")
+        # Abstract namespace ("@"): no file to leak, gone with the listener.
+        self.socket_path = f"{socket_prefix}-{index}"
         self.process: subprocess.Popen[bytes] | None = None
         self.link: EngineLink | None = None
         self.info: Ready | None = None
@@ -137,8 +137,6 @@ class EngineSlot:
 
     async def _run_once(self) -> str:
         """Spawn, connect, serve until the engine goes away; returns why it went away."""
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
         env = dict(os.environ)
         if self.settings.engines > 1 and self.settings.device != "cpu" and not self.settings.fake_engine:
             env["CUDA_VISIBLE_DEVICES"] = str(self.index)
@@ -247,10 +245,8 @@ class EnginePool:
 
     def __init__(self, settings: Settings, metrics: GatewayMetrics) -> None:
         self.settings = settings
-        self._socket_dir = tempfile.TemporaryDirectory(prefix="vivace-")
-        self.slots = [
-            EngineSlot(i, settings, metrics, Path(self._socket_dir.name)) for i in range(settings.engines)
-        ]
+        prefix = f"@vivace-{os.getpid()}-{secrets.token_hex(4)}"
+        self.slots = [EngineSlot(i, settings, metrics, prefix) for i in range(settings.engines)]
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:
@@ -304,4 +300,3 @@ class EnginePool:
             if slot.process is not None and slot.process.poll() is None:
                 slot.process.kill()
                 slot.process.wait()
-        self._socket_dir.cleanup()

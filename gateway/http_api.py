@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from engine.ipc.messages import Audio, Done, DoneReason, Error, Layout, Outbound, Sampling, Submit
 from gateway.audio import OggOpusMuxer, OpusPacketizer, OpusUnavailable, opus_available, wav_header
@@ -205,7 +206,26 @@ async def speech(request: Request) -> Response:
         return error_response(HttpError(400, "opus_unavailable", str(exc), param="response_format"), state)
     media_type = "text/event-stream" if params.sse else MEDIA_TYPES[params.response_format]
     body_iter = _stream(state, engine_request, first, encoder, params, started_ns, len(submit.text_ids))
-    return StreamingResponse(body_iter, media_type=media_type, headers={"cache-control": "no-store"})
+    return EngineStreamingResponse(
+        body_iter, engine_request, media_type=media_type, headers={"cache-control": "no-store"}
+    )
+
+
+class EngineStreamingResponse(StreamingResponse):
+    """Cancels the engine request however the response ends, even when the client left before the
+    body generator ever started (its own `finally` would then never run)."""
+
+    def __init__(self, content: AsyncIterator[bytes], engine_request: EngineRequest, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.engine_request = engine_request
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self.engine_request.finished:
+                self.engine_request.cancel()
+                self.engine_request.release()
 
 
 def _build_submit(params: SpeechParams, state: GatewayState, arrival_ns: int) -> Submit:

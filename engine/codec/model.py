@@ -145,11 +145,11 @@ class CodecDecoder(nn.Module):
 
     @torch.no_grad()
     def decode(self, codes: Tensor) -> Tensor:
-        """Full decode in one forward: codes [B, 16, T] -> float32 wav [B, T * 1920] in [-1, 1]."""
+        """Full decode in one forward: codes [B, 16, T] -> wav [B, T * 1920] in [-1, 1] (`output_dtype`)."""
         self.check_codes(codes)
         if codes.shape[-1] == 0:
-            return torch.zeros(codes.shape[0], 0, device=self.device, dtype=torch.float32)
-        return self(codes.to(self.device, torch.int64)).squeeze(1).float()
+            return torch.zeros(codes.shape[0], 0, device=self.device, dtype=self.output_dtype)
+        return self(codes.to(self.device, torch.int64)).squeeze(1).to(self.output_dtype)
 
     @torch.no_grad()
     def decode_official(self, codes: Tensor) -> Tensor:
@@ -166,8 +166,8 @@ class CodecDecoder(nn.Module):
             pieces.append(wav[..., context * self.samples_per_frame :])
             start = end
         if not pieces:
-            return torch.zeros(codes.shape[0], 0, device=self.device, dtype=torch.float32)
-        return torch.cat(pieces, dim=-1).squeeze(1).float()
+            return torch.zeros(codes.shape[0], 0, device=self.device, dtype=self.output_dtype)
+        return torch.cat(pieces, dim=-1).squeeze(1).to(self.output_dtype)
 
     # ------------------------------------------------------------------ streaming
 
@@ -209,6 +209,11 @@ class CodecDecoder(nn.Module):
     @property
     def dtype(self) -> torch.dtype:
         return self.pre_conv.conv.weight.dtype
+
+    @property
+    def output_dtype(self) -> torch.dtype:
+        """Waveforms leave in float32 (bf16 models too, as the official), float64 models keep float64."""
+        return torch.promote_types(self.dtype, torch.float32)
 
     def check_codes(self, codes: Tensor, *, check_values: bool = True) -> None:
         """Raise ValueError unless codes is an integer [B, num_quantizers, T] tensor of ids < codebook_size."""

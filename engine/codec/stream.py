@@ -156,7 +156,8 @@ def decode_incremental(
     expected_positions: Sequence[int] | None = None,
     check_code_values: bool = True,
 ) -> Tensor:
-    """Decode N new frames for each stream in `slots`: codes [B, 16, N] -> float32 wav [B, N * 1920].
+    """Decode N new frames for each stream in `slots`: codes [B, 16, N] -> wav [B, N * 1920] (float32; float64
+    for a float64 decoder).
 
     Row b of `codes` continues the stream held in `slots[b]`; each stream may be at its own position.
     `expected_positions[b]`, when given, must equal the frames that slot has decoded (guards against a slot
@@ -177,7 +178,7 @@ def decode_incremental(
     positions, state = pool.gather(index)
     wav, new_state = decoder.forward_stream(codes.to(pool.device, torch.int64), positions, state)
     pool.scatter(index, slots, new_state, frames)
-    return wav.squeeze(1).float()
+    return wav.squeeze(1).to(decoder.output_dtype)
 
 
 def _check_pool(decoder: CodecDecoder, pool: CodecStatePool) -> None:

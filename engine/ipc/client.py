@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from engine.ipc import control
 from engine.ipc.messages import Audio, Done, Error, Heartbeat, Inbound, Outbound, Ready
-from engine.ipc.ring import RingCorrupted
+from engine.ipc.ring import RingCorrupted, validate_capacity
 from engine.ipc.segment import Segment
 from engine.ipc.wire import WireError, decode, encode_parts, encoded_size, is_inbound
 
@@ -103,6 +103,8 @@ class EngineLink:
         """
         loop = asyncio.get_running_loop()
         address = control.unix_address(socket_path)
+        validate_capacity(request_ring_bytes)
+        validate_capacity(audio_ring_bytes)
         segment: Segment | None = None
         wake_engine = wake_gateway = -1
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

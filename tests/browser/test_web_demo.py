@@ -10,6 +10,7 @@ import base64
 import json
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,6 +85,16 @@ def wait_finished(page: Any) -> dict[str, Any]:
                          "delete c.opus; return c; }")  # fmt: skip
 
 
+def settle(page: Any, condition: Callable[[], bool], what: str) -> None:
+    """Wait until `condition()` holds. Playwright's sync API delivers WebSocket frame events to Python
+    only while a Playwright call runs, so the log can lag the page by a few frames: pump until it
+    catches up."""
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        page.wait_for_timeout(20)
+
+
 def reports_for(log: SocketLog, context_id: str) -> list[dict[str, Any]]:
     return [
         e for e in log.events("out") if e["type"] == "playback.position" and e["context_id"] == context_id
@@ -139,6 +150,8 @@ def test_streamed_sentence_plays_every_sample_the_server_sent(
         assert len(appends) == len(SENTENCE.split())
         assert sent[-1]["type"] == "playback.position" or sent[-1]["type"] == "input_text.end"
 
+        settle(page, lambda: len(log.audio(c["stream"])) == c["frames"], "every audio frame in the log")
+        settle(page, lambda: len(reports_for(log, c["id"])) == c["reportsSent"], "every report in the log")
         frames = log.audio(c["stream"])
         assert [f[2] for f in frames] == list(range(len(frames)))  # sequence numbers in order
         assert frames[0][0] & 1 and frames[-1][0] & 2  # first and last flags
@@ -163,7 +176,9 @@ def test_streamed_sentence_plays_every_sample_the_server_sent(
             corr = float(
                 np.dot(reference, played) / (np.linalg.norm(reference) * np.linalg.norm(played) + 1e-9)
             )
-            assert corr > 0.99, f"page's Opus playback does not match libopus' decode (correlation {corr:.3f})"
+            assert corr > 0.99, (
+                f"page's Opus playback does not match libopus' decode (correlation {corr:.3f})"
+            )
             assert c["receivedHash"] == c["renderedHash"]
 
         # TTFA as heard: positive, and within the time the whole test took.
@@ -195,7 +210,7 @@ def test_stop_silences_the_page_at_once_and_cancels_the_context(chromium: Any, w
         page.wait_for_function("() => vivace.lastStop !== null", timeout=5_000)
         stop = page.evaluate("() => vivace.lastStop")
         page.wait_for_function(f"() => {CURRENT}.cancelled !== null", timeout=30_000)
-        time.sleep(0.5)  # keep listening: nothing more of the context may be rendered
+        page.wait_for_timeout(500)  # keep listening: nothing more of the context may be rendered
         c = wait_finished(page)
         page.screenshot(path=str(ARTIFACTS / "web-demo-stopped.png"), full_page=True)
 
@@ -205,6 +220,10 @@ def test_stop_silences_the_page_at_once_and_cancels_the_context(chromium: Any, w
         assert page.evaluate("() => vivace.peakSinceStop") == 0.0  # every sample output since Stop was zero
         assert page.evaluate("() => vivace.state") == "ready"
 
+        settle(
+            page, lambda: any(e["type"] == "context.cancelled" for e in log.events("in")), "context.cancelled"
+        )
+        settle(page, lambda: len(reports_for(log, c["id"])) == c["reportsSent"], "every report in the log")
         out = [e for e in log.events("out") if e.get("context_id") == c["id"]]
         cancel = [e for e in out if e["type"] == "context.cancel"]
         assert len(cancel) == 1

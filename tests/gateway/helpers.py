@@ -106,6 +106,7 @@ class GatewayProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        self.log_path.unlink(missing_ok=True)
 
 
 def start_gateway(
@@ -116,12 +117,13 @@ def start_gateway(
     env_extra: dict[str, str] | None = None,
 ) -> GatewayProcess:
     port = free_port()
-    log_file = tempfile.NamedTemporaryFile(prefix="vivace-gateway-", suffix=".log", delete=False)
+    fd, log_name = tempfile.mkstemp(prefix="vivace-gateway-", suffix=".log")
     cmd = [sys.executable, "-m", "gateway", "--port", str(port), "--model", "tiny", "--device", "cpu",
            *engine_flags(engine, ms_per_frame), *args]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIVACE_")} | (env_extra or {})
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT, env=env)
-    gateway = GatewayProcess(proc, port, Path(log_file.name))
+    with os.fdopen(fd, "wb") as log_file:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT, env=env)
+    gateway = GatewayProcess(proc, port, Path(log_name))
     if wait:
         gateway.wait_ready()
     return gateway

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import io
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -213,3 +214,16 @@ async def _websocket_opus_refused(server: GatewayProcess) -> None:
 def _no_leaked_contexts(gateway: GatewayProcess) -> Iterator[None]:
     yield
     assert gateway.metrics()["vivace_contexts_active"] == 0
+
+
+def test_client_leaving_mid_stream_cancels_the_engine_request(gateway: GatewayProcess) -> None:
+    # ~4,000 frames at 2 ms each: the engine would still be busy for 8 s if nobody cancelled it.
+    body = {"model": "tts-1", "input": "Long answer nobody waits for. " * 150, "response_format": "pcm"}
+    with httpx.stream("POST", gateway.http + "/v1/audio/speech", json=body, timeout=10) as response:
+        assert response.status_code == 200
+        next(response.iter_bytes())
+    deadline = time.monotonic() + 4
+    while gateway.metrics().get('vivace_engine_active_requests{engine="0"}', 1) != 0:
+        assert time.monotonic() < deadline, "the engine kept generating for a client that left"
+        time.sleep(0.05)
+    assert gateway.metrics()['vivace_requests_total{endpoint="http",outcome="disconnected"}'] >= 1
