@@ -186,6 +186,7 @@ class Session:
         """Disconnect or close: cancel every engine request at once and free everything."""
         for ctx in list(self.contexts.values()):
             if ctx.request is not None:
+                ctx.request.cancel()
                 ctx.request.release()
             if ctx.pump is not None:
                 ctx.pump.cancel()

@@ -90,6 +90,12 @@ def verdict(summary: dict[str, Any], voice: FakeVoice) -> dict[str, Any]:
         "scheduling_lag_p99_ms": lag_p99,
         "loop_lag_p99_ms": loop_p99,
         "client_cpu": cpu,
+        "client_cpu_ms_per_request": summary["client"]["cpu_ms_per_request"],
+        "chunks_per_s": summary["throughput"]["chunks_per_s"],
+        "client_cpu_us_per_chunk": summary["client"]["cpu_s"]
+        * 1e6
+        / max(1.0, summary["throughput"]["chunks_per_s"] * summary["config"]["duration_s"]),
+        "projected_cpu_at_200_rps": summary["client"]["cpu_ms_per_request"] * 200 / 1000.0,
         "peak_in_flight": summary["client"]["peak_in_flight"],
         "expected_ttfa_ms": voice.ttfa_ms + voice.leading_silence_ms,
         "ttfa_p50_ms": ttfa_p50,

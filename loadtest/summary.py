@@ -103,6 +103,7 @@ def summarize(
         "throughput": {
             "chars_per_s": chars_per_s,
             "audio_s_per_s": audio_s / duration_s,
+            "chunks_per_s": sum(r.chunks for r in measured) / duration_s,
             "chars_total": chars,
             "audio_s_total": audio_s,
         },
@@ -110,6 +111,10 @@ def summarize(
         "client": {
             "cpu_utilization": stats.cpu_utilization,
             "cpu_s": stats.cpu_s,
+            # whole-run CPU (warm-up and tail included) per request sent
+            "cpu_ms_per_request": stats.cpu_s
+            * 1000.0
+            / max(1, sum(1 for r in records if r.dispatch_s is not None)),
             "wall_s": stats.wall_s,
             "peak_in_flight": stats.peak_in_flight,
             "loop_lag_ms": distribution(list(stats.loop_lag_ms)),
@@ -154,7 +159,7 @@ def format_summary(summary: dict[str, Any]) -> str:
         lines.append(f"cost: ${summary['cost']['usd_per_million_chars']:.2f} per million characters")
     c = summary["client"]
     lines.append(
-        f"client: cpu {c['cpu_utilization'] * 100:.0f}%, loop lag p99 {c['loop_lag_ms']['p99'] or 0:.2f} ms,"
+        f"client: cpu {c['cpu_utilization'] * 100:.0f}% ({c['cpu_ms_per_request']:.2f} ms/request), loop lag p99 {c['loop_lag_ms']['p99'] or 0:.2f} ms,"
         f" peak in flight {c['peak_in_flight']}"
     )
     return "\n".join(lines)

@@ -76,25 +76,35 @@ export class Player {
   }
 
   /**
-   * performance.now() at which the sample rendered at context frame `frame` reaches the listener.
-   * getOutputTimestamp() pairs the context time being heard now with its performance time, so the
-   * output latency is included; without it, fall back to currentTime plus outputLatency.
+   * Seconds between a sample being rendered (the context's currentTime) and being heard.
+   * getOutputTimestamp() pairs the context time at the speaker with the performance time it was
+   * heard; advanced to now, its distance to currentTime is the output path's latency. Where that
+   * is missing or implausible (seen right after a context starts), fall back to the latencies the
+   * context declares.
+   */
+  outputLatencySeconds() {
+    const ctx = this.context;
+    if (!ctx) return 0;
+    const ts = ctx.getOutputTimestamp ? ctx.getOutputTimestamp() : null;
+    if (ts && ts.performanceTime > 0) {
+      const heardNow = ts.contextTime + (performance.now() - ts.performanceTime) / 1000;
+      const latency = ctx.currentTime - heardNow;
+      if (latency >= 0 && latency < 1) return latency;
+    }
+    return (ctx.outputLatency || 0) + (ctx.baseLatency || 0);
+  }
+
+  /**
+   * performance.now() at which the sample rendered at context frame `frame` reaches the listener:
+   * both clocks are read now (currentTime on the main thread moves once per 128-sample quantum).
    */
   heardAtMs(frame) {
     const ctx = this.context;
-    const t = frame / ctx.sampleRate;
-    const ts = ctx.getOutputTimestamp ? ctx.getOutputTimestamp() : null;
-    if (ts && ts.performanceTime > 0) return ts.performanceTime + (t - ts.contextTime) * 1000;
-    const latency = (ctx.outputLatency || 0) + (ctx.baseLatency || 0);
-    return performance.now() + (t - ctx.currentTime + latency) * 1000;
+    return performance.now() + (frame / ctx.sampleRate - ctx.currentTime + this.outputLatencySeconds()) * 1000;
   }
 
   /** Samples rendered but not yet heard: the output path's latency in samples. */
   latencySamples() {
-    const ctx = this.context;
-    if (!ctx) return 0;
-    const ts = ctx.getOutputTimestamp ? ctx.getOutputTimestamp() : null;
-    const seconds = ts && ts.performanceTime > 0 ? ctx.currentTime - ts.contextTime : (ctx.outputLatency || 0) + (ctx.baseLatency || 0);
-    return Math.max(0, Math.round(seconds * ctx.sampleRate));
+    return this.context ? Math.round(this.outputLatencySeconds() * this.context.sampleRate) : 0;
   }
 }

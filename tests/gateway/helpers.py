@@ -125,7 +125,11 @@ def start_gateway(
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT, env=env)
     gateway = GatewayProcess(proc, port, Path(log_name))
     if wait:
-        gateway.wait_ready()
+        try:
+            gateway.wait_ready()
+        except BaseException:
+            gateway.stop()
+            raise
     return gateway
 
 
