@@ -253,10 +253,6 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         transports = [t.strip() for t in args.transports.split(",") if t.strip()]
         options = _options(args, args.rps, url="http://unused")
-        options.out = None
-        results = run_selfbench(options, transports, _fake_voice(args))
-        if args.out:
-            Path(args.out).mkdir(parents=True, exist_ok=True)
-            (Path(args.out) / "selfbench.json").write_text(json.dumps(results, indent=2) + "\n")
+        results = run_selfbench(options, transports, _fake_voice(args), Path(args.out) if args.out else None)
         return 0 if all(r["kept_up"] for r in results) else 1
     raise AssertionError(args.command)

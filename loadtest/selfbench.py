@@ -108,7 +108,10 @@ def verdict(summary: dict[str, Any], voice: FakeVoice) -> dict[str, Any]:
     }
 
 
-def run_selfbench(base: RunOptions, transports: list[str], voice: FakeVoice) -> list[dict[str, Any]]:
+def run_selfbench(
+    base: RunOptions, transports: list[str], voice: FakeVoice, out: Path | None = None
+) -> list[dict[str, Any]]:
+    """One run per transport against a fresh fake server; writes out/<transport>/ and out/selfbench.json."""
     cores = sorted(os.sched_getaffinity(0))
     client_cpu = {cores[0]}
     server_cpus = set(cores[1:]) or None
@@ -117,7 +120,8 @@ def run_selfbench(base: RunOptions, transports: list[str], voice: FakeVoice) -> 
     try:
         os.sched_setaffinity(0, client_cpu)
         for transport in transports:
-            options = replace(base, url=url, transport=transport)
+            run_dir = str(out / transport) if out is not None else None
+            options = replace(base, url=url, transport=transport, out=run_dir)
             summary = asyncio.run(run_benchmark(options, echo=True))
             result = verdict(summary, voice)
             result["client_cores"], result["server_cores"] = (
@@ -129,4 +133,7 @@ def run_selfbench(base: RunOptions, transports: list[str], voice: FakeVoice) -> 
     finally:
         os.sched_setaffinity(0, set(cores))
         stop(child)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "selfbench.json").write_text(json.dumps(results, indent=2) + "\n")
     return results

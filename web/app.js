@@ -402,6 +402,7 @@ function onTrackEvent(msg) {
       if (c.id === vivace.lastContextId) {
         setStatus(`Done: ${(c.renderedSamples / 24000).toFixed(2)} s played, first heard after ${fmtMs(c.ttfaMs)}, ` +
           `${c.underruns} underrun${c.underruns === 1 ? '' : 's'}.`);
+        renderReadouts();
       }
     }
   }
@@ -548,6 +549,7 @@ async function stop() {
   }
   setStatus(`Stopped after ${(c.renderedSamples / 24000).toFixed(2)} s of audio.`);
   refreshBusy();
+  renderReadouts();
 }
 
 // ---------------------------------------------------------------- readouts

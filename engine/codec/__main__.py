@@ -28,7 +28,9 @@ def state_size_table(presets: tuple[str, ...] = ("full", "tiny")) -> str:
             f"| {name} | {kv:,} | {total - kv:,} | {fp32:,} ({fp32 / 2**20:.2f} MiB) | "
             f"{bf16:,} ({bf16 / 2**20:.2f} MiB) | {100 * fp32 / 2**20:.0f} MiB |"
         )
-    lines.append(f"\nEach stream also keeps one int64 frame position ({POSITION_BYTES} bytes, included above).")
+    lines.append(
+        f"\nEach stream also keeps one int64 frame position ({POSITION_BYTES} bytes, included above)."
+    )
     return "\n".join(lines)
 
 

@@ -35,7 +35,12 @@ FRAME_MS = 80.0  # one 12.5 Hz codec frame
 @runtime_checkable
 class ChunkPolicy(Protocol):
     def next_chunk_frames(
-        self, frames_decoded: int, frames_available: int, buffered_ms: float | None, text_ended: bool, flush: bool
+        self,
+        frames_decoded: int,
+        frames_available: int,
+        buffered_ms: float | None,
+        text_ended: bool,
+        flush: bool,
     ) -> int: ...
 
 
@@ -48,7 +53,9 @@ def _check_sizes(sizes: Sequence[int], what: str) -> tuple[int, ...]:
 
 def _check_inputs(frames_decoded: int, frames_available: int) -> None:
     if frames_decoded < 0 or frames_available < 0:
-        raise ValueError(f"frame counts must be >= 0, got decoded={frames_decoded} available={frames_available}")
+        raise ValueError(
+            f"frame counts must be >= 0, got decoded={frames_decoded} available={frames_available}"
+        )
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,12 @@ class FixedSchedule:
         return self.schedule[index]
 
     def next_chunk_frames(
-        self, frames_decoded: int, frames_available: int, buffered_ms: float | None, text_ended: bool, flush: bool
+        self,
+        frames_decoded: int,
+        frames_available: int,
+        buffered_ms: float | None,
+        text_ended: bool,
+        flush: bool,
     ) -> int:
         _check_inputs(frames_decoded, frames_available)
         size = self.chunk_size(frames_decoded)
@@ -129,7 +141,12 @@ class AdaptivePolicy:
         return max(1, self._largest_size_at_most(int(buffered_ms // (self.frame_ms * self.headroom))))
 
     def next_chunk_frames(
-        self, frames_decoded: int, frames_available: int, buffered_ms: float | None, text_ended: bool, flush: bool
+        self,
+        frames_decoded: int,
+        frames_available: int,
+        buffered_ms: float | None,
+        text_ended: bool,
+        flush: bool,
     ) -> int:
         _check_inputs(frames_decoded, frames_available)
         if frames_available == 0:

@@ -116,7 +116,9 @@ class CodecConfig:
     def from_dict(cls, speech_tokenizer_config: dict[str, Any]) -> CodecConfig:
         """Read the official `speech_tokenizer/config.json` dict (top level, with `decoder_config` inside)."""
         if not isinstance(speech_tokenizer_config, dict):
-            raise TypeError("speech tokenizer config must be a dict (the parsed speech_tokenizer/config.json)")
+            raise TypeError(
+                "speech tokenizer config must be a dict (the parsed speech_tokenizer/config.json)"
+            )
         model_type = speech_tokenizer_config.get("model_type")
         if model_type != MODEL_TYPE:
             raise ValueError(

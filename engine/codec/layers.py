@@ -21,7 +21,9 @@ from torch import Tensor, nn
 class CausalConv1d(nn.Module):
     """Stride-1 Conv1d padded only on the left by (k - 1) * dilation; the weights live in `.conv`."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, dilation: int = 1, groups: int = 1):
+    def __init__(
+        self, in_channels: int, out_channels: int, kernel_size: int, dilation: int = 1, groups: int = 1
+    ):
         super().__init__()
         self.conv = nn.Conv1d(in_channels, out_channels, kernel_size, dilation=dilation, groups=groups)
         self.history = (kernel_size - 1) * dilation  # input samples of the past each output needs
@@ -137,7 +139,9 @@ class DecoderBlock(nn.Module):
     def __init__(self, in_dim: int, out_dim: int, rate: int):
         super().__init__()
         units: list[nn.Module] = [ResidualUnit(out_dim, d) for d in self.DILATIONS]
-        self.block = nn.ModuleList([SnakeBeta(in_dim), CausalTransposedConv1d(in_dim, out_dim, 2 * rate, rate), *units])
+        self.block = nn.ModuleList(
+            [SnakeBeta(in_dim), CausalTransposedConv1d(in_dim, out_dim, 2 * rate, rate), *units]
+        )
 
     def forward(self, x: Tensor) -> Tensor:
         for layer in self.block:
@@ -237,7 +241,9 @@ class Attention(nn.Module):
 class TransformerLayer(nn.Module):
     """h = x + s_attn * Attn(RMSNorm(x)); y = h + s_mlp * SwiGLU(RMSNorm(h))."""
 
-    def __init__(self, hidden: int, heads: int, kv_heads: int, head_dim: int, inner: int, eps: float, scale: float):
+    def __init__(
+        self, hidden: int, heads: int, kv_heads: int, head_dim: int, inner: int, eps: float, scale: float
+    ):
         super().__init__()
         self.self_attn = Attention(hidden, heads, kv_heads, head_dim)
         self.mlp = SwiGLU(hidden, inner)

@@ -87,9 +87,15 @@ class PreTransformer(nn.Module):
 
         # Absolute position held by each ring entry (negative: never written), [B, W-1].
         newest = positions[:, None] - 1
-        ring_pos = newest - torch.remainder(newest - torch.arange(ring_len, device=x.device)[None, :], ring_len)
-        ring_allowed = (ring_pos[:, None, :] >= 0) & (ring_pos[:, None, :] > query_pos[:, :, None] - self.window)
-        new_allowed = (offsets[None, :] <= offsets[:, None]) & (offsets[None, :] > offsets[:, None] - self.window)
+        ring_pos = newest - torch.remainder(
+            newest - torch.arange(ring_len, device=x.device)[None, :], ring_len
+        )
+        ring_allowed = (ring_pos[:, None, :] >= 0) & (
+            ring_pos[:, None, :] > query_pos[:, :, None] - self.window
+        )
+        new_allowed = (offsets[None, :] <= offsets[:, None]) & (
+            offsets[None, :] > offsets[:, None] - self.window
+        )
         allowed = torch.cat([ring_allowed, new_allowed[None].expand(batch, n, n)], dim=-1)  # [B, N, W-1+N]
 
         # Only the newest W-1 keys can be seen again; they overwrite the ring at their positions mod W-1.
@@ -111,12 +117,17 @@ class CodecDecoder(nn.Module):
     def __init__(self, config: CodecConfig):
         super().__init__()
         self.config = config
-        self.quantizer = SplitResidualVectorQuantizer(config.num_quantizers, config.codebook_dim, config.codebook_size)
+        self.quantizer = SplitResidualVectorQuantizer(
+            config.num_quantizers, config.codebook_dim, config.codebook_size
+        )
         self.pre_conv = CausalConv1d(config.codebook_dim, config.latent_dim, kernel_size=3)
         self.pre_transformer = PreTransformer(config)
         self.upsample = nn.ModuleList(
             nn.ModuleList(
-                [CausalTransposedConv1d(config.latent_dim, config.latent_dim, ratio, ratio), ConvNeXtBlock(config.latent_dim)]
+                [
+                    CausalTransposedConv1d(config.latent_dim, config.latent_dim, ratio, ratio),
+                    ConvNeXtBlock(config.latent_dim),
+                ]
             )
             for ratio in config.upsampling_ratios
         )
@@ -179,8 +190,13 @@ class CodecDecoder(nn.Module):
         the new state). Pure: the input state tensors are not modified.
         """
         new: dict[str, Tensor] = {}
-        hidden, new["pre_conv"] = self.pre_conv.forward_stream(self.quantizer.decode(codes), state["pre_conv"])
-        names = [(f"pre_transformer.layers.{i}.k", f"pre_transformer.layers.{i}.v") for i in range(len(self.pre_transformer.layers))]
+        hidden, new["pre_conv"] = self.pre_conv.forward_stream(
+            self.quantizer.decode(codes), state["pre_conv"]
+        )
+        names = [
+            (f"pre_transformer.layers.{i}.k", f"pre_transformer.layers.{i}.v")
+            for i in range(len(self.pre_transformer.layers))
+        ]
         rings = [(state[k], state[v]) for k, v in names]
         hidden, rings = self.pre_transformer.forward_stream(hidden.transpose(1, 2), positions, rings)
         for (k_name, v_name), (k_ring, v_ring) in zip(names, rings, strict=True):
@@ -192,12 +208,16 @@ class CodecDecoder(nn.Module):
             hidden, new[name] = convnext.forward_stream(hidden, state[name])
         hidden, new["decoder.0"] = self.decoder[0].forward_stream(hidden, state["decoder.0"])
         for index in range(1, len(self.config.upsample_rates) + 1):
-            block_names = [f"decoder.{index}.block.1"] + [f"decoder.{index}.block.{u}.conv1" for u in (2, 3, 4)]
+            block_names = [f"decoder.{index}.block.1"] + [
+                f"decoder.{index}.block.{u}.conv1" for u in (2, 3, 4)
+            ]
             hidden, block_states = self.decoder[index].forward_stream(hidden, [state[n] for n in block_names])
             new.update(zip(block_names, block_states, strict=True))
         final = len(self.config.upsample_rates) + 2
         hidden = self.decoder[final - 1](hidden)  # SnakeBeta
-        hidden, new[f"decoder.{final}"] = self.decoder[final].forward_stream(hidden, state[f"decoder.{final}"])
+        hidden, new[f"decoder.{final}"] = self.decoder[final].forward_stream(
+            hidden, state[f"decoder.{final}"]
+        )
         return hidden.clamp(min=-1, max=1), new
 
     # ------------------------------------------------------------------ helpers

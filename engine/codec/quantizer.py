@@ -73,8 +73,12 @@ class SplitResidualVectorQuantizer(nn.Module):
         super().__init__()
         dim = codebook_dim // 2
         self.rvq_first = ResidualVectorQuantizer(self.SEMANTIC, dim, codebook_dim, codebook_size)
-        self.rvq_rest = ResidualVectorQuantizer(num_quantizers - self.SEMANTIC, dim, codebook_dim, codebook_size)
+        self.rvq_rest = ResidualVectorQuantizer(
+            num_quantizers - self.SEMANTIC, dim, codebook_dim, codebook_size
+        )
 
     def decode(self, codes: Tensor) -> Tensor:
         """codes [B, K, T] (int64) -> [B, codebook_dim, T]."""
-        return self.rvq_first.decode(codes[:, : self.SEMANTIC]) + self.rvq_rest.decode(codes[:, self.SEMANTIC :])
+        return self.rvq_first.decode(codes[:, : self.SEMANTIC]) + self.rvq_rest.decode(
+            codes[:, self.SEMANTIC :]
+        )

@@ -39,7 +39,9 @@ class SilenceConfig:
         if self.max_trim_ms < 0:
             raise ValueError(f"max_trim_ms must be >= 0, got {self.max_trim_ms}")
         if self.threshold_dbfs > 0:
-            raise ValueError(f"threshold_dbfs is relative to full scale and must be <= 0, got {self.threshold_dbfs}")
+            raise ValueError(
+                f"threshold_dbfs is relative to full scale and must be <= 0, got {self.threshold_dbfs}"
+            )
 
     @property
     def window_samples(self) -> int:

@@ -27,7 +27,9 @@ import math
 
 from engine.codec.config import CodecConfig
 
-_CONV_KERNEL = 7  # every stride-1 conv after the pre-conv is k7 (ConvNeXt dwconv, decoder.0, res units, final)
+_CONV_KERNEL = (
+    7  # every stride-1 conv after the pre-conv is k7 (ConvNeXt dwconv, decoder.0, res units, final)
+)
 _PRE_CONV_KERNEL = 3
 _RESIDUAL_DILATIONS = (1, 3, 9)
 POSITION_BYTES = 8  # one int64 per stream
@@ -62,7 +64,9 @@ def state_elements(config: CodecConfig) -> int:
 
 def kv_elements(config: CodecConfig) -> int:
     return sum(
-        math.prod(shape) for name, shape in codec_state_layout(config).items() if name.startswith("pre_transformer")
+        math.prod(shape)
+        for name, shape in codec_state_layout(config).items()
+        if name.startswith("pre_transformer")
     )
 
 

@@ -53,7 +53,8 @@ class CodecStatePool:
         self.dtype = dtype
         self.layout = codec_state_layout(config)
         self.tensors: dict[str, Tensor] = {
-            name: torch.zeros((slots, *shape), device=self.device, dtype=dtype) for name, shape in self.layout.items()
+            name: torch.zeros((slots, *shape), device=self.device, dtype=dtype)
+            for name, shape in self.layout.items()
         }
         self.positions = torch.zeros(slots, device=self.device, dtype=torch.int64)
         self._host_positions = [0] * slots
@@ -136,7 +137,9 @@ class CodecStatePool:
                     )
 
     def gather(self, index: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        return self.positions.index_select(0, index), {n: t.index_select(0, index) for n, t in self.tensors.items()}
+        return self.positions.index_select(0, index), {
+            n: t.index_select(0, index) for n, t in self.tensors.items()
+        }
 
     def scatter(self, index: Tensor, slots: Sequence[int], state: dict[str, Tensor], frames: int) -> None:
         for name, tensor in self.tensors.items():

@@ -87,7 +87,9 @@ def load_codec(
     if unexpected:
         problems.append(f"{len(unexpected)} unexpected tensor(s): {_preview(unexpected)}")
     if problems:
-        raise ValueError(f"{weights_file} does not match the codec config in {codec_dir}: " + "; ".join(problems))
+        raise ValueError(
+            f"{weights_file} does not match the codec config in {codec_dir}: " + "; ".join(problems)
+        )
 
     with torch.device("meta"):
         decoder = CodecDecoder(config)

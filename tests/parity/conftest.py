@@ -70,10 +70,20 @@ def oracle_dir() -> Path:
 
 
 class Reference:
-    """Typed access to one oracle output directory."""
+    """Typed access to one oracle output directory; models loaded by our loader are cached per dtype."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._models: dict[tuple[str, torch.dtype], Any] = {}
+
+    def model(self, checkpoint: str, dtype: torch.dtype = torch.float32) -> Any:
+        """`load_model(<checkpoint dir>, dtype=dtype)`, loaded once per session (tests must not mutate it)."""
+        from engine.model.weights import load_model
+
+        key = (checkpoint, dtype)
+        if key not in self._models:
+            self._models[key] = load_model(self.root / checkpoint, dtype=dtype)
+        return self._models[key]
 
     def checkpoint(self, size: str) -> Path:
         return self.root / f"ckpt-{size}"

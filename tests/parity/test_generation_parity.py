@@ -15,7 +15,6 @@ import torch
 
 from engine.ipc.messages import Sampling
 from engine.model.generate import generate_codes, teacher_forced_probs
-from engine.model.weights import load_model
 from engine.text import PromptIds, TextTokenizer, build_prefill
 from tests.parity.conftest import Reference
 
@@ -28,7 +27,7 @@ PROB_ATOL = 1e-6
 def _setup(reference: Reference, name: str):
     meta = {m["name"]: m for m in reference.json("runs.json")}[name]
     ckpt = reference.root / meta["checkpoint"]
-    model = load_model(ckpt, dtype=torch.float32)
+    model = reference.model(meta["checkpoint"], torch.float32)
     ids = PromptIds.from_config(json.loads((ckpt / "config.json").read_text()))
     tokenizer = TextTokenizer.from_dir(ckpt)
     assert tokenizer.target_ids(meta["text"]) == meta["text_ids"]
@@ -49,8 +48,9 @@ def _setup(reference: Reference, name: str):
 def test_processed_probabilities_equal_the_official_ones_at_every_step(
     reference: Reference, name: str
 ) -> None:
-    _meta, model, prefill, official = _setup(reference, name)
-    talker, predictor = teacher_forced_probs(model, prefill, official["frames"], Sampling())
+    meta, model, prefill, official = _setup(reference, name)
+    frames = official["frames"]
+    talker, predictor = teacher_forced_probs(model, prefill, frames, Sampling())
     assert talker.shape == official["talker_probs"].shape and talker.dtype == torch.float32
     assert predictor.shape == official["cp_probs"].shape
     for k in range(talker.shape[0]):
@@ -59,17 +59,20 @@ def test_processed_probabilities_equal_the_official_ones_at_every_step(
     for k in range(predictor.shape[0]):
         torch.testing.assert_close(predictor[k], official["cp_probs"][k], rtol=0, atol=PROB_ATOL,
                                    msg=f"code predictor, frame {k}")  # fmt: skip
-
-
-@pytest.mark.parametrize("name", RUNS)
-def test_greedy_choices_equal_the_official_greedy_tokens(reference: Reference, name: str) -> None:
-    meta, model, prefill, official = _setup(reference, name)
-    frames = official["frames"]
-    talker, predictor = teacher_forced_probs(model, prefill, frames, GREEDY)
+    # Temperature and top-k keep the argmax, so the official greedy tokens are the argmax of these rows.
     expected_code0 = torch.cat([frames[:, 0], torch.tensor([meta["last_talker_token"]])])
     assert torch.equal(talker.argmax(-1), expected_code0)
-    assert torch.equal(talker.max(-1).values, torch.ones(talker.shape[0])), "greedy rows are one-hot"
     assert torch.equal(predictor.argmax(-1), frames[:, 1:])
+
+
+def test_greedy_teacher_forcing_gives_one_hot_rows_at_the_official_tokens(reference: Reference) -> None:
+    _meta, model, prefill, official = _setup(reference, "1b7.streaming")
+    steps = 8
+    frames = official["frames"]
+    talker, predictor = teacher_forced_probs(model, prefill, frames, GREEDY, step_count=steps)
+    assert talker.shape[0] == steps + 1 and predictor.shape[0] == steps
+    assert torch.equal(talker, torch.nn.functional.one_hot(frames[: steps + 1, 0], talker.shape[-1]).float())
+    assert torch.equal(predictor.argmax(-1), frames[:steps, 1:])
 
 
 @pytest.mark.parametrize("name", RUNS)

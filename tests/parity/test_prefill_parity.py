@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from engine.model.generate import embed_prefill, embed_trailing
-from engine.model.weights import load_model
 from engine.text import PromptIds, TextTokenizer, build_prefill
 from tests.parity.conftest import Reference
 
@@ -21,7 +20,7 @@ def test_prefill_rows_equal_the_official_rows(reference: Reference, size: str, d
     ckpt = reference.checkpoint(size)
     variants = reference.json(f"prefill-{size}.json")
     official = reference.tensors(f"prefill-{size}.safetensors")
-    model = load_model(ckpt, dtype=dtype)
+    model = reference.model(f"ckpt-{size}", dtype)
     ids = PromptIds.from_config(json.loads((ckpt / "config.json").read_text()))
     tokenizer = TextTokenizer.from_dir(ckpt)
     tag = "fp32" if dtype == torch.float32 else "bf16"

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from engine.model.weights import load_model
 from engine.text import TextTokenizer
 from tests.parity.conftest import Reference
 
@@ -78,7 +77,7 @@ def test_pre_tokenizer_rule_follows_the_directory_config_like_transformers(
 
 
 def test_model_loader_tokenizes_with_the_checkpoint_tokenizer(reference: Reference, official: dict) -> None:
-    model = load_model(reference.checkpoint("1b7"))
+    model = reference.model("ckpt-1b7")
     assert not model.tokenizer.is_fallback
     for text, wrapped in zip(official["texts"][:5], official["target_wrapped"][:5], strict=True):
         assert model.tokenizer.target_ids(text) == wrapped[3:-5]

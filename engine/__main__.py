@@ -1,0 +1,140 @@
+"""Engine process entry: settings -> load weights -> allocate caches -> warm up -> listen -> serve.
+
+    python -m engine --model tiny|DIR|HF_ID --socket PATH [--device auto|cpu|cuda] [--dtype ...] [...]
+
+The control socket appears only once the engine can serve (weights loaded, caches allocated, one
+warm-up synthesis done), and every gateway link gets `Ready` as it connects. SIGTERM / SIGINT before
+that exit at once (status 0); afterwards they start a graceful shutdown (engine/loop.py). Exit status:
+0 after a graceful shutdown, 1 when the device fails, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+
+from engine.settings import EngineSettings, parse_args
+
+log = logging.getLogger("engine")
+
+WARM_UP_TEXT = "Warm up."
+
+
+class _Stopped(Exception):
+    """SIGTERM arrived before the engine was serving."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse_args(argv)
+    logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s engine %(levelname)s %(message)s")
+    from engine.ipc.process import die_with_parent
+
+    die_with_parent()  # a gateway killed with SIGKILL must not leave an engine holding the GPU
+
+    def stop_before_serving(signum: int, frame: object) -> None:
+        raise _Stopped
+
+    signal.signal(signal.SIGTERM, stop_before_serving)
+    signal.signal(signal.SIGINT, stop_before_serving)
+    try:
+        loop = build(settings)
+    except _Stopped:
+        log.info("stopped before serving")
+        return 0
+    return serve(loop, settings)
+
+
+def build(settings: EngineSettings):  # -> EngineLoop (torch is imported lazily: --help stays instant)
+    import torch
+
+    from engine.costmodel import CostModel
+    from engine.executors import Executors
+    from engine.ipc.messages import Ready, Submit
+    from engine.loop import EngineLoop
+    from engine.model.presets import PRESETS
+    from engine.model.weights import load_model
+    from engine.scheduler import Scheduler
+    from engine.text.prompt import languages, speakers
+
+    log.info("settings %s", settings.fingerprint())
+    device = _resolve_device(settings.device, torch)
+    dtype = _resolve_dtype(settings.dtype, device)
+    preset = settings.model.lower() in PRESETS and not Path(settings.model).exists()
+    if settings.threads or (device.type == "cpu" and preset):
+        torch.set_num_threads(settings.threads or 1)
+    started = time.perf_counter()
+    model = load_model(settings.model, device=device, dtype=dtype, load_format=settings.load_format,
+                       download=settings.download, seed=settings.seed)
+    config = model.config
+    scheduler = Scheduler(settings.scheduler_config(random_weights=config.random_weights, device_kind=device.type),
+                          CostModel.load(settings.costs), settings.chunk_policy_object())
+    executors = Executors(model, kv_slots=settings.kv_slots, streams=settings.streams,
+                          max_context=settings.max_context, max_frames=settings.max_frames,
+                          max_batch=settings.max_batch, silence=settings.silence_config())
+    ready = Ready(model_id=settings.model, random_weights=config.random_weights,
+                  sample_rate=config.codec.output_sample_rate, speakers=speakers(config.prompt_ids),
+                  languages=languages(config.prompt_ids), device=str(device), max_batch=settings.max_batch)
+    loop = EngineLoop(scheduler, executors, ready, heartbeat_s=settings.heartbeat_s,
+                      shutdown_grace_ms=settings.shutdown_grace_ms)
+    loaded = time.perf_counter()
+    assert model.tokenizer is not None
+    text_ids = tuple(model.tokenizer.target_ids(WARM_UP_TEXT))
+    voice = ready.speakers[0] if ready.speakers else ""
+    steps = loop.warm_up(Submit(request_id=1, speaker=voice, language="auto", text_ids=text_ids,
+                                text_chars=len(WARM_UP_TEXT), text_ended=True))
+    log.info("model %s on %s (%s, %s weights) loaded in %.1f s; warm-up %.1f s (%s)", settings.model, device, dtype,
+             "random" if config.random_weights else "real", loaded - started, time.perf_counter() - loaded,
+             ", ".join(f"{kind.name.lower()} x{n}" for kind, n in steps.items()))
+    return loop
+
+
+def serve(loop, settings: EngineSettings) -> int:
+    from engine.ipc.messages import Error
+    from engine.ipc.server import EngineEndpoint
+
+    try:
+        endpoint = EngineEndpoint(settings.socket)
+    except _Stopped:
+        return 0
+
+    def shut_down(signum: int, frame: object) -> None:
+        loop.request_shutdown()
+        endpoint.wakeup()
+
+    signal.signal(signal.SIGTERM, shut_down)
+    signal.signal(signal.SIGINT, shut_down)
+    log.info("serving on %s", settings.socket)
+    try:
+        status = loop.serve(endpoint)
+        log.info("shut down")
+        return status
+    except Exception as error:
+        log.exception("engine failed")
+        endpoint.send_many([(link, Error(0, "internal", f"engine failed: {error}")) for link in endpoint.links()])
+        return 1
+    finally:
+        endpoint.close()
+
+
+def _resolve_device(name: str, torch):  # -> torch.device
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("error: --device cuda, but no CUDA device is available")
+    return device
+
+
+def _resolve_dtype(name: str, device):  # -> torch.dtype
+    import torch
+
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

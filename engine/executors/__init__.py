@@ -1,0 +1,149 @@
+"""The executors of the four work kinds behind one call: `Executors.run(plan, inputs) -> StepResult`.
+
+The scheduler decides what runs; the executors only run it. They own every runtime tensor (talker KV
+slot cache, code-predictor scratch cache, per-slot generation state, code buffer, codec state pool), all
+preallocated here from the engine settings, and they never make a scheduling decision or touch IPC.
+
+    TALKER_PREFILL  talker.TalkerExecutor.prefill        prompt rows -> KV slot, codebook 0 of frame 0
+    CODE_PREDICT    code_predictor.CodePredictorExecutor  codebooks 1..15 of a frame, its embedding sum
+    TALKER_DECODE   talker.TalkerExecutor.decode         frame + text row -> codebook 0 of the next frame
+    CODEC_CHUNK     codec.CodecExecutor.decode           frames -> int16 PCM (first audio decoded in full)
+
+Every executor is plain PyTorch (CPU and CUDA alike); CUDA-graph fast paths will replace the bodies of
+these calls behind the same signatures (docs/engine.md says what each graph captures).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from engine.codec.silence import SilenceConfig, first_frame_skip_applies
+from engine.executors.code_predictor import CodePredictorExecutor
+from engine.executors.codec import CodecExecutor
+from engine.executors.slots import GenerationSlots, check_sampling, new_code_buffer
+from engine.executors.talker import TalkerExecutor
+from engine.ipc.messages import Layout, Sampling, Submit
+from engine.model.generate import embed_prefill
+from engine.model.qwen3_tts import Qwen3TTS
+from engine.request import TEXT_END, TEXT_PAD, RequestState, WorkKind
+from engine.scheduler import Outcome, Plan
+from engine.text.prompt import Prefill, build_prefill
+
+
+@dataclass(slots=True)
+class RequestInputs:
+    """What the executors read of a request beyond its plan rows: the Submit (voice, instruction,
+    sampling, seed) and the live state (text ids received so far)."""
+
+    submit: Submit
+    state: RequestState
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    outcome: Outcome
+    audio: dict[int, np.ndarray] = field(default_factory=dict)  # codec plans: request id -> int16 samples
+
+
+class Executors:
+    def __init__(self, model: Qwen3TTS, *, kv_slots: int, streams: int, max_context: int, max_frames: int,
+                 max_batch: int, silence: SilenceConfig) -> None:
+        if model.codec is None:
+            raise ValueError("the engine needs a model loaded with its codec")
+        config = model.config
+        self.model = model
+        self.silence = silence
+        self.generation = GenerationSlots(kv_slots, config.talker.hidden_size, config.talker.vocab_size,
+                                          device=model.device, dtype=model.dtype)
+        self.kv_cache = model.talker.new_cache(kv_slots, max_context)
+        self.codes = new_code_buffer(streams, max_frames, model.device)
+        self.talker = TalkerExecutor(model, self.generation, self.kv_cache)
+        self.code_predictor = CodePredictorExecutor(model, self.generation, self.codes, max_batch)
+        self.codec = CodecExecutor(model.codec, self.codes, streams, silence)
+
+    # ------------------------------------------------------------ request lifecycle
+
+    def check_submit(self, msg: Submit) -> int:
+        """Validate a Submit against this model; -> its prefill length. ValueError names what is wrong."""
+        config = self.model.config
+        check_sampling(msg.sampling)
+        self.check_text_ids(msg.text_ids)
+        self.check_text_ids(msg.instruct_ids, what="instruct_ids")
+        if msg.instruct_ids and not config.supports_instruct:
+            raise ValueError(f"the {config.model_size} model does not take instructions")
+        # The streaming layout's prefill length does not depend on the text: a placeholder x_1 sizes it.
+        text = msg.text_ids or ((0,) if msg.layout is Layout.STREAMING else ())
+        return len(self._prefill(msg, text).rows)
+
+    def check_text_ids(self, ids: Sequence[int], what: str = "text_ids") -> None:
+        vocab = self.model.config.talker.text_vocab_size
+        if any(not 0 <= i < vocab for i in ids):
+            raise ValueError(f"{what} must lie in [0, {vocab})")
+
+    def open(self, request_id: int, submit: Submit) -> None:
+        """Allocate the request's codec stream (at admission, so its slot is ready when frames are)."""
+        skip = first_frame_skip_applies(enabled=self.silence.skip_silent_first_frame,
+                                        random_weights=self.model.config.random_weights,
+                                        default_sampling=submit.sampling == Sampling(),
+                                        instruct=bool(submit.instruct_ids), frames_decoded=0)
+        self.codec.open(request_id, skip_first_frame=skip)
+
+    def close(self, request_id: int) -> None:
+        """Free the request's device state that outlives its plan rows. Idempotent."""
+        self.codec.close(request_id)
+
+    @property
+    def free_codec_states(self) -> int:
+        return self.codec.pool.free_slots
+
+    # ------------------------------------------------------------ one plan
+
+    @torch.inference_mode()
+    def run(self, plan: Plan, inputs: Mapping[int, RequestInputs]) -> StepResult:
+        rows = plan.rows
+        kv_slots = [row.kv_slot for row in rows]
+        if plan.kind is WorkKind.TALKER_PREFILL:
+            requests = [inputs[row.request_id] for row in rows]
+            embeds = []
+            for r in requests:
+                embed = embed_prefill(self.model, self._prefill(r.submit, r.state.text_ids))  # [L,H]
+                assert embed.shape[0] == r.state.prefill_len, "prefill length changed since admission"
+                embeds.append(embed)
+            self.talker.prefill(kv_slots, embeds, [r.submit.sampling for r in requests],  # type: ignore[arg-type]
+                                [r.submit.seed for r in requests])
+            return StepResult(Outcome())
+        if plan.kind is WorkKind.TALKER_DECODE:
+            text_ids = [self._text_id(inputs[row.request_id].state, row.text_index) for row in rows]
+            tokens = self.talker.decode(kv_slots, [row.position for row in rows],  # type: ignore[arg-type]
+                                        [row.frame_index for row in rows], text_ids,
+                                        [row.eos_allowed for row in rows], read_tokens=plan.eos_possible)
+            eos_id = self.model.config.talker.codec_eos_id
+            eos = frozenset(row.request_id for row, token in zip(rows, tokens or (), strict=False)
+                            if row.eos_allowed and token == eos_id)
+            return StepResult(Outcome(eos=eos))
+        if plan.kind is WorkKind.CODE_PREDICT:
+            self.code_predictor.predict(kv_slots, [row.codec_slot for row in rows],  # type: ignore[misc]
+                                        [row.frame_index for row in rows])
+            return StepResult(Outcome())
+        audio = self.codec.decode([row.request_id for row in rows], [row.codec_slot for row in rows],  # type: ignore[misc]
+                                  [row.frame_index for row in rows], plan.codec_frames,
+                                  [row.final_chunk for row in rows])
+        return StepResult(Outcome(samples={rid: len(pcm) for rid, pcm in audio.items()}), audio)
+
+    def _prefill(self, submit: Submit, text_ids: Sequence[int]) -> Prefill:
+        return build_prefill(self.model.config.prompt_ids, speaker=submit.speaker, language=submit.language,
+                             text_ids=text_ids, instruct_ids=submit.instruct_ids,
+                             streaming=submit.layout is Layout.STREAMING)
+
+    def _text_id(self, state: RequestState, text_index: int) -> int:
+        """The text id a talker step feeds: x_(i+1), then tts_eos once, then tts_pad (reference 5.4)."""
+        ids = self.model.config.prompt_ids
+        if text_index == TEXT_END:
+            return ids.tts_eos
+        if text_index == TEXT_PAD:
+            return ids.tts_pad
+        return state.text_ids[text_index]

@@ -1,0 +1,81 @@
+"""Codec executor: decode a chunk of frames for a batch of streams into int16 PCM ready to publish.
+
+Each request owns one `CodecStatePool` slot from `open` to `close`. A chunk gathers the rows' frames
+[B,16,N] from the code buffer on the device (each row from its own first frame), runs
+`decode_incremental` (a fresh slot decodes its first audio in full; later chunks continue from the cached
+state, equal to a full decode within float tolerance), then, on the host: drops the model's silent first
+frame where that applies, trims leading silence (RMS onset, `engine.codec.silence`), releases what the
+trimmer held back on the last chunk, and converts to int16 little-endian.
+
+    codes [C,F,16] --gather--> [B,16,N] --decode_incremental--> wav [B, N*1920] fp32 --host--> int16 per row
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from engine.codec.model import CodecDecoder
+from engine.codec.silence import SAMPLES_PER_FRAME, LeadingSilenceTrimmer, SilenceConfig
+from engine.codec.stream import CodecStatePool, decode_incremental
+
+
+@dataclass(slots=True)
+class _Stream:
+    pool_slot: int
+    trimmer: LeadingSilenceTrimmer
+    skip_first_frame: bool
+
+
+class CodecExecutor:
+    def __init__(self, decoder: CodecDecoder, codes: Tensor, streams: int, silence: SilenceConfig) -> None:
+        self.decoder = decoder
+        self.codes = codes  # [C,F,16] int64 on the talker's device
+        self.pool = CodecStatePool(decoder.config, streams, decoder.device, decoder.dtype)
+        self.silence = silence
+        self._streams: dict[int, _Stream] = {}
+
+    def open(self, request_id: int, *, skip_first_frame: bool) -> None:
+        """Give a new request empty codec state (position 0: its first chunk is a full decode)."""
+        assert request_id not in self._streams, f"request {request_id} already has a codec stream"
+        self._streams[request_id] = _Stream(self.pool.alloc(), LeadingSilenceTrimmer(self.silence), skip_first_frame)
+
+    def close(self, request_id: int) -> None:
+        """Free the request's codec state. Idempotent (cancel and failure paths may both call it)."""
+        stream = self._streams.pop(request_id, None)
+        if stream is not None:
+            self.pool.free(stream.pool_slot)
+
+    @property
+    def open_streams(self) -> int:
+        return len(self._streams)
+
+    def decode(self, request_ids: list[int], code_slots: list[int], first_frames: list[int], frames: int,
+               final: list[bool]) -> dict[int, np.ndarray]:
+        """Decode frames [first, first + frames) of each row; -> request id -> int16 samples to publish."""
+        streams = [self._streams[r] for r in request_ids]
+        device = self.codes.device
+        start = torch.tensor(first_frames, dtype=torch.int64, device=device)[:, None]  # [B,1]
+        rows = torch.tensor(code_slots, dtype=torch.int64, device=device)[:, None]  # [B,1]
+        chunk = self.codes[rows, start + torch.arange(frames, device=device)]  # [B,N,16]
+        wav = decode_incremental(self.decoder, self.pool, [s.pool_slot for s in streams], chunk.transpose(1, 2),
+                                 expected_positions=first_frames, check_code_values=False)  # [B,N*1920]
+        host = wav.to(torch.float32).cpu().numpy()
+        out: dict[int, np.ndarray] = {}
+        for i, (request_id, stream) in enumerate(zip(request_ids, streams, strict=True)):
+            pcm = host[i]
+            if stream.skip_first_frame and first_frames[i] == 0:
+                pcm = pcm[SAMPLES_PER_FRAME:]  # decoded (later frames need its context), never heard
+            pcm = stream.trimmer.push(pcm)
+            if final[i]:
+                pcm = np.concatenate([pcm, stream.trimmer.finish()])
+            out[request_id] = to_int16(pcm)
+        return out
+
+
+def to_int16(pcm: np.ndarray) -> np.ndarray:
+    """float samples in [-1, 1] -> int16 little-endian (round to nearest, as `engine.synthesize.write_wav`)."""
+    return np.clip(np.round(pcm * 32767.0), -32768, 32767).astype("<i2")

@@ -1,0 +1,95 @@
+"""Device state the work kinds hand each other, preallocated once and indexed by slot numbers.
+
+Per talker KV slot (one live generation each; the scheduler hands the numbers out), S = KV slots,
+H = talker hidden, V = talker vocabulary:
+
+    hidden       [S,H]    model dtype  last talker hidden state h_k          talker -> code predictor
+    code0        [S]      int64        codebook-0 code of the frame in flight talker -> code predictor
+    frame_embed  [S,H]    model dtype  sum of the frame's 16 code embeddings code predictor -> talker
+    seen         [S,V]    bool         codebook-0 ids generated so far (repetition penalty)
+    generated    [S]      int64        how many codebook-0 tokens were drawn
+    seeds        [S]      int64        the request's sampling seed (counter-based RNG key)
+    penalty      [S,1]    fp32         repetition penalty
+    talker / predictor    per-slot sampler settings (greedy, temperature, top-k)
+
+Per codec stream slot (held until the last chunk is decoded, so the talker slot can be reused earlier),
+C = codec slots, F = max frames per request:
+
+    codes        [C,F,16] int64        every frame of the request, written by the code predictor,
+                                       read by the codec; never copied to the host
+
+Nothing here is allocated per step, so CUDA graphs can later capture reads and writes of these tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from engine.ipc.messages import Sampling
+from engine.model.rng import seed_tensor
+from engine.model.sampling import RowSettings
+
+NUM_CODE_GROUPS = 16
+
+
+class SamplerSlots:
+    """One sampler's settings per slot: greedy [S] bool, temperature [S,1] fp32, top_k [S] int64."""
+
+    def __init__(self, num_slots: int, device: torch.device) -> None:
+        self.greedy = torch.zeros(num_slots, dtype=torch.bool, device=device)
+        self.temperature = torch.ones(num_slots, 1, dtype=torch.float32, device=device)
+        self.top_k = torch.zeros(num_slots, dtype=torch.int64, device=device)
+        self._host_top_k = [0] * num_slots  # kmax is a host-side bound: no read-back when a batch is formed
+
+    def set(self, slot: int, greedy: bool, temperature: float, top_k: int) -> None:
+        self.greedy[slot] = greedy
+        self.temperature[slot, 0] = 1.0 if greedy else temperature
+        self.top_k[slot] = top_k
+        self._host_top_k[slot] = top_k
+
+    def rows(self, index: Tensor, slots: list[int]) -> RowSettings:
+        top_ks = [self._host_top_k[s] for s in slots]
+        kmax = 0 if any(k == 0 for k in top_ks) else max(top_ks)
+        return RowSettings(self.greedy[index], self.temperature[index], self.top_k[index], kmax)
+
+
+class GenerationSlots:
+    """Per-KV-slot tensors shared by the talker and code-predictor executors (layout in the module docstring)."""
+
+    def __init__(self, num_slots: int, hidden: int, vocab: int, *, device: torch.device, dtype: torch.dtype) -> None:
+        self.device = device
+        self.hidden = torch.zeros(num_slots, hidden, dtype=dtype, device=device)
+        self.code0 = torch.zeros(num_slots, dtype=torch.int64, device=device)
+        self.frame_embed = torch.zeros(num_slots, hidden, dtype=dtype, device=device)
+        self.seen = torch.zeros(num_slots, vocab, dtype=torch.bool, device=device)
+        self.generated = torch.zeros(num_slots, dtype=torch.int64, device=device)
+        self.seeds = torch.zeros(num_slots, dtype=torch.int64, device=device)
+        self.penalty = torch.ones(num_slots, 1, dtype=torch.float32, device=device)
+        self.talker = SamplerSlots(num_slots, device)
+        self.predictor = SamplerSlots(num_slots, device)
+
+    def start(self, slot: int, sampling: Sampling, seed: int) -> None:
+        """A new request takes `slot`: forget the previous owner's history, install this one's settings."""
+        self.seen[slot] = False
+        self.generated[slot] = 0
+        self.seeds[slot] = seed_tensor([seed], "cpu")[0]
+        self.penalty[slot, 0] = sampling.repetition_penalty
+        self.talker.set(slot, sampling.greedy, sampling.temperature, sampling.top_k)
+        self.predictor.set(slot, sampling.subtalker_greedy, sampling.subtalker_temperature, sampling.subtalker_top_k)
+
+    def index(self, slots: list[int]) -> Tensor:
+        return torch.tensor(slots, dtype=torch.int64, device=self.device)
+
+
+def check_sampling(sampling: Sampling) -> None:
+    """Raise ValueError for settings the samplers cannot run (checked once, at Submit)."""
+    RowSettings.talker([sampling], "cpu")
+    RowSettings.code_predictor([sampling], "cpu")
+    if not sampling.repetition_penalty > 0:
+        raise ValueError(f"repetition_penalty must be > 0, got {sampling.repetition_penalty}")
+
+
+def new_code_buffer(streams: int, max_frames: int, device: torch.device) -> Tensor:
+    """codes [C,F,16] int64: every frame of every live codec stream."""
+    return torch.zeros(streams, max_frames, NUM_CODE_GROUPS, dtype=torch.int64, device=device)

@@ -1,0 +1,367 @@
+"""The engine loop: drain the inbound rings, schedule, execute, publish. One thread, one step at a time.
+
+    while serving:
+        1. drain    every inbound record: Submit -> admit, text/flush/cancel/deadline -> scheduler
+                    (blocks in the endpoint's epoll only when the last turn had nothing to run)
+        2. plan     scheduler.plan(now): one work kind, a batch of rows
+        3. execute  executors.run(plan): tensors in, Outcome (+ int16 PCM for codec chunks) out
+        4. publish  scheduler.complete(plan, outcome); Audio to the gateway; Done / Error for every request
+                    that ended; a Heartbeat every `heartbeat_s`
+
+The scheduler never touches tensors or the clock, the executors never decide anything, the loop never
+encodes bytes (engine.ipc does). Request ids: the gateway's ids are unique per link only, so each Submit
+gets an engine-wide id here and a `Route` back to (link, gateway id).
+
+Shutdown (SIGTERM via `request_shutdown`, or a Shutdown record): new Submits are refused, running
+requests get until the grace deadline to finish, the rest fail with Error("shutdown"); then `serve`
+returns 0. A link that dies has its requests cancelled and their slots freed at once. A plan whose
+executor raises fails its rows (Error "internal"); `MAX_FAILED_STEPS` failures in a row mean the device is
+broken, and `serve` raises so the process exits non-zero.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from engine.executors import Executors, RequestInputs, StepResult
+from engine.ipc.messages import (
+    AppendText,
+    Audio,
+    Cancel,
+    Deadline,
+    Done,
+    DoneReason,
+    EndText,
+    Error,
+    Flush,
+    Heartbeat,
+    Inbound,
+    Outbound,
+    Ready,
+    Shutdown,
+    Submit,
+)
+from engine.request import FinishReason, Phase, RequestState, WorkKind
+from engine.scheduler import Outcome, Plan, Scheduler
+
+log = logging.getLogger("engine")
+
+INTERNAL_LINK = 0  # the warm-up request's route: its replies go nowhere
+MAX_FAILED_STEPS = 3
+KIND_NAMES = {WorkKind.TALKER_PREFILL: "talker_prefill", WorkKind.TALKER_DECODE: "talker_decode",
+              WorkKind.CODE_PREDICT: "code_predict", WorkKind.CODEC_CHUNK: "codec_chunk"}
+
+
+class Endpoint(Protocol):
+    """What the loop needs of `engine.ipc.server.EngineEndpoint` (tests substitute an in-memory one)."""
+
+    def poll(self, timeout_s: float | None) -> list[tuple[int, Inbound]]: ...
+    def send_many(self, items: list[tuple[int, Outbound]]) -> None: ...
+    def new_links(self) -> list[int]: ...
+    def dead_links(self) -> list[int]: ...
+    def links(self) -> list[int]: ...
+    def pending_bytes(self, link_id: int) -> int: ...
+
+
+@dataclass(slots=True)
+class Route:
+    link_id: int
+    request_id: int  # the gateway's id on that link
+    error_code: str = "internal"  # Error code if the request fails
+
+
+class StepStats:
+    """Per-kind batch sizes and step times since the last heartbeat (Heartbeat.step_stats)."""
+
+    def __init__(self) -> None:
+        self._sums: dict[WorkKind, list[float]] = {}
+        self.max_batch: dict[WorkKind, int] = {}
+
+    def record(self, plan: Plan, ms: float) -> None:
+        sums = self._sums.setdefault(plan.kind, [0, 0.0, 0.0])
+        sums[0] += 1
+        sums[1] += len(plan.rows)
+        sums[2] += ms
+        self.max_batch[plan.kind] = max(self.max_batch.get(plan.kind, 0), len(plan.rows))
+
+    def take(self) -> dict[str, tuple[float, float]]:
+        """{kind: (mean batch, mean ms)} since the last call."""
+        stats = {KIND_NAMES[k]: (s[1] / s[0], s[2] / s[0]) for k, s in self._sums.items()}
+        self._sums = {}
+        return stats
+
+
+class EngineLoop:
+    def __init__(self, scheduler: Scheduler, executors: Executors, ready: Ready, *, heartbeat_s: float = 1.0,
+                 shutdown_grace_ms: int = 5000, clock: Callable[[], int] = time.monotonic_ns) -> None:
+        self.scheduler = scheduler
+        self.executors = executors
+        self.ready = ready
+        self.heartbeat_s = heartbeat_s
+        self.shutdown_grace_ms = shutdown_grace_ms
+        self.clock = clock
+        self.endpoint: Endpoint | None = None
+        self.stats = StepStats()
+        self.lifetime_max_batch: dict[WorkKind, int] = {}
+        self._routes: dict[int, Route] = {}
+        self._inputs: dict[int, RequestInputs] = {}
+        self._ids: dict[tuple[int, int], int] = {}  # (link, gateway id) -> engine id
+        self._next_id = 1
+        self._outbox: list[tuple[int, Outbound]] = []
+        self._shutdown_at_ns: int | None = None
+        self._failed_steps = 0
+        self._next_heartbeat = 0.0
+
+    # ------------------------------------------------------------ the loop
+
+    def serve(self, endpoint: Endpoint) -> int:
+        """Serve links until shutdown completes; returns the exit status (0)."""
+        self.endpoint = endpoint
+        busy = False
+        while not self._shutdown_complete():
+            # Idle: block in epoll (zero CPU) until input, the next heartbeat or the shutdown deadline.
+            self._drain(endpoint, timeout_s=0.0 if busy else self._idle_timeout_s())  # 1. drain
+            busy = self.step()  # 2. plan, 3. execute, 4. publish
+            self._heartbeat_if_due(endpoint)
+            self._flush(endpoint)
+        self._fail_all("shutdown", "the engine shut down before the request finished")
+        self._flush(endpoint)
+        self._wait_for_backlog(endpoint, timeout_s=1.0)
+        return 0
+
+    def step(self) -> bool:
+        """Steps 2-4 once: plan, execute, publish Audio and Done/Error (into `take_replies`). False: idle."""
+        plan = self.scheduler.plan(self.clock())  # 2. plan
+        if plan is not None:
+            self._execute(plan)  # 3. execute, 4. publish audio
+        self._retire()  # 4. publish Done / Error, free what the request held
+        return plan is not None
+
+    def take_replies(self) -> list[tuple[int, Outbound]]:
+        """(link, record) pairs produced since the last call, in order."""
+        replies, self._outbox = self._outbox, []
+        return replies
+
+    def request_state(self, link_id: int, request_id: int) -> RequestState | None:
+        """The live state of a gateway request (None once it ended)."""
+        engine_id = self._ids.get((link_id, request_id))
+        return None if engine_id is None else self._inputs[engine_id].state
+
+    def request_shutdown(self, grace_ms: int | None = None) -> None:
+        """Stop admitting; fail what has not finished `grace_ms` from now. Safe from a signal handler."""
+        grace = self.shutdown_grace_ms if grace_ms is None else max(0, grace_ms)
+        deadline = self.clock() + grace * 1_000_000
+        self._shutdown_at_ns = deadline if self._shutdown_at_ns is None else min(self._shutdown_at_ns, deadline)
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutdown_at_ns is not None
+
+    # ------------------------------------------------------------ 1. drain
+
+    def _drain(self, endpoint: Endpoint, timeout_s: float | None) -> None:
+        messages = endpoint.poll(timeout_s)
+        for link_id in endpoint.new_links():
+            self._outbox.append((link_id, self.ready))
+        for link_id in endpoint.dead_links():
+            self._drop_link(link_id)
+        now = self.clock()
+        for link_id, msg in messages:
+            self.handle(link_id, msg, now)
+
+    def handle(self, link_id: int, msg: Inbound, now_ns: int) -> None:
+        """Apply one inbound record (also the warm-up's way in)."""
+        if isinstance(msg, Submit):
+            self._submit(link_id, msg, now_ns)
+            return
+        if isinstance(msg, Shutdown):
+            self.request_shutdown(msg.grace_ms)
+            return
+        engine_id = self._ids.get((link_id, msg.request_id))
+        if engine_id is None:
+            return  # a late record for a request that already ended: normal, nothing to answer
+        if isinstance(msg, AppendText):
+            self._append(engine_id, msg)
+        elif isinstance(msg, EndText):
+            self.scheduler.end_text(engine_id)
+            if self._inputs[engine_id].state.phase is Phase.FAILED:  # the text ended without any text
+                self._routes[engine_id].error_code = "bad_request"
+        elif isinstance(msg, Flush):
+            self.scheduler.flush(engine_id)
+        elif isinstance(msg, Cancel):
+            self.scheduler.cancel(engine_id)
+        elif isinstance(msg, Deadline):
+            self.scheduler.set_deadline(engine_id, msg.deadline_ns)
+
+    def _submit(self, link_id: int, msg: Submit, now_ns: int) -> None:
+        if self.shutting_down:
+            self._refuse(link_id, msg.request_id, "shutting_down", "the engine is shutting down")
+            return
+        if (link_id, msg.request_id) in self._ids:
+            self._refuse(link_id, msg.request_id, "bad_request", f"request {msg.request_id} is already running")
+            return
+        try:
+            prefill_len = self.executors.check_submit(msg)
+        except ValueError as error:
+            self._refuse(link_id, msg.request_id, "bad_request", str(error))
+            return
+        engine_id = self._next_id
+        state = RequestState.from_submit(dataclasses.replace(msg, request_id=engine_id), prefill_len, now_ns)
+        admission = self.scheduler.admit(state, now_ns)
+        if not admission.ok:
+            self._refuse(link_id, msg.request_id, admission.code, admission.reason)
+            return
+        self._next_id += 1
+        self._routes[engine_id] = Route(link_id, msg.request_id)
+        self._inputs[engine_id] = RequestInputs(msg, state)
+        self._ids[(link_id, msg.request_id)] = engine_id
+        self.executors.open(engine_id, msg)
+
+    def _append(self, engine_id: int, msg: AppendText) -> None:
+        try:
+            self.executors.check_text_ids(msg.text_ids)
+            self.scheduler.append_text(engine_id, msg.text_ids, msg.text_chars)
+        except ValueError as error:
+            self._routes[engine_id].error_code = "bad_request"
+            self.scheduler.fail(engine_id, str(error))
+
+    def _drop_link(self, link_id: int) -> None:
+        """The gateway worker is gone: cancel its requests (slots are freed when they retire)."""
+        for engine_id, route in self._routes.items():
+            if route.link_id == link_id:
+                self.scheduler.cancel(engine_id)
+
+    # ------------------------------------------------------------ 3. execute, 4. publish
+
+    def _execute(self, plan: Plan) -> None:
+        started = time.perf_counter()
+        try:
+            result = self.executors.run(plan, self._inputs)
+            self._failed_steps = 0
+        except Exception as error:  # noqa: BLE001 - the rows fail with the reason; repeated failure is fatal
+            self._failed_steps += 1
+            log.exception("%s step of %d rows failed", KIND_NAMES[plan.kind], len(plan.rows))
+            if self._failed_steps >= MAX_FAILED_STEPS:
+                raise RuntimeError(f"{self._failed_steps} steps failed in a row; the device looks broken") from error
+            message = f"{KIND_NAMES[plan.kind]} step failed: {type(error).__name__}: {error}"
+            result = StepResult(Outcome(failed={row.request_id: message for row in plan.rows}))
+        for request_id, pcm in result.audio.items():  # before complete(): it advances samples_published
+            state, route = self._inputs[request_id].state, self._routes[request_id]
+            if len(pcm):
+                audio = Audio(route.request_id, state.samples_published, pcm.tobytes(), state.samples_published == 0)
+                self._send(route, audio)
+        self.scheduler.complete(plan, result.outcome, self.clock())
+        self.stats.record(plan, (time.perf_counter() - started) * 1000)
+        self.lifetime_max_batch[plan.kind] = max(self.lifetime_max_batch.get(plan.kind, 0), len(plan.rows))
+
+    def _retire(self) -> None:
+        """Answer every request that ended and free what the executors hold for it."""
+        for state in self.scheduler.pop_finished():
+            route = self._routes.pop(state.request_id)
+            del self._inputs[state.request_id]
+            del self._ids[(route.link_id, route.request_id)]
+            self.executors.close(state.request_id)
+            for msg in _final_messages(state, route):
+                self._send(route, msg)
+
+    def _refuse(self, link_id: int, request_id: int, code: str, reason: str) -> None:
+        self._send(Route(link_id, request_id), Error(request_id, code, reason))
+        self._send(Route(link_id, request_id), Done(request_id, DoneReason.ERROR, 0, 0))
+
+    def _fail_all(self, code: str, message: str) -> None:
+        for engine_id, route in list(self._routes.items()):
+            route.error_code = code
+            self.scheduler.fail(engine_id, message)
+        self._retire()
+
+    def _send(self, route: Route, msg: Outbound) -> None:
+        if route.link_id != INTERNAL_LINK:
+            self._outbox.append((route.link_id, msg))
+
+    def _flush(self, endpoint: Endpoint) -> None:
+        if self._outbox:
+            endpoint.send_many(self.take_replies())
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _heartbeat_if_due(self, endpoint: Endpoint) -> None:
+        now = time.monotonic()
+        if now < self._next_heartbeat:
+            return
+        self._next_heartbeat = now + self.heartbeat_s
+        beat = Heartbeat(self.clock(), self.scheduler.active_count, self.queued_count(), self.heartbeat_stats())
+        self._outbox.extend((link_id, beat) for link_id in endpoint.links())
+
+    def heartbeat_stats(self) -> dict[str, tuple[float, float]]:
+        """Step figures per kind, plus resource accounting as (free, total) under "slots.*" keys."""
+        stats = self.stats.take()
+        s = self.scheduler
+        stats["slots.kv"] = (float(s.kv_slots.free_count), float(s.kv_slots.size))
+        stats["slots.codec"] = (float(s.codec_slots.free_count), float(s.codec_slots.size))
+        pool = self.executors.codec.pool
+        stats["slots.codec_state"] = (float(pool.free_slots), float(pool.slots))
+        return stats
+
+    def queued_count(self) -> int:
+        """Admitted requests not yet prefilled (waiting for their turn or for their first text)."""
+        return sum(1 for r in self.scheduler.requests if r.phase in (Phase.PREFILL, Phase.WAITING_TEXT)
+                   and r.frames_generated == 0 and r.text_fed == 0)
+
+    def _idle_timeout_s(self) -> float:
+        """Nothing to run: sleep in epoll until input, the next heartbeat, or the shutdown deadline."""
+        wake = self._next_heartbeat - time.monotonic()
+        if self._shutdown_at_ns is not None:
+            wake = min(wake, (self._shutdown_at_ns - self.clock()) / 1e9)
+        return max(0.0, wake)
+
+    def _shutdown_complete(self) -> bool:
+        if self._shutdown_at_ns is None:
+            return False
+        return not self._routes or self.clock() >= self._shutdown_at_ns
+
+    def _wait_for_backlog(self, endpoint: Endpoint, timeout_s: float) -> None:
+        """Give gateway workers a moment to read the last replies before the links close."""
+        deadline = time.monotonic() + timeout_s
+        while any(endpoint.pending_bytes(link) for link in endpoint.links()) and time.monotonic() < deadline:
+            endpoint.poll(0.01)
+
+    def warm_up(self, submit: Submit, max_steps: int = 100_000) -> dict[WorkKind, int]:
+        """Run one request through every work kind before serving; -> steps per kind. Raises on failure."""
+        self.handle(INTERNAL_LINK, submit, self.clock())
+        engine_id = self._ids.get((INTERNAL_LINK, submit.request_id))
+        if engine_id is None:
+            raise RuntimeError("the warm-up request was refused")
+        state = self._inputs[engine_id].state
+        steps: dict[WorkKind, int] = {}
+        while engine_id in self._routes and sum(steps.values()) < max_steps:
+            plan = self.scheduler.plan(self.clock())
+            if plan is None:
+                break
+            self._execute(plan)
+            self._retire()
+            steps[plan.kind] = steps.get(plan.kind, 0) + 1
+        self.take_replies()
+        if engine_id in self._routes or state.phase is not Phase.DONE or len(steps) < len(WorkKind):
+            raise RuntimeError(f"warm-up ended in {state.phase.name} ({state.error}) after steps {steps}")
+        self.stats.take()
+        self.lifetime_max_batch.clear()
+        return steps
+
+
+def _final_messages(state: RequestState, route: Route) -> list[Outbound]:
+    rid = route.request_id
+    if state.phase is Phase.CANCELLED:
+        return [Done(rid, DoneReason.CANCELLED, state.samples_published, state.frames_generated)]
+    if state.phase is Phase.FAILED:
+        return [Error(rid, route.error_code, state.error or "failed"),
+                Done(rid, DoneReason.ERROR, state.samples_published, state.frames_generated)]
+    if state.finish_reason is FinishReason.RUNAWAY:
+        message = f"no end of speech after {state.frames_generated} frames; the runaway guard stopped it"
+        return [Error(rid, "runaway", message),
+                Done(rid, DoneReason.ERROR, state.samples_published, state.frames_generated)]
+    return [Done(rid, DoneReason.COMPLETED, state.samples_published, state.frames_generated)]

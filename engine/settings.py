@@ -1,0 +1,232 @@
+"""Engine settings: one frozen dataclass built from the command line, validated before any weight loads.
+
+Built only in `engine/__main__.py` (or by tests) and passed down; nothing else in the engine reads the
+command line or the environment. Besides the model and the socket it fixes every size the engine
+preallocates and every shape a CUDA graph will later be captured for:
+
+    capture_sizes          talker decode / code predictor batch sizes: 1, 2, 4, ... up to --max-batch
+    prefill_capture_sizes  talker prefill batch sizes: 1, 2, 4, ... up to --max-prefill-batch
+    prefill_token_buckets  prefill lengths rows are padded to (the last is the longest prompt accepted)
+    codec_capture_sizes    codec batch sizes: 1, 2, 4, ... up to --codec-max-batch
+    codec_chunk_sizes      frames per codec call (the chunk policy snaps to these)
+
+Memory (talker KV cache, one slot per live generation): layers x 2 x kv_slots x kv_heads x max_context x
+head_dim x dtype bytes; for the 1.7B model in bf16 that is 112 KiB per position, so 128 slots x 2048
+positions take 28 GiB. Codec state per stream is `CodecStatePool.bytes_per_slot` (about 2.6 MiB fp32).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from engine.codec.chunking import AdaptivePolicy, ChunkPolicy, FixedSchedule
+from engine.codec.silence import SilenceConfig
+from engine.costmodel import DEFAULT_COSTS
+from engine.scheduler import SchedulerConfig
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "bfloat16")
+LOAD_FORMATS = ("auto", "safetensors", "dummy")
+CHUNK_POLICIES = ("slack", "adaptive", "fixed")
+ADMISSION = ("auto", "on", "off")
+MAX_FRAMES_CAP = 2048  # runaway cap while a text is open (164 s), further bounded by max_context
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    model: str
+    socket: str
+    device: str = "auto"  # auto: cuda when available, else cpu
+    dtype: str = "auto"  # auto: bfloat16 on cuda, float32 on cpu
+    load_format: str = "auto"
+    download: bool = False
+    seed: int = 0  # random weights (presets, dummy) only
+    threads: int = 0  # torch CPU threads; 0: 1 for presets on cpu (tiny ops only lose to contention), else torch's
+    max_batch: int = 64
+    max_prefill_batch: int = 8
+    codec_max_batch: int = 64
+    kv_slots: int = 128
+    codec_slots: int = 0  # 0: as many as kv_slots
+    max_context: int = 2048
+    prefill_token_buckets: tuple[int, ...] = (32, 64, 128, 256, 512)
+    codec_chunk_sizes: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 25)
+    chunk_policy: str = "slack"
+    fixed_chunks: tuple[int, ...] = (1, 2, 4, 8, 12)  # chunk_policy "fixed": the ramp, last entry repeats
+    trim_silence: bool = True
+    silence_threshold_dbfs: float = -50.0
+    max_trim_ms: float = 2000.0
+    skip_silent_first_frame: bool = False
+    admission: str = "auto"  # auto: on for cuda, off for cpu (the cost table is measured on a GPU)
+    costs: str = str(DEFAULT_COSTS)
+    heartbeat_s: float = 1.0
+    shutdown_grace_ms: int = 5000
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        _check_choice("device", self.device.split(":")[0], DEVICES)
+        _check_choice("dtype", self.dtype, DTYPES)
+        _check_choice("load_format", self.load_format, LOAD_FORMATS)
+        _check_choice("chunk_policy", self.chunk_policy, CHUNK_POLICIES)
+        _check_choice("admission", self.admission, ADMISSION)
+        for name in ("max_batch", "max_prefill_batch", "codec_max_batch", "kv_slots"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.codec_slots < 0 or self.threads < 0:
+            raise ValueError("codec_slots and threads must be >= 0")
+        if self.codec_slots and self.codec_slots < self.kv_slots:
+            raise ValueError(f"codec_slots ({self.codec_slots}) must be >= kv_slots ({self.kv_slots}): every "
+                             "generating request also holds a codec stream")
+        for name in ("prefill_token_buckets", "codec_chunk_sizes", "fixed_chunks"):
+            sizes = getattr(self, name)
+            if not sizes or sizes[0] < 1 or (name != "fixed_chunks" and list(sizes) != sorted(set(sizes))):
+                raise ValueError(f"{name} must be positive (and strictly increasing), got {list(sizes)}")
+        if self.max_frames < 16:
+            raise ValueError(f"max_context {self.max_context} leaves {self.max_frames} frames after the longest "
+                             f"prefill ({self.prefill_token_buckets[-1]}); raise --max-context")
+        if self.heartbeat_s <= 0 or self.shutdown_grace_ms < 0:
+            raise ValueError("heartbeat_s must be > 0 and shutdown_grace_ms >= 0")
+        SilenceConfig(threshold_dbfs=self.silence_threshold_dbfs, max_trim_ms=self.max_trim_ms)  # validates
+
+    # ------------------------------------------------------------ derived sizes
+
+    @property
+    def device_kind(self) -> str:
+        return self.device.split(":")[0]
+
+    @property
+    def streams(self) -> int:
+        """Codec streams (codec state slots and per-stream code buffers)."""
+        return self.codec_slots or self.kv_slots
+
+    @property
+    def max_frames(self) -> int:
+        """Frames one request may generate: the runaway cap, bounded so position + frames fit the KV slot."""
+        return min(MAX_FRAMES_CAP, self.max_context - self.prefill_token_buckets[-1])
+
+    @property
+    def capture_sizes(self) -> tuple[int, ...]:
+        return powers_up_to(self.max_batch)
+
+    @property
+    def prefill_capture_sizes(self) -> tuple[int, ...]:
+        return powers_up_to(self.max_prefill_batch)
+
+    @property
+    def codec_capture_sizes(self) -> tuple[int, ...]:
+        return powers_up_to(self.codec_max_batch)
+
+    def scheduler_config(self, *, random_weights: bool, device_kind: str) -> SchedulerConfig:
+        """The scheduler's view: capture shapes, slot counts, caps; the length model for random weights."""
+        admission = self.admission == "on" or (self.admission == "auto" and device_kind == "cuda")
+        return SchedulerConfig(
+            capture_sizes=self.capture_sizes,
+            prefill_capture_sizes=self.prefill_capture_sizes,
+            prefill_token_buckets=self.prefill_token_buckets,
+            codec_capture_sizes=self.codec_capture_sizes,
+            codec_chunk_sizes=self.codec_chunk_sizes,
+            max_requests=self.kv_slots,
+            max_codec_streams=self.streams,
+            # A skipped silent first frame would leave a one-frame first chunk empty: start with two.
+            first_chunk_frames=2 if self.skip_silent_first_frame and not random_weights else 1,
+            admission_control=admission,
+            max_frames=self.max_frames,
+            length_model=random_weights,
+        )
+
+    def chunk_policy_object(self) -> ChunkPolicy | None:
+        """None: the scheduler's own pace-aware policy (`SlackChunkPolicy`)."""
+        if self.chunk_policy == "adaptive":
+            sizes = tuple(s for s in self.codec_chunk_sizes)
+            return AdaptivePolicy(sizes=sizes if sizes[0] == 1 else (1, *sizes))
+        if self.chunk_policy == "fixed":
+            return FixedSchedule(self.fixed_chunks)
+        return None
+
+    def silence_config(self) -> SilenceConfig:
+        return SilenceConfig(trim_leading=self.trim_silence, threshold_dbfs=self.silence_threshold_dbfs,
+                             max_trim_ms=self.max_trim_ms, skip_silent_first_frame=self.skip_silent_first_frame)
+
+    def fingerprint(self) -> str:
+        """Settings as one JSON line plus a short hash, echoed at startup so runs can be told apart."""
+        text = json.dumps(asdict(self), sort_keys=True)
+        return f"{hashlib.sha256(text.encode()).hexdigest()[:12]} {text}"
+
+
+def powers_up_to(largest: int) -> tuple[int, ...]:
+    """1, 2, 4, ... below `largest`, then `largest` itself: the batch sizes graphs are captured for."""
+    sizes, n = [], 1
+    while n < largest:
+        sizes.append(n)
+        n *= 2
+    return (*sizes, largest)
+
+
+def _check_choice(name: str, value: str, choices: Sequence[str]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    d = EngineSettings(model="", socket="")
+    p = argparse.ArgumentParser(prog="python -m engine",
+                                description="Vivace engine: one process per GPU serving Qwen3-TTS over shared memory.")
+    p.add_argument("--model", required=True, help="preset (tiny, 1.7b, 0.6b), checkpoint directory or HF repo id")
+    p.add_argument("--socket", required=True, help='control socket path ("@name": Linux abstract namespace)')
+    p.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N (auto: cuda when available)")
+    p.add_argument("--dtype", default=d.dtype, choices=DTYPES, help="auto: bfloat16 on cuda, float32 on cpu")
+    p.add_argument("--load-format", default=d.load_format, choices=LOAD_FORMATS,
+                   help="dummy: random weights of the checkpoint's shape, length model instead of EOS")
+    p.add_argument("--download", action="store_true", help="allow fetching a HF repo id from the Hub")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of random weights (presets, dummy)")
+    p.add_argument("--threads", type=int, default=d.threads, help="torch CPU threads (0: automatic)")
+    p.add_argument("--max-batch", type=int, default=d.max_batch, help="largest talker / code-predictor batch")
+    p.add_argument("--max-prefill-batch", type=int, default=d.max_prefill_batch)
+    p.add_argument("--codec-max-batch", type=int, default=d.codec_max_batch)
+    p.add_argument("--kv-slots", type=int, default=d.kv_slots, help="talker KV cache slots (concurrent generations)")
+    p.add_argument("--codec-slots", type=int, default=d.codec_slots, help="codec streams (0: as many as KV slots)")
+    p.add_argument("--max-context", type=int, default=d.max_context, help="positions per KV slot (prefill + frames)")
+    p.add_argument("--prefill-buckets", type=_int_list, default=d.prefill_token_buckets,
+                   help="comma-separated prefill lengths; the last is the longest prompt accepted")
+    p.add_argument("--chunk-sizes", type=_int_list, default=d.codec_chunk_sizes, help="codec frames per call")
+    p.add_argument("--chunk-policy", default=d.chunk_policy, choices=CHUNK_POLICIES)
+    p.add_argument("--fixed-chunks", type=_int_list, default=d.fixed_chunks, help="ramp of --chunk-policy fixed")
+    p.add_argument("--no-trim-silence", dest="trim_silence", action="store_false", help="keep leading silence")
+    p.add_argument("--silence-threshold-dbfs", type=float, default=d.silence_threshold_dbfs)
+    p.add_argument("--max-trim-ms", type=float, default=d.max_trim_ms)
+    p.add_argument("--skip-silent-first-frame", action="store_true",
+                   help="drop the real model's silent first frame (default sampling, no instruction)")
+    p.add_argument("--admission", default=d.admission, choices=ADMISSION,
+                   help="predictive admission control (auto: on for cuda, off for cpu)")
+    p.add_argument("--costs", default=d.costs, help="cost table (JSON) the scheduler predicts step times from")
+    p.add_argument("--heartbeat-s", type=float, default=d.heartbeat_s)
+    p.add_argument("--shutdown-grace-ms", type=int, default=d.shutdown_grace_ms,
+                   help="SIGTERM: time in-flight requests get to finish before they fail")
+    p.add_argument("--log-level", default=d.log_level, choices=("debug", "info", "warning", "error"))
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> EngineSettings:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    values = vars(args)
+    values["prefill_token_buckets"] = values.pop("prefill_buckets")
+    values["codec_chunk_sizes"] = values.pop("chunk_sizes")
+    try:
+        settings = EngineSettings(**values)
+    except ValueError as error:
+        parser.error(str(error))
+    if not Path(settings.costs).is_file():
+        parser.error(f"cost table not found: {settings.costs}")
+    return settings

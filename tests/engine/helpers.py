@@ -1,0 +1,116 @@
+"""Shared pieces of the engine tests: building an in-process engine loop, and the reference output
+(`generate_codes` + full codec decode + the same silence trim) a request must reproduce."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from engine.codec.silence import LeadingSilenceTrimmer, SilenceConfig
+from engine.costmodel import CostModel
+from engine.executors import Executors
+from engine.executors.codec import to_int16
+from engine.ipc.messages import Layout, Ready, Sampling, Submit
+from engine.loop import EngineLoop
+from engine.model.generate import decode_codes, generate_codes
+from engine.model.qwen3_tts import Qwen3TTS
+from engine.scheduler import Scheduler
+from engine.settings import EngineSettings
+from engine.text.prompt import build_prefill
+
+SENTENCES = [
+    "Hello there, friend.",
+    "The quick brown fox jumps.",
+    "A short line.",
+    "Seven tired zebras watch quietly.",
+    "Rain again today?",
+    "We will see.",
+    "Numbers like 42 count too.",
+    "Bright morning light.",
+]
+
+
+def text_ids(model: Qwen3TTS, text: str) -> tuple[int, ...]:
+    assert model.tokenizer is not None
+    return tuple(model.tokenizer.target_ids(text))
+
+
+def make_loop(model: Qwen3TTS, *, kv_slots: int = 16, max_batch: int = 16, length_model: bool | None = None,
+              **settings: object) -> EngineLoop:
+    """The engine's loop, scheduler and executors in this process (no IPC), sized like a small engine."""
+    s = EngineSettings(model="tiny", socket="@unused", kv_slots=kv_slots, max_batch=max_batch, **settings)  # type: ignore[arg-type]
+    random_weights = model.config.random_weights if length_model is None else length_model
+    scheduler = Scheduler(s.scheduler_config(random_weights=random_weights, device_kind="cpu"),
+                          CostModel.load(s.costs), s.chunk_policy_object())
+    executors = Executors(model, kv_slots=s.kv_slots, streams=s.streams, max_context=s.max_context,
+                          max_frames=s.max_frames, max_batch=s.max_batch, silence=s.silence_config())
+    ready = Ready("tiny", random_weights, 24000, ("ryan",), ("auto",), "cpu", s.max_batch)
+    return EngineLoop(scheduler, executors, ready)
+
+
+def submit(model: Qwen3TTS, request_id: int, text: str, *, seed: int = 0, sampling: Sampling = Sampling(),  # noqa: B008
+           speaker: str = "ryan", language: str = "english", layout: Layout = Layout.STREAMING) -> Submit:
+    return Submit(request_id=request_id, speaker=speaker, language=language, text_ids=text_ids(model, text),
+                  text_chars=len(text), text_ended=True, layout=layout, seed=seed, sampling=sampling)
+
+
+def reference(model: Qwen3TTS, msg: Submit, silence: SilenceConfig | None = None) -> tuple[torch.Tensor, np.ndarray]:
+    """The request alone through the reference loop -> (frames [T,16], the int16 PCM the engine must publish)."""
+    prefill = build_prefill(model.config.prompt_ids, speaker=msg.speaker, language=msg.language,
+                            text_ids=msg.text_ids, instruct_ids=msg.instruct_ids,
+                            streaming=msg.layout is Layout.STREAMING)
+    codes = generate_codes(model, prefill, msg.sampling, msg.seed, text_chars=msg.text_chars)
+    trimmer = LeadingSilenceTrimmer(silence or SilenceConfig())
+    pcm = trimmer.push(decode_codes(model, codes))
+    return codes, to_int16(np.concatenate([pcm, trimmer.finish()]))
+
+
+LINK = 7  # any link id: the in-process loop routes replies by it
+
+
+class Finished:
+    """What one request published: its PCM (in order, checked contiguous), its Done, any Error."""
+
+    def __init__(self) -> None:
+        self.pcm = bytearray()
+        self.firsts = 0
+        self.done = None
+        self.error = None
+
+    @property
+    def samples(self) -> np.ndarray:
+        return np.frombuffer(bytes(self.pcm), dtype="<i2")
+
+
+def run_to_completion(loop: EngineLoop, msgs: list[Submit], max_steps: int = 20_000) -> tuple[dict[int, Finished], dict[int, torch.Tensor]]:
+    """Submit every request at once, step until all ended -> (published output, generated frames) per request."""
+    from engine.ipc.messages import Audio, Done, Error
+
+    now = loop.clock()
+    for msg in msgs:
+        loop.handle(LINK, msg, now)
+    code_slots = {}
+    for msg in msgs:
+        state = loop.request_state(LINK, msg.request_id)
+        assert state is not None, f"request {msg.request_id} was refused: {loop.take_replies()}"
+        code_slots[msg.request_id] = state.codec_slot
+    results = {msg.request_id: Finished() for msg in msgs}
+    for _ in range(max_steps):
+        ran = loop.step()
+        for link, reply in loop.take_replies():
+            assert link == LINK
+            r = results[reply.request_id]
+            assert r.done is None, f"{reply} after Done"
+            if isinstance(reply, Audio):
+                assert reply.start_sample == len(r.pcm) // 2, "audio is not contiguous"
+                r.firsts += reply.first
+                r.pcm += reply.pcm
+            elif isinstance(reply, Done):
+                r.done = reply
+            elif isinstance(reply, Error):
+                r.error = reply
+        if not ran and all(r.done is not None for r in results.values()):
+            break
+    assert all(r.done is not None for r in results.values()), "requests did not finish"
+    frames = {rid: loop.executors.codes[slot, : results[rid].done.frames].clone() for rid, slot in code_slots.items()}
+    return results, frames
