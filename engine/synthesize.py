@@ -29,11 +29,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--language", default="english", help='a language name or "auto"')
     parser.add_argument("--instruct", default="", help="optional style instruction (1.7B only)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--greedy", action="store_true", help="argmax instead of sampling (talker and predictor)")
+    parser.add_argument(
+        "--greedy", action="store_true", help="argmax instead of sampling (talker and predictor)"
+    )
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=DTYPES)
     parser.add_argument(
-        "--threads", type=int, default=1, help="CPU threads for torch (default 1: the tiny model gains nothing from more)"
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads for torch (default 1: the tiny model gains nothing from more)",
     )
     parser.add_argument("--load-format", default="auto", choices=("auto", "safetensors", "dummy"))
     parser.add_argument("--download", action="store_true", help="allow downloading a HF repo id")

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from loadtest.bench import RunOptions, run_benchmark
-from loadtest.fake_server import FakeVoice, serve
+from loadtest.fake_audio import FakeVoice
+from loadtest.fake_server import serve
 from loadtest.prompts import DEFAULT_POOL
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
@@ -71,7 +72,8 @@ def _add_load_options(parser: argparse.ArgumentParser, *, needs_url: bool = True
         "--duration", type=parse_duration, default=120.0, help="measurement window (default 120s)"
     )
     parser.add_argument("--warmup", type=parse_duration, default=10.0, help="warm-up, excluded (default 10s)")
-    parser.add_argument("--transport", choices=("http", "ws"), default="http")
+    if needs_url:  # selfbench picks its own URL and runs every transport in --transports
+        parser.add_argument("--transport", choices=("http", "ws"), default="http")
     parser.add_argument(
         "--client",
         choices=("fast", "library"),
@@ -127,7 +129,7 @@ def _options(args: argparse.Namespace, rps: float, url: str | None = None) -> Ru
         rps=rps,
         duration_s=args.duration,
         warmup_s=args.warmup,
-        transport=args.transport,
+        transport=getattr(args, "transport", "http"),
         client=args.client,
         seed=args.seed,
         prompts=args.prompts,

@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 from loadtest.bench import RunOptions, run_benchmark
-from loadtest.fake_server import FakeVoice
+from loadtest.fake_audio import FakeVoice
 
 MAX_SCHEDULING_LAG_P99_MS = 5.0
 MAX_LOOP_LAG_P99_MS = 5.0

@@ -21,7 +21,9 @@ class CodePredictorModel(nn.Module):
         super().__init__()
         c = config
         self.layers = nn.ModuleList(
-            DecoderLayer(c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rms_norm_eps)
+            DecoderLayer(
+                c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rms_norm_eps
+            )
             for _ in range(c.num_layers)
         )
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
@@ -37,7 +39,8 @@ class CodePredictor(nn.Module):
         self.config = config
         self.model = CodePredictorModel(config)
         self.lm_head = nn.ModuleList(
-            nn.Linear(config.hidden_size, config.vocab_size, bias=False) for _ in range(config.num_code_groups - 1)
+            nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            for _ in range(config.num_code_groups - 1)
         )
         self.small_to_mtp_projection: nn.Module = (
             nn.Linear(config.input_size, config.hidden_size, bias=True)
@@ -69,5 +72,11 @@ class CodePredictor(nn.Module):
         c = self.config
         weight = self.lm_head[0].weight
         return CodePredictorCache(
-            c.num_layers, batch, c.num_kv_heads, c.num_code_groups, c.head_dim, device=weight.device, dtype=weight.dtype
+            c.num_layers,
+            batch,
+            c.num_kv_heads,
+            c.num_code_groups,
+            c.head_dim,
+            device=weight.device,
+            dtype=weight.dtype,
         )

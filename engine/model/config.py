@@ -107,7 +107,9 @@ def preset(name: str) -> ModelConfig:
 def config_from_dicts(
     config_json: dict[str, Any], codec_json: dict[str, Any], *, source: str, random_weights: bool
 ) -> ModelConfig:
-    return _from_dicts(config_json, CodecConfig.from_dict(codec_json), source=source, random_weights=random_weights)
+    return _from_dicts(
+        config_json, CodecConfig.from_dict(codec_json), source=source, random_weights=random_weights
+    )
 
 
 def _from_dicts(

@@ -131,14 +131,18 @@ def _talker_prefill(model: Qwen3TTS, cache: TalkerKVCache, slots: list[int], emb
     return hidden[rows, last], logits[rows, last]
 
 
-def _talker_decode(model: Qwen3TTS, cache: TalkerKVCache, slots: list[int], x: Tensor) -> tuple[Tensor, Tensor]:
+def _talker_decode(
+    model: Qwen3TTS, cache: TalkerKVCache, slots: list[int], x: Tensor
+) -> tuple[Tensor, Tensor]:
     """x [B,1,H] -> (hidden [B,H], fp32 logits [B,V])."""
     hidden = model.talker(x, cache, cache.decode_batch(slots))[:, 0]
     cache.advance(slots, [1] * len(slots))
     return hidden, model.talker.logits(hidden)
 
 
-def _predict_codes(model: Qwen3TTS, hidden: Tensor, code0: Tensor, choose: Callable[[int, Tensor], Tensor]) -> Tensor:
+def _predict_codes(
+    model: Qwen3TTS, hidden: Tensor, code0: Tensor, choose: Callable[[int, Tensor], Tensor]
+) -> Tensor:
     """Code predictor over one frame for B rows: hidden [B,H], code0 [B] -> codes of groups 1..15 [B,15].
 
     `choose(group, logits [B,V])` returns the group's codes [B] (a draw, or teacher forcing).
@@ -201,34 +205,50 @@ def teacher_forced_probs(
     for k in range(frames):
         frame = codes[k : k + 1]  # [1,16]
         group_probs: list[Tensor] = []
-
-        def teacher(group: int, group_logits: Tensor, frame: Tensor = frame, out: list[Tensor] = group_probs) -> Tensor:
-            out.append(sampler.processed_probs(group_logits, predictor_rows))
-            return frame[:, group]
-
-        _predict_codes(model, hidden, frame[:, 0], teacher)
+        _predict_codes(model, hidden, frame[:, 0], _teacher(frame, predictor_rows, group_probs))
         predictor_probs.append(torch.cat(group_probs))  # [15, 2048]
         state.record([0], frame[:, 0])
-        hidden, logits = _talker_decode(model, cache, [0], _frame_input(model, frame, _text_rows(trailing, [0], [k])))
+        hidden, logits = _talker_decode(
+            model, cache, [0], _frame_input(model, frame, _text_rows(trailing, [0], [k]))
+        )
         talker_probs.append(sampler.processed_probs(state.scores(logits, [0]), talker_rows))
-    empty = torch.zeros(0, model.config.code_predictor.num_code_groups - 1, model.config.code_predictor.vocab_size)
+    c = model.config.code_predictor
+    empty = torch.zeros(0, c.num_code_groups - 1, c.vocab_size, device=device)
     return torch.cat(talker_probs), torch.stack(predictor_probs) if predictor_probs else empty
+
+
+def _teacher(
+    frame: Tensor, settings: sampler.RowSettings, out: list[Tensor]
+) -> Callable[[int, Tensor], Tensor]:
+    """A `choose` for `_predict_codes` that records each group's distribution and feeds the given code."""
+
+    def choose(group: int, logits: Tensor) -> Tensor:
+        out.append(sampler.processed_probs(logits, settings))
+        return frame[:, group]
+
+    return choose
 
 
 class _TalkerState:
     """Per-row inputs of the talker processors: ids seen so far, count, penalty, whether EOS is banned."""
 
-    def __init__(self, model: Qwen3TTS, seen: Tensor, generated: Tensor, penalty: Tensor, eos_never: Tensor) -> None:
+    def __init__(
+        self, model: Qwen3TTS, seen: Tensor, generated: Tensor, penalty: Tensor, eos_never: Tensor
+    ) -> None:
         self.config = model.config.talker
         self.seen, self.generated, self.penalty, self.eos_never = seen, generated, penalty, eos_never
 
     @staticmethod
     def new(model: Qwen3TTS, rows: int, samplings: Sequence[Sampling], device: torch.device) -> _TalkerState:
         vocab = model.config.talker.vocab_size
-        penalty = torch.tensor([[s.repetition_penalty] for s in samplings], dtype=torch.float32, device=device)
+        penalty = torch.tensor(
+            [[s.repetition_penalty] for s in samplings], dtype=torch.float32, device=device
+        )
         eos_never = torch.full((rows,), model.config.random_weights, dtype=torch.bool, device=device)
         seen = torch.zeros(rows, vocab, dtype=torch.bool, device=device)
-        return _TalkerState(model, seen, torch.zeros(rows, dtype=torch.int64, device=device), penalty, eos_never)
+        return _TalkerState(
+            model, seen, torch.zeros(rows, dtype=torch.int64, device=device), penalty, eos_never
+        )
 
     def scores(self, logits: Tensor, rows: list[int]) -> Tensor:
         c = self.config
@@ -255,7 +275,9 @@ def generate_codes(
     text_chars: int | None = None,
 ) -> Tensor:
     """One request -> frames [T,16] int64 on the model's device (see the module docstring for stopping)."""
-    return generate_batch(model, [prefill], [sampling], [seed], max_frames=max_frames, text_chars=[text_chars])[0]
+    return generate_batch(
+        model, [prefill], [sampling], [seed], max_frames=max_frames, text_chars=[text_chars]
+    )[0]
 
 
 @torch.inference_mode()
@@ -271,7 +293,9 @@ def generate_batch(
     """Several requests through one slot KV cache; request i's frames equal generate_codes on it alone."""
     count = len(prefills)
     if not (count == len(samplings) == len(seeds)) or count == 0:
-        raise ValueError("generate_batch needs one sampling and one seed per prefill, and at least one prefill")
+        raise ValueError(
+            "generate_batch needs one sampling and one seed per prefill, and at least one prefill"
+        )
     chars = list(text_chars) if text_chars is not None else [None] * count
     limits = [_frame_limit(model, p, c, max_frames) for p, c in zip(prefills, chars, strict=True)]
     device = model.device
@@ -309,7 +333,9 @@ def generate_batch(
     return [torch.stack(f) if f else torch.zeros(0, width, dtype=torch.int64, device=device) for f in frames]
 
 
-def _frame_limit(model: Qwen3TTS, prefill: Prefill, chars: int | None, max_frames: int | None) -> tuple[int, bool]:
+def _frame_limit(
+    model: Qwen3TTS, prefill: Prefill, chars: int | None, max_frames: int | None
+) -> tuple[int, bool]:
     """-> (frame limit, whether reaching it simply ends the request) for one request."""
     if max_frames is not None and max_frames < 1:
         raise ValueError(f"max_frames must be >= 1, got {max_frames}")
@@ -332,7 +358,11 @@ def _text_token_count(model: Qwen3TTS, prefill: Prefill) -> int:
 
 
 def _check_runaway(
-    model: Qwen3TTS, rows: list[int], code0: Tensor, frames: list[list[Tensor]], limits: list[tuple[int, bool]]
+    model: Qwen3TTS,
+    rows: list[int],
+    code0: Tensor,
+    frames: list[list[Tensor]],
+    limits: list[tuple[int, bool]],
 ) -> None:
     eos = model.config.talker.codec_eos_id
     for r, c in zip(rows, code0.tolist(), strict=True):
@@ -347,7 +377,9 @@ def _check_runaway(
 class _Run:
     """Sampling state of one generate_batch call, indexed by request number."""
 
-    def __init__(self, model: Qwen3TTS, samplings: Sequence[Sampling], seeds: Sequence[int], device: torch.device):
+    def __init__(
+        self, model: Qwen3TTS, samplings: Sequence[Sampling], seeds: Sequence[int], device: torch.device
+    ):
         self.model = model
         self.talker_rows = sampler.RowSettings.talker(list(samplings), device)
         self.predictor_rows = sampler.RowSettings.code_predictor(list(samplings), device)

@@ -33,7 +33,9 @@ class TalkerKVCache:
         dtype: torch.dtype,
     ) -> None:
         self.max_len = max_len
-        self.kv = torch.zeros(num_layers, 2, num_slots, num_kv_heads, max_len, head_dim, device=device, dtype=dtype)
+        self.kv = torch.zeros(
+            num_layers, 2, num_slots, num_kv_heads, max_len, head_dim, device=device, dtype=dtype
+        )
         self.lengths = [0] * num_slots  # host copy: the reference path plans on the host
 
     @property
@@ -85,7 +87,9 @@ class TalkerKVCache:
     def _check_room(self, slots: list[int], ends: list[int]) -> None:
         for slot, end in zip(slots, ends, strict=True):
             if end > self.max_len:
-                raise RuntimeError(f"talker KV cache slot {slot} is full: needs {end} positions, has {self.max_len}")
+                raise RuntimeError(
+                    f"talker KV cache slot {slot} is full: needs {end} positions, has {self.max_len}"
+                )
 
 
 class CodePredictorCache:
@@ -95,7 +99,9 @@ class CodePredictorCache:
         self, num_layers: int, batch: int, num_kv_heads: int, positions: int, head_dim: int,
         *, device: torch.device | str, dtype: torch.dtype,
     ) -> None:  # fmt: skip
-        self.kv = torch.zeros(num_layers, 2, batch, num_kv_heads, positions, head_dim, device=device, dtype=dtype)
+        self.kv = torch.zeros(
+            num_layers, 2, batch, num_kv_heads, positions, head_dim, device=device, dtype=dtype
+        )
         self.slots = torch.arange(batch, device=device)
 
     def layer(self, index: int) -> tuple[Tensor, Tensor]:

@@ -48,7 +48,9 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("inv_freq", self._inv_freq(torch.device("cpu")), persistent=False)
 
     def _inv_freq(self, device: torch.device) -> Tensor:
-        exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=device).float() / self.head_dim
+        exponents = (
+            torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=device).float() / self.head_dim
+        )
         return 1.0 / (self.theta**exponents)
 
     def reset_inv_freq(self) -> None:

@@ -33,7 +33,9 @@ def checkpoint_name(module_name: str) -> str:
 
 
 class Qwen3TTS(nn.Module):
-    def __init__(self, config: ModelConfig, codec: CodecDecoder | None, tokenizer: TextTokenizer | None) -> None:
+    def __init__(
+        self, config: ModelConfig, codec: CodecDecoder | None, tokenizer: TextTokenizer | None
+    ) -> None:
         super().__init__()
         self.config = config
         self.talker = Talker(config.talker)

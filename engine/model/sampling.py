@@ -58,7 +58,9 @@ def _rows(values: list[tuple[bool, float, int]], device: torch.device | str) -> 
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {top_k}")
     return RowSettings(
         greedy=torch.tensor([v[0] for v in values], dtype=torch.bool, device=device),
-        temperature=torch.tensor([[v[1] if not v[0] else 1.0] for v in values], dtype=torch.float32, device=device),
+        temperature=torch.tensor(
+            [[v[1] if not v[0] else 1.0] for v in values], dtype=torch.float32, device=device
+        ),
         top_k=torch.tensor([v[2] for v in values], dtype=torch.int64, device=device),
         kmax=0 if any(v[2] == 0 for v in values) else max(v[2] for v in values),
     )

@@ -33,7 +33,9 @@ class TalkerModel(nn.Module):
         super().__init__()
         c = config
         self.layers = nn.ModuleList(
-            DecoderLayer(c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rms_norm_eps)
+            DecoderLayer(
+                c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size, c.rms_norm_eps
+            )
             for _ in range(c.num_layers)
         )
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
@@ -74,5 +76,11 @@ class Talker(nn.Module):
         c = self.config
         weight = self.model.norm.weight
         return TalkerKVCache(
-            c.num_layers, num_slots, c.num_kv_heads, max_len, c.head_dim, device=weight.device, dtype=weight.dtype
+            c.num_layers,
+            num_slots,
+            c.num_kv_heads,
+            max_len,
+            c.head_dim,
+            device=weight.device,
+            dtype=weight.dtype,
         )

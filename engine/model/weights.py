@@ -193,7 +193,9 @@ def _check_table(
     missing = sorted(set(expected) - set(found))
     extra = sorted(set(found) - set(expected))
     wrong = sorted(
-        f"{k}: file {found[k][1]}, expected {expected[k]}" for k in set(expected) & set(found) if found[k][1] != expected[k]
+        f"{k}: file {found[k][1]}, expected {expected[k]}"
+        for k in set(expected) & set(found)
+        if found[k][1] != expected[k]
     )
     problems = []
     if missing:
@@ -203,7 +205,9 @@ def _check_table(
     if extra:
         problems.append(f"{len(extra)} unexpected tensor(s): {_preview(extra)}")
     if problems:
-        raise CheckpointError(f"{root / WEIGHTS_FILE} does not match {root / 'config.json'}: " + "; ".join(problems))
+        raise CheckpointError(
+            f"{root / WEIGHTS_FILE} does not match {root / 'config.json'}: " + "; ".join(problems)
+        )
 
 
 def _preview(items: list[str], limit: int = 8) -> str:

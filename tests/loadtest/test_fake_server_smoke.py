@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from loadtest.bench import RunOptions, run_benchmark
-from loadtest.fake_server import FakeVoice
+from loadtest.fake_audio import FakeVoice
 from loadtest.selfbench import start_fake_server, stop
 
 REPO = Path(__file__).resolve().parents[2]

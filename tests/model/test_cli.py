@@ -16,7 +16,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "engine.synthesize", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "engine.synthesize", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 

@@ -72,9 +72,13 @@ def test_random_weight_models_follow_the_length_model(tiny_model, text):
     expected = math.ceil(12.5 * len(text) / 14)
     assert frames_for_text(len(text)) == expected
     for streaming in (True, False):
-        codes = generate_codes(tiny_model, _prefill(tiny_model, text, streaming=streaming), Sampling(), 0, text_chars=len(text))
+        codes = generate_codes(
+            tiny_model, _prefill(tiny_model, text, streaming=streaming), Sampling(), 0, text_chars=len(text)
+        )
         assert codes.shape[0] == expected
-    capped = generate_codes(tiny_model, _prefill(tiny_model, text), Sampling(), 0, max_frames=2, text_chars=len(text))
+    capped = generate_codes(
+        tiny_model, _prefill(tiny_model, text), Sampling(), 0, max_frames=2, text_chars=len(text)
+    )
     assert capped.shape[0] == min(2, expected)
 
 

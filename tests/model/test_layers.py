@@ -21,7 +21,9 @@ def test_rms_norm_matches_formula_and_rounds_before_the_weight_multiply():
 
     norm_bf16 = norm.to(torch.bfloat16)
     xb = x.to(torch.bfloat16)
-    normalised = (xb.float() * torch.rsqrt(xb.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(torch.bfloat16)
+    normalised = (xb.float() * torch.rsqrt(xb.float().pow(2).mean(-1, keepdim=True) + 1e-6)).to(
+        torch.bfloat16
+    )
     assert torch.equal(norm_bf16(xb), norm_bf16.weight * normalised)  # official order: round, then multiply
     assert norm_bf16(xb).dtype == torch.bfloat16
 
@@ -38,8 +40,12 @@ def test_rope_is_a_rotation_of_dimension_pairs_i_and_i_plus_half():
         for i in range(half):
             angle = pos / theta ** (2 * i / head_dim)
             a, b = x[0, :, t, i], x[0, :, t, i + half]
-            torch.testing.assert_close(out[0, :, t, i], a * math.cos(angle) - b * math.sin(angle), atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(out[0, :, t, i + half], b * math.cos(angle) + a * math.sin(angle), atol=1e-5, rtol=1e-5)
+            torch.testing.assert_close(
+                out[0, :, t, i], a * math.cos(angle) - b * math.sin(angle), atol=1e-5, rtol=1e-5
+            )
+            torch.testing.assert_close(
+                out[0, :, t, i + half], b * math.cos(angle) + a * math.sin(angle), atol=1e-5, rtol=1e-5
+            )
     assert torch.equal(apply_rope(x, cos, sin)[:, :, 0], x[:, :, 0])  # position 0 is the identity
 
 
@@ -81,7 +87,9 @@ def test_cached_attention_equals_naive_causal_gqa(dense):
     rope = RotaryEmbedding(8, 10_000.0)
     cos, sin = rope(positions, x.dtype)
     k_cache, v_cache = torch.zeros(2, 2, 16, 8), torch.zeros(2, 2, 16, 8)
-    batch = AttentionBatch(torch.arange(2), positions, kv_len=6, is_causal=True, dense_start=0 if dense else None)
+    batch = AttentionBatch(
+        torch.arange(2), positions, kv_len=6, is_causal=True, dense_start=0 if dense else None
+    )
     out = attn(x, cos, sin, k_cache, v_cache, batch)
     torch.testing.assert_close(out, _naive_attention(x, attn, positions), rtol=1e-5, atol=1e-5)
     assert k_cache[:, :, 6:].abs().sum() == 0  # nothing written past the new tokens

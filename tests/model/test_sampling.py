@@ -57,7 +57,9 @@ def test_eos_is_masked_for_the_first_two_tokens_and_always_for_random_weight_row
 
 def test_top_k_keeps_ties_at_the_threshold_and_greedy_rows_are_one_hot():
     scores = torch.tensor([[1.0, 3.0, 2.0, 2.0, 0.0], [1.0, 3.0, 2.0, 2.0, 0.0]])
-    settings = RowSettings.code_predictor([Sampling(subtalker_top_k=2), Sampling(subtalker_greedy=True)], "cpu")
+    settings = RowSettings.code_predictor(
+        [Sampling(subtalker_top_k=2), Sampling(subtalker_greedy=True)], "cpu"
+    )
     probs = processed_probs(scores, settings)
     assert (probs[0] > 0).tolist() == [False, True, True, True, False]  # the two 2.0s tie for second place
     assert probs[1].tolist() == [0.0, 1.0, 0.0, 0.0, 0.0]
@@ -70,7 +72,9 @@ def test_draws_depend_only_on_the_request_seed_frame_and_group():
     crowd = probs.expand(5, -1)
     in_batch = draw(crowd, rng.seed_tensor([1, 2, 42, 3, 4], "cpu"), torch.tensor([0, 9, 7, 7, 1]), group=3)
     assert in_batch[2] == alone[0]
-    other = [draw(probs, rng.seed_tensor([42], "cpu"), torch.tensor([f]), group=g)[0] for f, g in [(8, 3), (7, 4)]]
+    other = [
+        draw(probs, rng.seed_tensor([42], "cpu"), torch.tensor([f]), group=g)[0] for f, g in [(8, 3), (7, 4)]
+    ]
     assert len({int(alone[0]), *map(int, other)}) > 1  # frame and group are part of the address
 
 

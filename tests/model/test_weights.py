@@ -42,7 +42,9 @@ def test_a_saved_checkpoint_loads_back_tensor_for_tensor(checkpoint, tiny_model)
     ours = dict(loaded.checkpoint_tensors())
     for name, tensor in tiny_model.checkpoint_tensors():
         assert torch.equal(ours[name], tensor), name
-    for (name, a), b in zip(loaded.codec.state_dict().items(), tiny_model.codec.state_dict().values(), strict=True):
+    for (name, a), b in zip(
+        loaded.codec.state_dict().items(), tiny_model.codec.state_dict().values(), strict=True
+    ):
         assert torch.equal(a, b), name
     assert loaded.tokenizer is not None and loaded.tokenizer.is_fallback  # no tokenizer files in the dir
 
@@ -140,7 +142,9 @@ def test_unknown_model_types_are_rejected_with_a_clear_error(tmp_path, checkpoin
     config[field] = value
     (tmp_path / "speech_tokenizer").mkdir()
     (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "speech_tokenizer" / "config.json").write_text((checkpoint / "speech_tokenizer" / "config.json").read_text())
+    (tmp_path / "speech_tokenizer" / "config.json").write_text(
+        (checkpoint / "speech_tokenizer" / "config.json").read_text()
+    )
     with pytest.raises(ConfigError, match=message):
         load_config(tmp_path)
 

@@ -55,34 +55,65 @@ with contextlib.redirect_stdout(sys.stderr):  # qwen_tts prints a flash-attn ban
     from qwen_tts import Qwen3TTSModel  # noqa: E402
     from qwen_tts.core import Qwen3TTSTokenizerV2Config, Qwen3TTSTokenizerV2Model  # noqa: E402
     from qwen_tts.core.models import Qwen3TTSConfig, Qwen3TTSForConditionalGeneration  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
-
 import synthetic_tokenizer  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
 
 SEED = 20240611
 RUN_FRAMES = 32
 
 SPEAKERS = {
-    "aiden": 2861, "sohee": 2864, "ono_anna": 2873, "eric": 2875, "dylan": 2878,
-    "uncle_fu": 3010, "ryan": 3061, "vivian": 3065, "serena": 3066,
+    "aiden": 2861,
+    "sohee": 2864,
+    "ono_anna": 2873,
+    "eric": 2875,
+    "dylan": 2878,
+    "uncle_fu": 3010,
+    "ryan": 3061,
+    "vivian": 3065,
+    "serena": 3066,
 }
 DIALECTS = {name: False for name in SPEAKERS} | {"eric": "sichuan_dialect", "dylan": "beijing_dialect"}
 LANGUAGES = {
-    "english": 2050, "german": 2053, "spanish": 2054, "chinese": 2055, "japanese": 2058, "french": 2061,
-    "sichuan_dialect": 2062, "korean": 2064, "russian": 2069, "italian": 2070, "portuguese": 2071,
+    "english": 2050,
+    "german": 2053,
+    "spanish": 2054,
+    "chinese": 2055,
+    "japanese": 2058,
+    "french": 2061,
+    "sichuan_dialect": 2062,
+    "korean": 2064,
+    "russian": 2069,
+    "italian": 2070,
+    "portuguese": 2071,
     "beijing_dialect": 2074,
 }
 CODEC_IDS = {
-    "codec_eos_token_id": 2150, "codec_think_id": 2154, "codec_nothink_id": 2155, "codec_think_bos_id": 2156,
-    "codec_think_eos_id": 2157, "codec_pad_id": 2148, "codec_bos_id": 2149,
+    "codec_eos_token_id": 2150,
+    "codec_think_id": 2154,
+    "codec_nothink_id": 2155,
+    "codec_think_bos_id": 2156,
+    "codec_think_eos_id": 2157,
+    "codec_pad_id": 2148,
+    "codec_bos_id": 2149,
 }
 TOP_LEVEL_IDS = {
-    "im_start_token_id": 151644, "im_end_token_id": 151645, "assistant_token_id": 77091,
-    "tts_pad_token_id": 151671, "tts_bos_token_id": 151672, "tts_eos_token_id": 151673,
+    "im_start_token_id": 151644,
+    "im_end_token_id": 151645,
+    "assistant_token_id": 77091,
+    "tts_pad_token_id": 151671,
+    "tts_bos_token_id": 151672,
+    "tts_eos_token_id": 151673,
 }
 GENERATION_CONFIG = {
-    "do_sample": True, "temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05,
-    "subtalker_dosample": True, "subtalker_temperature": 0.9, "subtalker_top_k": 50, "subtalker_top_p": 1.0,
+    "do_sample": True,
+    "temperature": 0.9,
+    "top_k": 50,
+    "top_p": 1.0,
+    "repetition_penalty": 1.05,
+    "subtalker_dosample": True,
+    "subtalker_temperature": 0.9,
+    "subtalker_top_k": 50,
+    "subtalker_top_p": 1.0,
     "max_new_tokens": 8192,
 }
 TRICKY_TEXTS = [
@@ -106,10 +137,24 @@ TRICKY_TEXTS = [
     "x²+y²=z² ½ № ™",
     "ALLCAPS MixedCASEWord lowercase",
 ]
-INSTRUCTS = ["Speak slowly, with a warm and calm voice.", "用开心的语气说。", "Whisper like a secret: iPhone!"]
+INSTRUCTS = [
+    "Speak slowly, with a warm and calm voice.",
+    "用开心的语气说。",
+    "Whisper like a secret: iPhone!",
+]
 PREFILL_TEXTS = ["Hello iPhone world, it's 2024!", "你好，世界。naïve café 😀"]
-USER_LANGUAGES = ["english", "german", "spanish", "chinese", "japanese", "french", "korean", "russian", "italian",
-                  "portuguese"]
+USER_LANGUAGES = [
+    "english",
+    "german",
+    "spanish",
+    "chinese",
+    "japanese",
+    "french",
+    "korean",
+    "russian",
+    "italian",
+    "portuguese",
+]
 RUNS = [  # (checkpoint, speaker, language, instruct, streaming)
     ("1b7", "ryan", "english", "", True),
     ("1b7", "vivian", "chinese", INSTRUCTS[0], False),
@@ -123,25 +168,58 @@ CODEC_LENGTHS = [1, 7, 80, 310]
 # ------------------------------------------------------------------ configs
 
 
-def talker_config(*, hidden: int, layers: int, heads: int, kv_heads: int, head_dim: int, intermediate: int,
-                  text_hidden: int, cp_hidden: int, cp_layers: int, cp_intermediate: int) -> dict:
+def talker_config(
+    *,
+    hidden: int,
+    layers: int,
+    heads: int,
+    kv_heads: int,
+    head_dim: int,
+    intermediate: int,
+    text_hidden: int,
+    cp_hidden: int,
+    cp_layers: int,
+    cp_intermediate: int,
+) -> dict:
     half = head_dim // 2
     mrope = [half - 2 * (half * 5 // 16), half * 5 // 16, half * 5 // 16]  # [24,20,20] for head_dim 128
     return {
-        "hidden_size": hidden, "num_hidden_layers": layers, "num_attention_heads": heads,
-        "num_key_value_heads": kv_heads, "head_dim": head_dim, "intermediate_size": intermediate,
-        "hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 1000000,
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "intermediate_size": intermediate,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000,
         "rope_scaling": {"rope_type": "default", "mrope_section": mrope, "interleaved": True},
-        "max_position_embeddings": 32768, "vocab_size": 3072, "text_vocab_size": 151936,
-        "text_hidden_size": text_hidden, "num_code_groups": 16, "attention_bias": False,
-        "position_id_per_seconds": 13, "initializer_range": 0.02,
-        "spk_id": dict(SPEAKERS), "spk_is_dialect": dict(DIALECTS), "codec_language_id": dict(LANGUAGES),
+        "max_position_embeddings": 32768,
+        "vocab_size": 3072,
+        "text_vocab_size": 151936,
+        "text_hidden_size": text_hidden,
+        "num_code_groups": 16,
+        "attention_bias": False,
+        "position_id_per_seconds": 13,
+        "initializer_range": 0.02,
+        "spk_id": dict(SPEAKERS),
+        "spk_is_dialect": dict(DIALECTS),
+        "codec_language_id": dict(LANGUAGES),
         **CODEC_IDS,
         "code_predictor_config": {
-            "hidden_size": cp_hidden, "num_hidden_layers": cp_layers, "num_attention_heads": heads,
-            "num_key_value_heads": kv_heads, "head_dim": head_dim, "intermediate_size": cp_intermediate,
-            "hidden_act": "silu", "rms_norm_eps": 1e-6, "rope_theta": 1000000, "vocab_size": 2048,
-            "num_code_groups": 16, "max_position_embeddings": 65536, "attention_bias": False,
+            "hidden_size": cp_hidden,
+            "num_hidden_layers": cp_layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads,
+            "head_dim": head_dim,
+            "intermediate_size": cp_intermediate,
+            "hidden_act": "silu",
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1000000,
+            "vocab_size": 2048,
+            "num_code_groups": 16,
+            "max_position_embeddings": 65536,
+            "attention_bias": False,
             "layer_types": ["full_attention"] * cp_layers,
         },
     }
@@ -149,60 +227,162 @@ def talker_config(*, hidden: int, layers: int, heads: int, kv_heads: int, head_d
 
 def model_config(size: str, talker: dict) -> dict:
     return {
-        "architectures": ["Qwen3TTSForConditionalGeneration"], "model_type": "qwen3_tts",
-        "tokenizer_type": "qwen3_tts_tokenizer_12hz", "tts_model_size": size, "tts_model_type": "custom_voice",
-        **TOP_LEVEL_IDS, "talker_config": talker,
+        "architectures": ["Qwen3TTSForConditionalGeneration"],
+        "model_type": "qwen3_tts",
+        "tokenizer_type": "qwen3_tts_tokenizer_12hz",
+        "tts_model_size": size,
+        "tts_model_type": "custom_voice",
+        **TOP_LEVEL_IDS,
+        "talker_config": talker,
     }
 
 
 FULL_CONFIGS = {
-    "1.7b": model_config("1b7", talker_config(hidden=2048, layers=28, heads=16, kv_heads=8, head_dim=128,
-                                              intermediate=6144, text_hidden=2048, cp_hidden=1024, cp_layers=5,
-                                              cp_intermediate=3072)),
-    "0.6b": model_config("0b6", talker_config(hidden=1024, layers=28, heads=16, kv_heads=8, head_dim=128,
-                                              intermediate=3072, text_hidden=2048, cp_hidden=1024, cp_layers=5,
-                                              cp_intermediate=3072)),
+    "1.7b": model_config(
+        "1b7",
+        talker_config(
+            hidden=2048,
+            layers=28,
+            heads=16,
+            kv_heads=8,
+            head_dim=128,
+            intermediate=6144,
+            text_hidden=2048,
+            cp_hidden=1024,
+            cp_layers=5,
+            cp_intermediate=3072,
+        ),
+    ),
+    "0.6b": model_config(
+        "0b6",
+        talker_config(
+            hidden=1024,
+            layers=28,
+            heads=16,
+            kv_heads=8,
+            head_dim=128,
+            intermediate=3072,
+            text_hidden=2048,
+            cp_hidden=1024,
+            cp_layers=5,
+            cp_intermediate=3072,
+        ),
+    ),
 }
 TINY_CONFIGS = {
-    "1b7": model_config("1b7", talker_config(hidden=64, layers=2, heads=4, kv_heads=2, head_dim=16,
-                                             intermediate=128, text_hidden=48, cp_hidden=32, cp_layers=2,
-                                             cp_intermediate=64)),
-    "0b6": model_config("0b6", talker_config(hidden=32, layers=2, heads=4, kv_heads=2, head_dim=16,
-                                             intermediate=64, text_hidden=48, cp_hidden=32, cp_layers=2,
-                                             cp_intermediate=64)),
+    "1b7": model_config(
+        "1b7",
+        talker_config(
+            hidden=64,
+            layers=2,
+            heads=4,
+            kv_heads=2,
+            head_dim=16,
+            intermediate=128,
+            text_hidden=48,
+            cp_hidden=32,
+            cp_layers=2,
+            cp_intermediate=64,
+        ),
+    ),
+    "0b6": model_config(
+        "0b6",
+        talker_config(
+            hidden=32,
+            layers=2,
+            heads=4,
+            kv_heads=2,
+            head_dim=16,
+            intermediate=64,
+            text_hidden=48,
+            cp_hidden=32,
+            cp_layers=2,
+            cp_intermediate=64,
+        ),
+    ),
 }
 FULL_DECODER = {
-    "codebook_size": 2048, "codebook_dim": 512, "latent_dim": 1024, "hidden_size": 512, "num_hidden_layers": 8,
-    "num_attention_heads": 16, "num_key_value_heads": 16, "head_dim": 64, "intermediate_size": 1024,
-    "hidden_act": "silu", "rms_norm_eps": 1e-5, "rope_theta": 10000, "max_position_embeddings": 8000,
-    "sliding_window": 72, "layer_scale_initial_scale": 0.01, "num_quantizers": 16, "num_semantic_quantizers": 1,
-    "upsampling_ratios": [2, 2], "upsample_rates": [8, 5, 4, 3], "decoder_dim": 1536, "attention_bias": False,
-    "semantic_codebook_size": 4096, "vector_quantization_hidden_dimension": 512, "attention_dropout": 0.0,
+    "codebook_size": 2048,
+    "codebook_dim": 512,
+    "latent_dim": 1024,
+    "hidden_size": 512,
+    "num_hidden_layers": 8,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 16,
+    "head_dim": 64,
+    "intermediate_size": 1024,
+    "hidden_act": "silu",
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 10000,
+    "max_position_embeddings": 8000,
+    "sliding_window": 72,
+    "layer_scale_initial_scale": 0.01,
+    "num_quantizers": 16,
+    "num_semantic_quantizers": 1,
+    "upsampling_ratios": [2, 2],
+    "upsample_rates": [8, 5, 4, 3],
+    "decoder_dim": 1536,
+    "attention_bias": False,
+    "semantic_codebook_size": 4096,
+    "vector_quantization_hidden_dimension": 512,
+    "attention_dropout": 0.0,
 }
 FULL_ENCODER = {  # 3rd-party values (reference 2.4); encoder tensors are exempt from the comparison anyway
-    "hidden_size": 512, "num_filters": 64, "upsampling_ratios": [8, 6, 5, 4], "num_hidden_layers": 8,
-    "num_attention_heads": 8, "num_key_value_heads": 8, "codebook_size": 2048, "codebook_dim": 256,
-    "num_quantizers": 32, "num_semantic_quantizers": 1, "sliding_window": 250, "frame_rate": 12.5,
+    "hidden_size": 512,
+    "num_filters": 64,
+    "upsampling_ratios": [8, 6, 5, 4],
+    "num_hidden_layers": 8,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 8,
+    "codebook_size": 2048,
+    "codebook_dim": 256,
+    "num_quantizers": 32,
+    "num_semantic_quantizers": 1,
+    "sliding_window": 250,
+    "frame_rate": 12.5,
 }
 TINY_DECODER = FULL_DECODER | {
-    "codebook_dim": 16, "latent_dim": 32, "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 2,
-    "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 32, "decoder_dim": 32,
+    "codebook_dim": 16,
+    "latent_dim": 32,
+    "hidden_size": 16,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "intermediate_size": 32,
+    "decoder_dim": 32,
     "vector_quantization_hidden_dimension": 16,
 }
 TINY_ENCODER = {
-    "hidden_size": 16, "num_filters": 2, "upsampling_ratios": [8, 6, 5, 4], "num_hidden_layers": 1,
-    "num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 32,
-    "codebook_size": 2048, "codebook_dim": 8, "vector_quantization_hidden_dimension": 8, "num_quantizers": 16,
-    "num_semantic_quantizers": 1, "upsample_groups": 16, "frame_rate": 12.5,
+    "hidden_size": 16,
+    "num_filters": 2,
+    "upsampling_ratios": [8, 6, 5, 4],
+    "num_hidden_layers": 1,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "head_dim": 8,
+    "intermediate_size": 32,
+    "codebook_size": 2048,
+    "codebook_dim": 8,
+    "vector_quantization_hidden_dimension": 8,
+    "num_quantizers": 16,
+    "num_semantic_quantizers": 1,
+    "upsample_groups": 16,
+    "frame_rate": 12.5,
 }
 
 
 def speech_tokenizer_config(decoder: dict, encoder: dict) -> dict:
     return {
-        "architectures": ["Qwen3TTSTokenizerV2Model"], "model_type": "qwen3_tts_tokenizer_12hz",
-        "encoder_valid_num_quantizers": 16, "input_sample_rate": 24000, "output_sample_rate": 24000,
-        "decode_upsample_rate": 1920, "encode_downsample_rate": 1920,
-        "decoder_config": decoder, "encoder_config": encoder,
+        "architectures": ["Qwen3TTSTokenizerV2Model"],
+        "model_type": "qwen3_tts_tokenizer_12hz",
+        "encoder_valid_num_quantizers": 16,
+        "input_sample_rate": 24000,
+        "output_sample_rate": 24000,
+        "decode_upsample_rate": 1920,
+        "encode_downsample_rate": 1920,
+        "decoder_config": decoder,
+        "encoder_config": encoder,
     }
 
 
@@ -232,7 +412,9 @@ def randomize(module: torch.nn.Module, seed: int) -> None:
                 value = noise
             else:
                 fan_in = p.shape[1] * (p[0, 0].numel() if p.ndim > 2 else 1)
-                if p.ndim == 3 and "upsample" not in name and ".block.1." in name:  # transposed conv [in,out,k]
+                if (
+                    p.ndim == 3 and "upsample" not in name and ".block.1." in name
+                ):  # transposed conv [in,out,k]
                     fan_in = p.shape[0] * p.shape[2] // max(1, p.shape[2] // 2)
                 value = noise / math.sqrt(fan_in)
             p.copy_(value.to(p.dtype))
@@ -267,11 +449,21 @@ def build_checkpoint(out: Path, size: str, seed: int) -> None:
             codec.decoder.decoder[-1].conv.weight.mul_(0.5)
     st = out / "speech_tokenizer"
     codec.save_pretrained(st, safe_serialization=True)
-    (st / "preprocessor_config.json").write_text(json.dumps({
-        "chunk_length_s": None, "feature_extractor_type": "EncodecFeatureExtractor", "feature_size": 1,
-        "overlap": None, "padding_side": "right", "padding_value": 0.0, "return_attention_mask": True,
-        "sampling_rate": 24000,
-    }, indent=2))
+    (st / "preprocessor_config.json").write_text(
+        json.dumps(
+            {
+                "chunk_length_s": None,
+                "feature_extractor_type": "EncodecFeatureExtractor",
+                "feature_size": 1,
+                "overlap": None,
+                "padding_side": "right",
+                "padding_value": 0.0,
+                "return_attention_mask": True,
+                "sampling_rate": 24000,
+            },
+            indent=2,
+        )
+    )
 
 
 def load_official(ckpt: Path, dtype: torch.dtype) -> Qwen3TTSModel:
@@ -295,8 +487,13 @@ def tokenization_reference(ckpt: Path, work: Path) -> dict:
         "rule_variants": {},
     }
     # The local-directory regex rule: same tokenizer files next to config.json variants.
-    variants = {"v4.57.3": "4.57.3", "v4.57.1": "4.57.1", "v5.0.0": "5.0.0", "no_config": None,
-                "no_version": ""}
+    variants = {
+        "v4.57.3": "4.57.3",
+        "v4.57.1": "4.57.1",
+        "v5.0.0": "5.0.0",
+        "no_config": None,
+        "no_version": "",
+    }
     for name, version in variants.items():
         d = work / f"tok-{name}"
         d.mkdir(parents=True)
@@ -307,8 +504,9 @@ def tokenization_reference(ckpt: Path, work: Path) -> dict:
             (d / "config.json").write_text(json.dumps(cfg))
         tok = AutoTokenizer.from_pretrained(str(d), fix_mistral_regex=True)
         out["rule_variants"][name] = {
-            "config": None if version is None else ({"model_type": "qwen3_tts"} | (
-                {"transformers_version": version} if version else {})),
+            "config": None
+            if version is None
+            else ({"model_type": "qwen3_tts"} | ({"transformers_version": version} if version else {})),
             "ids": [tok(t)["input_ids"] for t in TRICKY_TEXTS],
         }
     stock = AutoTokenizer.from_pretrained(str(ckpt))  # no fix flag: the stock Qwen2 regex (hub-id behaviour)
@@ -334,11 +532,15 @@ def prefill_variants() -> list[dict]:
             for instruct in ("", INSTRUCTS[(i + j) % len(INSTRUCTS)]):
                 for streaming in (True, False):
                     k = len(variants)
-                    variants.append({
-                        "speaker": speaker.title() if k % 2 else speaker,  # names are case-insensitive
-                        "language": language.upper() if k % 3 == 0 else language,
-                        "instruct": instruct, "streaming": streaming, "text": PREFILL_TEXTS[k % 2],
-                    })
+                    variants.append(
+                        {
+                            "speaker": speaker.title() if k % 2 else speaker,  # names are case-insensitive
+                            "language": language.upper() if k % 3 == 0 else language,
+                            "instruct": instruct,
+                            "streaming": streaming,
+                            "text": PREFILL_TEXTS[k % 2],
+                        }
+                    )
     return variants
 
 
@@ -361,8 +563,13 @@ def capture_prefill(tts: Qwen3TTSModel, v: dict) -> dict:
     tts.model.generate = recording_generate
     tts.model.talker.generate = capture
     try:
-        tts.generate_custom_voice(text=v["text"], speaker=v["speaker"], language=v["language"],
-                                  instruct=v["instruct"] or None, non_streaming_mode=not v["streaming"])
+        tts.generate_custom_voice(
+            text=v["text"],
+            speaker=v["speaker"],
+            language=v["language"],
+            instruct=v["instruct"] or None,
+            non_streaming_mode=not v["streaming"],
+        )
     except _Captured:
         pass
     finally:
@@ -398,8 +605,9 @@ def run_greedy(tts: Qwen3TTSModel, run: dict) -> tuple[torch.Tensor, int]:
 
     tts.model.talker.generate = keep
     try:
-        codes_list, _ = tts.model.generate(**run["generate_kwargs"], do_sample=False, subtalker_dosample=False,
-                                           max_new_tokens=RUN_FRAMES + 1)
+        codes_list, _ = tts.model.generate(
+            **run["generate_kwargs"], do_sample=False, subtalker_dosample=False, max_new_tokens=RUN_FRAMES + 1
+        )
     finally:
         del tts.model.talker.generate
     frames = codes_list[0]
@@ -426,16 +634,27 @@ def run_forced_sampling(tts: Qwen3TTSModel, run: dict, frames: torch.Tensor, las
 
     torch.multinomial = recorder
     try:
-        codes_list, _ = tts.model.generate(**run["generate_kwargs"], do_sample=True, subtalker_dosample=True,
-                                           temperature=0.9, top_k=50, top_p=1.0, subtalker_temperature=0.9,
-                                           subtalker_top_k=50, subtalker_top_p=1.0, repetition_penalty=1.05,
-                                           max_new_tokens=RUN_FRAMES + 1)
+        codes_list, _ = tts.model.generate(
+            **run["generate_kwargs"],
+            do_sample=True,
+            subtalker_dosample=True,
+            temperature=0.9,
+            top_k=50,
+            top_p=1.0,
+            subtalker_temperature=0.9,
+            subtalker_top_k=50,
+            subtalker_top_p=1.0,
+            repetition_penalty=1.05,
+            max_new_tokens=RUN_FRAMES + 1,
+        )
     finally:
         torch.multinomial = original
     if not torch.equal(codes_list[0], frames):
         raise RuntimeError("forced sampling run did not reproduce the greedy history")
     if len(talker_probs) != RUN_FRAMES + 1 or len(cp_probs) != RUN_FRAMES * 15:
-        raise RuntimeError(f"unexpected draw count: talker {len(talker_probs)}, code predictor {len(cp_probs)}")
+        raise RuntimeError(
+            f"unexpected draw count: talker {len(talker_probs)}, code predictor {len(cp_probs)}"
+        )
     return torch.stack(talker_probs), torch.stack(cp_probs).reshape(RUN_FRAMES, 15, -1)
 
 
@@ -448,8 +667,15 @@ def runs_reference(out: Path) -> None:
         loaded[size] = tts
         input_ids = tts._tokenize_texts([tts._build_assistant_text(RUN_TEXT)])
         instruct_ids = tts._tokenize_texts([tts._build_instruct_text(instruct)])[0] if instruct else None
-        run = {"generate_kwargs": {"input_ids": input_ids, "instruct_ids": [instruct_ids], "languages": [language],
-                                   "speakers": [speaker], "non_streaming_mode": not streaming}}
+        run = {
+            "generate_kwargs": {
+                "input_ids": input_ids,
+                "instruct_ids": [instruct_ids],
+                "languages": [language],
+                "speakers": [speaker],
+                "non_streaming_mode": not streaming,
+            }
+        }
         torch.manual_seed(SEED)
         frames, last = run_greedy(tts, run)
         talker, cp = run_forced_sampling(tts, run, frames, last)
@@ -457,13 +683,20 @@ def runs_reference(out: Path) -> None:
         tensors[f"{name}.frames"] = frames.to(torch.int64).contiguous()
         tensors[f"{name}.talker_probs"] = talker.contiguous()
         tensors[f"{name}.cp_probs"] = cp.contiguous()
-        meta.append({
-            "name": name, "checkpoint": f"ckpt-{size}", "speaker": speaker, "language": language,
-            "instruct": instruct, "streaming": streaming, "text": RUN_TEXT,
-            "text_ids": input_ids[0][0, 3:-5].tolist(),
-            "instruct_ids": [] if instruct_ids is None else instruct_ids[0].tolist(),
-            "last_talker_token": last,
-        })
+        meta.append(
+            {
+                "name": name,
+                "checkpoint": f"ckpt-{size}",
+                "speaker": speaker,
+                "language": language,
+                "instruct": instruct,
+                "streaming": streaming,
+                "text": RUN_TEXT,
+                "text_ids": input_ids[0][0, 3:-5].tolist(),
+                "instruct_ids": [] if instruct_ids is None else instruct_ids[0].tolist(),
+                "last_talker_token": last,
+            }
+        )
     save_file(tensors, str(out / "runs.safetensors"))
     (out / "runs.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1))
 
@@ -503,7 +736,8 @@ def tables_reference(out: Path) -> None:
         )
         tables["speech_tokenizer"] = {k: list(v.shape) for k, v in codec.state_dict().items()}
     tables["configs"] = {  # type: ignore[assignment]
-        **FULL_CONFIGS, "speech_tokenizer": speech_tokenizer_config(FULL_DECODER, FULL_ENCODER),
+        **FULL_CONFIGS,
+        "speech_tokenizer": speech_tokenizer_config(FULL_DECODER, FULL_ENCODER),
     }
     (out / "tables.json").write_text(json.dumps(tables, indent=1))
 
@@ -543,12 +777,16 @@ def main() -> None:
     mark("codec")
     tables_reference(work)
     mark("tables")
+    import qwen_tts
     import transformers
 
-    import qwen_tts
-
-    manifest = {"transformers": transformers.__version__, "torch": torch.__version__,
-                "qwen_tts": getattr(qwen_tts, "__version__", "0.1.1"), "seed": SEED, "seconds": steps}
+    manifest = {
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "qwen_tts": getattr(qwen_tts, "__version__", "0.1.1"),
+        "seed": SEED,
+        "seconds": steps,
+    }
     (work / "manifest.json").write_text(json.dumps(manifest, indent=1))
     if args.out.exists():
         shutil.rmtree(args.out)

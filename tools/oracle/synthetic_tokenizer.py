@@ -19,36 +19,71 @@ from tokenizers import Regex, Tokenizer, models, pre_tokenizers, trainers
 
 BASE_VOCAB_SIZE = 151_643
 ASSISTANT_ID, USER_ID = 77_091, 872
-QWEN2_SPLIT = (
-    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
-)
+QWEN2_SPLIT = r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
 # (content, special) for ids 151643.. in order; names beyond the documented ones are placeholders.
 ADDED_TOKENS: list[tuple[str, bool]] = [
-    ("<|endoftext|>", True), ("<|im_start|>", True), ("<|im_end|>", True), ("<|object_ref_start|>", True),
-    ("<|object_ref_end|>", True), ("<|box_start|>", True), ("<|box_end|>", True), ("<|quad_start|>", True),
-    ("<|quad_end|>", True), ("<|vision_start|>", True), ("<|vision_end|>", True), ("<|vision_pad|>", True),
-    ("<|image_pad|>", True), ("<|video_pad|>", True), ("<tool_call>", False), ("</tool_call>", False),
-    ("<|fim_prefix|>", False), ("<|fim_middle|>", False), ("<|fim_suffix|>", False), ("<|fim_pad|>", False),
-    ("<|repo_name|>", False), ("<|file_sep|>", False), ("<tool_response>", False), ("</tool_response>", False),
-    ("<think>", False), ("</think>", False), ("<|audio_start|>", True), ("<|audio_end|>", True),
-    ("<tts_pad>", True), ("<tts_text_bos>", True), ("<tts_text_eod>", True),
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", False),
+    ("<|fim_middle|>", False),
+    ("<|fim_suffix|>", False),
+    ("<|fim_pad|>", False),
+    ("<|repo_name|>", False),
+    ("<|file_sep|>", False),
+    ("<tool_response>", False),
+    ("</tool_response>", False),
+    ("<think>", False),
+    ("</think>", False),
+    ("<|audio_start|>", True),
+    ("<|audio_end|>", True),
+    ("<tts_pad>", True),
+    ("<tts_text_bos>", True),
+    ("<tts_text_eod>", True),
 ]
 
 CORPUS_LINES = [
-    "assistant\n", "user\n", "<|im_start|>assistant\nHello world.<|im_end|>\n",
+    "assistant\n",
+    "user\n",
+    "<|im_start|>assistant\nHello world.<|im_end|>\n",
     "The quick brown fox jumps over the lazy dog. Hello, world! How are you today?",
     "iPhone iPad MacBook camelCase getHTTPResponse XMLHttpRequest JavaScript TypeScript OpenAI",
     "Please speak calmly and warmly, like a friendly narrator reading a bedtime story.",
     "naïve café résumé coöperate Zürich Größe Übermaß façade piñata",
-    "नमस्ते दुनिया हिन्दी भाषा", "q\u0301 x\u0308 n\u0303o\u0300", "مرحبا بالعالم", "Привет, мир! Как дела?",
-    "你好，世界。今天天气很好！我们一起去公园散步吧。", "こんにちは、世界。カタカナとひらがな。", "안녕하세요 세계",
-    "I ❤️ emoji 😀👍🏽 🎉🎉 and flags 🇺🇸", "In 2024, 3.14159 and 1,000,000 people... wait?! (yes) — “quoted” 'single'",
-    "don't we'll they're I'm you've it's", "tabs\tand  double  spaces\n\nnew paragraph\r\n", "x²+y²=z² ½ ¼ № ™",
+    "नमस्ते दुनिया हिन्दी भाषा",
+    "q\u0301 x\u0308 n\u0303o\u0300",
+    "مرحبا بالعالم",
+    "Привет, мир! Как дела?",
+    "你好，世界。今天天气很好！我们一起去公园散步吧。",
+    "こんにちは、世界。カタカナとひらがな。",
+    "안녕하세요 세계",
+    "I ❤️ emoji 😀👍🏽 🎉🎉 and flags 🇺🇸",
+    "In 2024, 3.14159 and 1,000,000 people... wait?! (yes) — “quoted” 'single'",
+    "don't we'll they're I'm you've it's",
+    "tabs\tand  double  spaces\n\nnew paragraph\r\n",
+    "x²+y²=z² ½ ¼ № ™",
 ]
 
 
 def bytes_to_unicode_order() -> list[int]:
-    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
     return printable + [b for b in range(256) if b not in printable]
 
 
@@ -57,7 +92,11 @@ def byte_unicode_map() -> dict[int, str]:
     extra = 0
     out: dict[int, str] = {}
     for b in order:
-        if b in range(ord("!"), ord("~") + 1) or b in range(ord("¡"), ord("¬") + 1) or b in range(ord("®"), 256):
+        if (
+            b in range(ord("!"), ord("~") + 1)
+            or b in range(ord("¡"), ord("¬") + 1)
+            or b in range(ord("®"), 256)
+        ):
             out[b] = chr(b)
         else:
             out[b] = chr(256 + extra)
@@ -75,10 +114,15 @@ def train_merges() -> tuple[list[str], list[tuple[str, str]]]:
         ]
     )
     trainer = trainers.BpeTrainer(
-        vocab_size=4000, min_frequency=2, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+        vocab_size=4000,
+        min_frequency=2,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     corpus = [line for line in CORPUS_LINES for _ in range(8)]
-    corpus += [line.replace("assistant", "assistant assistant") for line in CORPUS_LINES[:3] for _ in range(30)]
+    corpus += [
+        line.replace("assistant", "assistant assistant") for line in CORPUS_LINES[:3] for _ in range(30)
+    ]
     tok.train_from_iterator(corpus, trainer=trainer)
     data = json.loads(tok.to_str())
     merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in data["model"]["merges"]]
@@ -94,7 +138,9 @@ def write_tokenizer(directory: Path) -> None:
     learned, merges = train_merges()
     for needed in ("assistant", "user"):
         if needed not in learned:
-            raise RuntimeError(f"synthetic tokenizer: the trainer did not learn {needed!r}; enlarge the corpus")
+            raise RuntimeError(
+                f"synthetic tokenizer: the trainer did not learn {needed!r}; enlarge the corpus"
+            )
     fixed = {"assistant": ASSISTANT_ID, "user": USER_ID}
     next_id = 256
     taken = set(vocab.values()) | set(fixed.values())
@@ -119,8 +165,12 @@ def write_tokenizer(directory: Path) -> None:
     )
     added = {
         str(BASE_VOCAB_SIZE + i): {
-            "content": content, "lstrip": False, "normalized": False, "rstrip": False,
-            "single_word": False, "special": special,
+            "content": content,
+            "lstrip": False,
+            "normalized": False,
+            "rstrip": False,
+            "single_word": False,
+            "special": special,
         }
         for i, (content, special) in enumerate(ADDED_TOKENS)
     }
@@ -139,4 +189,6 @@ def write_tokenizer(directory: Path) -> None:
         "tokenizer_class": "Qwen2Tokenizer",
         "unk_token": None,
     }
-    (directory / "tokenizer_config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8"
+    )

@@ -6,4 +6,6 @@ class StubbedModuleError(AttributeError):
 
 
 def __getattr__(name: str):
-    raise StubbedModuleError(f"{__name__}.{name}: stubbed in the oracle process; the 12 Hz path must not use it")
+    raise StubbedModuleError(
+        f"{__name__}.{name}: stubbed in the oracle process; the 12 Hz path must not use it"
+    )
