@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -109,7 +110,7 @@ class CodecStatePool:
         return 0 <= slot < self.slots and self._allocated[slot]
 
     def _check_slot(self, slot: int) -> None:
-        if not isinstance(slot, int) or isinstance(slot, bool):
+        if isinstance(slot, bool) or not isinstance(slot, int | np.integer):
             raise TypeError(f"codec state slot must be an int, got {type(slot).__name__}")
         if not 0 <= slot < self.slots:
             raise CodecStateError(f"codec state slot {slot} does not exist (pool has {self.slots} slots)")
@@ -176,6 +177,7 @@ def decode_incremental(
     if frames == 0:
         raise ValueError("decode_incremental needs at least one new frame per stream")
     pool.check_batch(slots, expected_positions)
+    slots = [int(slot) for slot in slots]  # validated above (ints or numpy integers)
 
     index = torch.tensor(slots, device=pool.device, dtype=torch.int64)
     positions, state = pool.gather(index)
