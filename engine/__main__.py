@@ -15,8 +15,14 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from engine.settings import EngineSettings, parse_args
+
+if TYPE_CHECKING:
+    import torch
+
+    from engine.loop import EngineLoop
 
 log = logging.getLogger("engine")
 
@@ -47,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     return serve(loop, settings)
 
 
-def build(settings: EngineSettings):  # -> EngineLoop (torch is imported lazily: --help stays instant)
-    import torch
+def build(settings: EngineSettings) -> EngineLoop:
+    import torch  # imported here, not at the top: --help and argument errors stay instant
 
     from engine.costmodel import CostModel
     from engine.executors import Executors
@@ -60,7 +66,7 @@ def build(settings: EngineSettings):  # -> EngineLoop (torch is imported lazily:
     from engine.text.prompt import languages, speakers
 
     log.info("settings %s", settings.fingerprint())
-    device = _resolve_device(settings.device, torch)
+    device = _resolve_device(settings.device)
     dtype = _resolve_dtype(settings.dtype, device)
     preset = settings.model.lower() in PRESETS and not Path(settings.model).exists()
     if settings.threads or (device.type == "cpu" and preset):
@@ -91,7 +97,7 @@ def build(settings: EngineSettings):  # -> EngineLoop (torch is imported lazily:
     return loop
 
 
-def serve(loop, settings: EngineSettings) -> int:
+def serve(loop: EngineLoop, settings: EngineSettings) -> int:
     from engine.ipc.messages import Error
     from engine.ipc.server import EngineEndpoint
 
@@ -119,7 +125,9 @@ def serve(loop, settings: EngineSettings) -> int:
         endpoint.close()
 
 
-def _resolve_device(name: str, torch):  # -> torch.device
+def _resolve_device(name: str) -> torch.device:
+    import torch
+
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
@@ -128,7 +136,7 @@ def _resolve_device(name: str, torch):  # -> torch.device
     return device
 
 
-def _resolve_dtype(name: str, device):  # -> torch.dtype
+def _resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     import torch
 
     if name == "auto":

@@ -1,0 +1,42 @@
+"""The executors on a CUDA device: the same request batch reproduces the reference loop run alone there
+(tiny model, fp32), and the full-size random-weight model runs every work kind in bf16."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from engine.ipc.messages import DoneReason, Layout, Sampling
+from engine.model.weights import load_model
+from engine.request import WorkKind, length_model_frames
+from tests.engine.helpers import SENTENCES, make_loop, reference, run_to_completion, submit
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+@pytest.mark.parametrize("sampling", [Sampling(greedy=True, subtalker_greedy=True), Sampling()], ids=["greedy", "sampled"])
+def test_batched_requests_on_cuda_equal_each_request_alone(sampling: Sampling) -> None:
+    model = load_model("tiny", device="cuda")
+    loop = make_loop(model)
+    msgs = [submit(model, i + 1, text, seed=50 + i, sampling=sampling,
+                   layout=Layout.NON_STREAMING if i % 3 == 2 else Layout.STREAMING)
+            for i, text in enumerate(SENTENCES[:6])]
+    results, frames = run_to_completion(loop, msgs)
+    assert loop.lifetime_max_batch[WorkKind.TALKER_DECODE] > 1
+    for msg in msgs:
+        codes, pcm = reference(model, msg)
+        result = results[msg.request_id]
+        assert result.done.reason is DoneReason.COMPLETED
+        assert torch.equal(frames[msg.request_id], codes)
+        assert np.abs(result.samples.astype(np.int32) - pcm).max() <= 2
+
+
+def test_full_size_random_model_runs_every_work_kind_in_bf16() -> None:
+    model = load_model("1.7b", device="cuda", dtype=torch.bfloat16)
+    loop = make_loop(model, kv_slots=16, max_batch=16, max_context=1024, prefill_token_buckets=(64, 128, 256))
+    msgs = [submit(model, i + 1, SENTENCES[i % len(SENTENCES)], seed=i) for i in range(16)]
+    results, _ = run_to_completion(loop, msgs)
+    for msg in msgs:
+        assert results[msg.request_id].done.frames == length_model_frames(msg.text_chars)
+    assert loop.lifetime_max_batch[WorkKind.CODE_PREDICT] == 16
