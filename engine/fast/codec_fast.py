@@ -1,0 +1,317 @@
+"""`FastCodecDecoder`: the codec's incremental step with the vocoder's elementwise work fused, same results as plain.
+
+A drop-in for `CodecDecoder.forward_stream` (same inputs, outputs and state layout, so the two paths share one
+`CodecStatePool` and can be mixed stream by stream) and for `engine.codec.stream.decode_incremental`. Most of
+the plain decoder's time goes to elementwise passes in the vocoder (h200-codec-cost.md: SnakeBeta as five
+kernels, bias and residual adds, the history concatenations), so that is what changes here:
+
+    per residual unit, plain (13 passes over [B, C, L]):          fast (2 passes + 2 convs):
+      snake1 (5) -> cat(history) -> conv1 + bias -> snake2 (5)      [snake1 already in conv1's buffer]
+      -> conv2 + bias -> + x                                       conv1 -> bias+snake2 -> conv2
+                                                                   -> bias+residual+snake1' (writes the
+                                                                      residual and the next unit's buffer)
+
+- Every fused kernel rounds where the plain op sequence rounds (`kernels/snake.py`), so bf16 results equal the
+  plain bf16 decoder's up to conv algorithm choice; changing the rounding instead costs ~4e-2 relative L2.
+- Biases of the vocoder convs go into the following fused kernel (PyTorch adds a conv bias as a separate
+  kernel after cuDNN anyway, so the rounding is the same); the transposed convs' overlap-add joins it too.
+- Conv histories: the SnakeBeta that feeds a dilated conv writes straight into that conv's input buffer after
+  the carried history, so no concatenation copies the activation.
+- Dequantizer: entries pre-divided once, one gather-and-sum kernel per codebook group (`kernels/codebook.py`).
+- The pre-transformer, pre-conv and upsampling stages run the plain modules (1-5 % of the time in graphs).
+
+Layout: NCL ([B, C, L]) end to end, as the plain modules; cuDNN picks its own internal layout.
+Precision is a setting: "bf16" (bf16 weights and activations, the default, as the official examples run the
+codec), "tf32" (fp32 weights, TF32 matmuls and convs), "fp32" (fp32, TF32 off). `precision_flags` applies the
+TF32 switches around every call and around graph capture, and restores them after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from engine.codec.config import CodecConfig
+from engine.codec.layers import CausalConv1d, CausalTransposedConv1d, DecoderBlock, ResidualUnit, SnakeBeta
+from engine.codec.model import CodecDecoder
+from engine.codec.stream import CodecStatePool
+from engine.fast.codec_graphs import check_pool
+from engine.fast.kernels.codebook import codebook_sum, codebook_tables
+from engine.fast.kernels.snake import snake, snake_params
+
+PRECISIONS = ("bf16", "tf32", "fp32")
+_PRECISION_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
+    "bf16": (torch.bfloat16,),
+    "tf32": (torch.float32,),
+    "fp32": (torch.float32, torch.float64),
+}
+
+
+@contextmanager
+def precision_flags(precision: str) -> Iterator[None]:
+    """TF32 on (tf32) or off (fp32) for cuBLAS and cuDNN inside the block; bf16 leaves them alone."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown codec precision {precision!r}; choose one of {PRECISIONS}")
+    if precision == "bf16":
+        yield
+        return
+    before = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    allow = precision == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = allow
+    torch.backends.cudnn.allow_tf32 = allow
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = before
+
+
+# ------------------------------------------------------------------------------------------ folded weights
+
+
+@dataclass(frozen=True, slots=True)
+class _Snake:
+    alpha: Tensor  # [C] exp(log alpha), activation dtype
+    inv_beta: Tensor  # [C] 1 / (exp(log beta) + 1e-9)
+
+    @classmethod
+    def of(cls, module: SnakeBeta) -> _Snake:
+        return cls(*snake_params(module.alpha.detach(), module.beta.detach()))
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """ResidualUnit: x + conv2_k1(snake2(conv1_k7_d(snake1(x)))); conv1 keeps `history` post-snake1 samples."""
+
+    act1: _Snake
+    conv1_weight: Tensor
+    conv1_bias: Tensor
+    dilation: int
+    history: int
+    act2: _Snake
+    conv2_weight: Tensor
+    conv2_bias: Tensor
+
+    @classmethod
+    def of(cls, unit: ResidualUnit) -> _Unit:
+        return cls(
+            _Snake.of(unit.act1), unit.conv1.conv.weight, unit.conv1.conv.bias, unit.conv1.conv.dilation[0],
+            unit.conv1.history, _Snake.of(unit.act2), unit.conv2.conv.weight, unit.conv2.conv.bias,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _Block:
+    """DecoderBlock: snake -> causal transposed conv (k 2r, stride r) -> residual units."""
+
+    act: _Snake
+    up_weight: Tensor  # ConvTranspose1d [C_in, C_out, k]
+    up_bias: Tensor
+    stride: int
+    overlap: int
+    units: tuple[_Unit, ...]
+
+    @classmethod
+    def of(cls, block: DecoderBlock) -> _Block:
+        up: CausalTransposedConv1d = block.block[1]
+        if not 0 < up.overlap <= up.stride:
+            raise ValueError(
+                "fast codec: a decoder block's transposed conv must overlap by 1..stride samples"
+            )
+        units = tuple(_Unit.of(u) for u in block.block[2:])
+        return cls(_Snake.of(block.block[0]), up.conv.weight, up.conv.bias, up.stride, up.overlap, units)
+
+
+class FastCodecDecoder:
+    """Fused incremental decoding over a `CodecDecoder`'s weights (shared, not copied; read at construction)."""
+
+    def __init__(self, decoder: CodecDecoder, precision: str = "bf16"):
+        if not isinstance(decoder, CodecDecoder):
+            raise TypeError(f"FastCodecDecoder wraps a CodecDecoder, got {type(decoder).__name__}")
+        if precision not in PRECISIONS:
+            raise ValueError(f"unknown codec precision {precision!r}; choose one of {PRECISIONS}")
+        if decoder.dtype not in _PRECISION_DTYPES[precision]:
+            raise ValueError(
+                f"codec precision {precision!r} needs a decoder in {_PRECISION_DTYPES[precision]}, got "
+                f"{decoder.dtype}: load the codec with the matching dtype"
+            )
+        self.decoder = decoder
+        self.precision = precision
+        rates = len(decoder.config.upsample_rates)
+        with torch.no_grad():
+            quantizer = decoder.quantizer
+            self._first_table, self._rest_table = (
+                codebook_tables(
+                    [layer._codebook.embedding_sum for layer in rvq.vq.layers],
+                    [layer._codebook.cluster_usage for layer in rvq.vq.layers],
+                )
+                for rvq in (quantizer.rvq_first, quantizer.rvq_rest)
+            )
+            self._first_proj = quantizer.rvq_first.output_proj.weight
+            self._rest_proj = quantizer.rvq_rest.output_proj.weight
+            self._blocks = tuple(_Block.of(decoder.decoder[i]) for i in range(1, rates + 1))
+            self._final_act = _Snake.of(decoder.decoder[rates + 1])
+        self._conv0: CausalConv1d = decoder.decoder[0]
+        self._final_conv: CausalConv1d = decoder.decoder[rates + 2]
+        self._final_name = f"decoder.{rates + 2}"
+
+    # ------------------------------------------------------------------ the plain decoder's surface
+
+    @property
+    def config(self) -> CodecConfig:
+        return self.decoder.config
+
+    @property
+    def device(self) -> torch.device:
+        return self.decoder.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.decoder.dtype
+
+    @property
+    def output_dtype(self) -> torch.dtype:
+        return self.decoder.output_dtype
+
+    @property
+    def samples_per_frame(self) -> int:
+        return self.decoder.samples_per_frame
+
+    def check_codes(self, codes: Tensor, *, check_values: bool = True) -> None:
+        self.decoder.check_codes(codes, check_values=check_values)
+
+    # ------------------------------------------------------------------ the step
+
+    @torch.no_grad()
+    def forward_stream(
+        self, codes: Tensor, positions: Tensor, state: dict[str, Tensor]
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """codes [B, K, N] int64, positions [B] int64, state per `codec_state_layout` -> (wav [B, 1, N * 1920]
+        in the model dtype, new state). Same contract as `CodecDecoder.forward_stream`; pure."""
+        with precision_flags(self.precision):
+            return self._forward_stream(codes, positions, state)
+
+    def _forward_stream(
+        self, codes: Tensor, positions: Tensor, state: dict[str, Tensor]
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        d = self.decoder
+        new: dict[str, Tensor] = {}
+        latent = F.conv1d(codebook_sum(self._first_table, codes[:, :1]), self._first_proj) + F.conv1d(
+            codebook_sum(self._rest_table, codes[:, 1:]), self._rest_proj
+        )  # [B, codebook_dim, N], as the plain quantizer
+        hidden, new["pre_conv"] = d.pre_conv.forward_stream(latent, state["pre_conv"])
+        names = [
+            (f"pre_transformer.layers.{i}.k", f"pre_transformer.layers.{i}.v")
+            for i in range(len(d.pre_transformer.layers))
+        ]
+        rings = [(state[k], state[v]) for k, v in names]
+        hidden, rings = d.pre_transformer.forward_stream(hidden.transpose(1, 2), positions, rings)
+        for (k_name, v_name), (k_ring, v_ring) in zip(names, rings, strict=True):
+            new[k_name], new[v_name] = k_ring, v_ring
+        hidden = hidden.permute(0, 2, 1)
+        for stage, (transposed, convnext) in enumerate(d.upsample):
+            name = f"upsample.{stage}.1.dwconv"
+            hidden, new[name] = convnext.forward_stream(transposed(hidden), state[name])
+
+        # decoder.0 (k7, bias folded into block 1's SnakeBeta)
+        padded = torch.cat([state["decoder.0"], hidden], dim=-1)
+        new["decoder.0"] = padded[..., padded.shape[-1] - self._conv0.history :]
+        raw = F.conv1d(padded, self._conv0.conv.weight, None)
+        x = snake(raw, self._blocks[0].act.alpha, self._blocks[0].act.inv_beta, bias=self._conv0.conv.bias)
+
+        for index, block in enumerate(self._blocks, start=1):
+            following = self._blocks[index].act if index < len(self._blocks) else self._final_act
+            x = self._block(index, block, x, following, state, new)
+        # x: the final conv's input buffer [B, 96, 6 + N * 1920], history first
+        return F.conv1d(x, self._final_conv.conv.weight, self._final_conv.conv.bias).clamp(min=-1, max=1), new
+
+    def _block(
+        self,
+        index: int,
+        block: _Block,
+        x: Tensor,
+        following: _Snake,
+        state: dict[str, Tensor],
+        new: dict[str, Tensor],
+    ) -> Tensor:
+        """x: this block's post-SnakeBeta input [B, C_in, L]. Returns the next SnakeBeta's output: the next
+        block's input, or (last block) the final conv's buffer with its history in front."""
+        prefix = f"decoder.{index}.block"
+        raw = F.conv_transpose1d(x, block.up_weight, None, stride=block.stride)  # [B, C, L*r + overlap]
+        emitted = x.shape[-1] * block.stride
+        new[f"{prefix}.1"] = raw[..., emitted:]  # bias-free tail the next call overlaps
+        batch, channels = raw.shape[0], raw.shape[1]
+
+        def conv_buffer(unit_index: int) -> tuple[Tensor, Tensor]:
+            """The unit's conv1 input [B, C, history + L] with the carried history copied in front."""
+            history = block.units[unit_index].history
+            buffer = torch.empty(batch, channels, history + emitted, device=raw.device, dtype=raw.dtype)
+            buffer[..., :history].copy_(state[f"{prefix}.{unit_index + 2}.conv1"])
+            return buffer, buffer[..., history:]
+
+        buffer, body = conv_buffer(0)
+        residual = torch.empty(batch, channels, emitted, device=raw.device, dtype=raw.dtype)
+        first = block.units[0].act1
+        snake(
+            raw[..., :emitted], first.alpha, first.inv_beta,
+            head=state[f"{prefix}.1"], bias=block.up_bias, out=body, sum_out=residual,
+        )  # fmt: skip
+        for unit_index, unit in enumerate(block.units):
+            new[f"{prefix}.{unit_index + 2}.conv1"] = buffer[..., buffer.shape[-1] - unit.history :]
+            h = F.conv1d(buffer, unit.conv1_weight, None, dilation=unit.dilation)
+            h = snake(h, unit.act2.alpha, unit.act2.inv_beta, bias=unit.conv1_bias)
+            h = F.conv1d(h, unit.conv2_weight, None)
+            if unit_index + 1 < len(block.units):
+                buffer, body = conv_buffer(unit_index + 1)
+                nxt = block.units[unit_index + 1].act1
+                skip = torch.empty_like(residual)
+                snake(
+                    h, nxt.alpha, nxt.inv_beta, bias=unit.conv2_bias, residual=residual, out=body, sum_out=skip
+                )  # fmt: skip
+                residual = skip
+                continue
+            if index < len(self._blocks):
+                return snake(h, following.alpha, following.inv_beta, bias=unit.conv2_bias, residual=residual)
+            history = self._final_conv.history
+            final = torch.empty(batch, channels, history + emitted, device=raw.device, dtype=raw.dtype)
+            final[..., :history].copy_(state[self._final_name])
+            snake(
+                h, following.alpha, following.inv_beta,
+                bias=unit.conv2_bias, residual=residual, out=final[..., history:],
+            )  # fmt: skip
+            new[self._final_name] = final[..., final.shape[-1] - history :]
+            return final
+        raise AssertionError("a decoder block has at least one residual unit")
+
+    # ------------------------------------------------------------------ eager decode over a state pool
+
+    @torch.no_grad()
+    def decode_incremental(
+        self,
+        pool: CodecStatePool,
+        slots: Sequence[int],
+        codes: Tensor,
+        *,
+        expected_positions: Sequence[int] | None = None,
+        check_code_values: bool = True,
+    ) -> Tensor:
+        """`engine.codec.stream.decode_incremental` on the fused step (eager; `CodecGraphs` replays graphs)."""
+        check_pool(self, pool)
+        self.check_codes(codes, check_values=check_code_values)
+        slots = list(slots)
+        if codes.shape[0] != len(slots):
+            raise ValueError(f"codes has {codes.shape[0]} rows but {len(slots)} slots were given")
+        frames = codes.shape[-1]
+        if frames == 0:
+            raise ValueError("decode_incremental needs at least one new frame per stream")
+        pool.check_batch(slots, expected_positions)
+        slots = [int(s) for s in slots]
+        index = torch.tensor(slots, device=pool.device, dtype=torch.int64)
+        positions, state = pool.gather(index)
+        wav, new_state = self.forward_stream(codes.to(pool.device, torch.int64), positions, state)
+        pool.scatter(index, slots, new_state, frames)
+        return wav.squeeze(1).to(self.output_dtype)

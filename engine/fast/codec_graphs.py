@@ -1,0 +1,286 @@
+"""`CodecGraphs`: incremental codec decoding replayed from CUDA graphs, one per (batch, new frames) shape.
+
+Drop-in for `engine.codec.stream.decode_incremental(decoder, pool, slots, codes, ...)`: same validation, same
+result ([B, N * 1920] in the output dtype), same state left in the pool. Each captured step does the whole
+call on the device, gather included, so a replay is one launch:
+
+    static codes [b, K, n] --+
+    static index [b] --------+--> gather pool rows -> forward_stream -> scatter new state into the pool rows,
+                                  positions[index] += n, static wav [b, n * 1920]
+
+A call of B rows and N frames is planned (`plan_pieces`, pure) into captured shapes, never run eagerly:
+- rows: split into groups of at most the largest captured batch; each group is padded up to the smallest
+  captured batch that holds it. Padding rows point at a scratch slot the runner reserves in the pool
+  (`RESERVED_SLOTS`), so they read and write garbage state that no stream owns. The static index is refilled
+  on every call, so a row left over from an earlier, larger call never writes a live stream's state.
+- frames: split greedily into captured frame counts in order (3 -> 2 + 1); decoding a stream's frames in
+  consecutive parts equals decoding them at once (the incremental-equals-full property).
+One capture memory pool is shared by all graphs: replays run one at a time on one stream and each replay's
+output is copied out before the next starts. On a CPU (or `mode="eager"`) the same static buffers and plan run
+without graphs, which is how CPU tests cover the bookkeeping.
+
+Integration: build the pool with `RESERVED_SLOTS` more slots than streams, create `CodecGraphs` before the
+first request allocates, call `capture()` once before the engine reports ready, then call `decode` where the
+executor now calls `decode_incremental`.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from engine.codec.config import CodecConfig
+from engine.codec.stream import CodecStateError, CodecStatePool
+
+RESERVED_SLOTS = 1  # the scratch slot padding rows read and write
+
+
+class StreamDecoder(Protocol):
+    """What the runner needs: `CodecDecoder` (plain graphs) and `FastCodecDecoder` both qualify."""
+
+    @property
+    def config(self) -> CodecConfig: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def dtype(self) -> torch.dtype: ...
+    @property
+    def output_dtype(self) -> torch.dtype: ...
+    def check_codes(self, codes: Tensor, *, check_values: bool = True) -> None: ...
+    def forward_stream(
+        self, codes: Tensor, positions: Tensor, state: dict[str, Tensor]
+    ) -> tuple[Tensor, dict[str, Tensor]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """One replay: caller rows [row_start, row_stop), frames [frame_start, frame_stop), captured shape."""
+
+    row_start: int
+    row_stop: int
+    frame_start: int
+    frame_stop: int
+    batch: int  # captured batch size (>= rows; the rest is padding)
+
+    @property
+    def rows(self) -> int:
+        return self.row_stop - self.row_start
+
+    @property
+    def frames(self) -> int:
+        return self.frame_stop - self.frame_start
+
+
+def _sizes(values: Iterable[int], what: str) -> tuple[int, ...]:
+    sizes = tuple(sorted({int(v) for v in values}))
+    if not sizes or sizes[0] != 1:
+        raise ValueError(
+            f"captured {what} must be positive and include 1 (any call must be coverable), got {sizes}"
+        )
+    return sizes
+
+
+def plan_pieces(
+    rows: int, frames: int, batch_sizes: Sequence[int], frame_sizes: Sequence[int]
+) -> list[Piece]:
+    """Cover a call of `rows` streams x `frames` new frames with captured shapes, in the order to replay them.
+
+    Frame parts are outermost: every stream's part k runs before its part k+1 (its state carries over).
+    """
+    if rows < 1 or frames < 1:
+        raise ValueError(f"a codec call needs at least one row and one frame, got {rows} x {frames}")
+    batch_sizes, frame_sizes = _sizes(batch_sizes, "batch sizes"), _sizes(frame_sizes, "frame counts")
+    largest = batch_sizes[-1]
+    groups = [(start, min(start + largest, rows)) for start in range(0, rows, largest)]
+    pieces, done = [], 0
+    while done < frames:
+        part = frame_sizes[bisect.bisect_right(frame_sizes, frames - done) - 1]
+        for start, stop in groups:
+            batch = batch_sizes[bisect.bisect_left(batch_sizes, stop - start)]
+            pieces.append(Piece(start, stop, done, done + part, batch))
+        done += part
+    return pieces
+
+
+class _Step:
+    """One captured shape: static inputs, the device step (graph or eager), the static output."""
+
+    def __init__(self, decoder: StreamDecoder, pool: CodecStatePool, batch: int, frames: int, scratch: int):
+        self.decoder, self.pool, self.batch, self.frames, self.scratch = decoder, pool, batch, frames, scratch
+        device = pool.device
+        self.codes = torch.zeros(
+            batch, decoder.config.num_quantizers, frames, dtype=torch.int64, device=device
+        )
+        self.index = torch.full((batch,), scratch, dtype=torch.int64, device=device)
+        self._advance = torch.full((batch,), frames, dtype=torch.int64, device=device)
+        self.wav: Tensor | None = None  # [batch, frames * 1920], model dtype; valid after run()
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    @torch.no_grad()
+    def _body(self) -> Tensor:
+        positions, state = self.pool.gather(self.index)
+        wav, new_state = self.decoder.forward_stream(self.codes, positions, state)
+        for name, tensor in self.pool.tensors.items():
+            tensor.index_copy_(0, self.index, new_state[name])
+        self.pool.positions.index_add_(0, self.index, self._advance)
+        return wav.squeeze(1)
+
+    def capture(self, memory_pool: object, warmups: int = 2) -> None:
+        """Warm up (autotuning, Triton compiles) on a side stream, then capture. Only the scratch slot is touched."""
+        self.index.fill_(self.scratch)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(warmups):
+                self._body()
+        torch.cuda.current_stream().wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=memory_pool):
+            self.wav = self._body()
+
+    def run(self) -> Tensor:
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.wav = self._body()
+        assert self.wav is not None
+        return self.wav
+
+
+class CodecGraphs:
+    """Replays captured incremental-decode steps over a `CodecStatePool` (see the module docstring)."""
+
+    def __init__(
+        self,
+        decoder: StreamDecoder,
+        pool: CodecStatePool,
+        batch_sizes: Sequence[int],
+        frame_sizes: Sequence[int],
+        *,
+        mode: str | None = None,
+    ):
+        if mode is None:
+            mode = "graph" if pool.device.type == "cuda" else "eager"
+        if mode not in ("graph", "eager"):
+            raise ValueError(f"CodecGraphs mode must be 'graph' or 'eager', got {mode!r}")
+        if mode == "graph" and pool.device.type != "cuda":
+            raise ValueError("CUDA graphs need a CUDA device; use mode='eager' on a CPU")
+        check_pool(decoder, pool)
+        self.decoder, self.pool, self.mode = decoder, pool, mode
+        self.batch_sizes = _sizes(batch_sizes, "batch sizes")
+        self.frame_sizes = _sizes(frame_sizes, "frame counts")
+        if pool.free_slots < RESERVED_SLOTS:
+            raise CodecStateError(
+                f"CodecGraphs reserves {RESERVED_SLOTS} scratch slot(s) but the pool has none free: build it "
+                f"with streams + {RESERVED_SLOTS} slots"
+            )
+        self.scratch = pool.alloc()
+        self._steps: dict[tuple[int, int], _Step] = {}
+        self._memory_pool = torch.cuda.graph_pool_handle() if mode == "graph" else None
+        self.replays = 0  # steps run so far (graph replays, or eager steps in eager mode)
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        """Every (batch, frames) shape this runner can replay."""
+        return [(b, n) for b in self.batch_sizes for n in self.frame_sizes]
+
+    @property
+    def captured(self) -> list[tuple[int, int]]:
+        return sorted(self._steps)
+
+    def capture(self, shapes: Iterable[tuple[int, int]] | None = None) -> None:
+        """Build (and in graph mode capture) the steps for `shapes` (default: all), largest first so smaller
+        captures reuse the shared pool's memory. Must run before `decode` in graph mode."""
+        wanted = sorted(self.shapes if shapes is None else shapes, key=lambda s: s[0] * s[1], reverse=True)
+        for batch, frames in wanted:
+            if batch not in self.batch_sizes or frames not in self.frame_sizes:
+                raise ValueError(f"shape ({batch}, {frames}) is not one of this runner's sizes")
+            if (batch, frames) in self._steps:
+                continue
+            step = _Step(self.decoder, self.pool, batch, frames, self.scratch)
+            if self.mode == "graph":
+                step.capture(self._memory_pool)
+            self._steps[(batch, frames)] = step
+        if self.mode == "graph":
+            torch.cuda.synchronize()
+
+    def _step(self, batch: int, frames: int) -> _Step:
+        step = self._steps.get((batch, frames))
+        if step is None:
+            if self.mode == "graph":
+                raise RuntimeError(
+                    f"codec graph ({batch} rows, {frames} frames) was not captured: call capture() first "
+                    "(a codec step never runs eagerly on the GPU)"
+                )
+            step = self._steps[(batch, frames)] = _Step(self.decoder, self.pool, batch, frames, self.scratch)
+        return step
+
+    @torch.no_grad()
+    def decode(
+        self,
+        slots: Sequence[int],
+        codes: Tensor,
+        *,
+        expected_positions: Sequence[int] | None = None,
+        check_code_values: bool = True,
+    ) -> Tensor:
+        """codes [B, K, N] continuing the streams in `slots` -> wav [B, N * 1920] (output dtype); as
+        `decode_incremental`, on captured steps."""
+        self.decoder.check_codes(codes, check_values=check_code_values)
+        slots = list(slots)
+        if codes.shape[0] != len(slots):
+            raise ValueError(f"codes has {codes.shape[0]} rows but {len(slots)} slots were given")
+        frames = codes.shape[-1]
+        if frames == 0:
+            raise ValueError("decode needs at least one new frame per stream")
+        self.pool.check_batch(slots, expected_positions)
+        slots = [int(s) for s in slots]
+        if self.scratch in slots:
+            raise CodecStateError(f"slot {self.scratch} is the codec graphs' scratch slot, not a stream's")
+        pieces = plan_pieces(len(slots), frames, self.batch_sizes, self.frame_sizes)
+        device = self.pool.device
+        codes = codes.to(device, torch.int64)
+        index = torch.tensor(slots, device=device, dtype=torch.int64)
+        per_frame = self.decoder.config.samples_per_frame
+        out = torch.empty(len(slots), frames * per_frame, device=device, dtype=self.decoder.output_dtype)
+        for piece in pieces:
+            step = self._step(piece.batch, piece.frames)
+            rows = slice(piece.row_start, piece.row_stop)
+            step.codes[: piece.rows].copy_(codes[rows, :, piece.frame_start : piece.frame_stop])
+            step.index[: piece.rows].copy_(index[rows])
+            step.index[piece.rows :].fill_(
+                self.scratch
+            )  # stale rows of an earlier call must not write streams
+            wav = step.run()
+            out[rows, piece.frame_start * per_frame : piece.frame_stop * per_frame].copy_(wav[: piece.rows])
+            self.replays += 1
+        _advance_host_positions(self.pool, slots, frames)
+        return out
+
+
+def check_pool(decoder: StreamDecoder, pool: CodecStatePool) -> None:
+    """Raise unless `pool` holds state for this decoder's config, dtype and device."""
+    if not isinstance(pool, CodecStatePool):
+        raise TypeError(f"pool must be a CodecStatePool, got {type(pool).__name__}")
+    if pool.config != decoder.config:
+        raise CodecStateError("the codec state pool was built for a different codec config than this decoder")
+    if pool.dtype != decoder.dtype or pool.device != decoder.device:
+        raise CodecStateError(
+            f"codec state pool is {pool.dtype} on {pool.device} but the decoder is {decoder.dtype} on "
+            f"{decoder.device}; build the pool with the decoder's dtype and device"
+        )
+
+
+def _advance_host_positions(pool: CodecStatePool, slots: Sequence[int], frames: int) -> None:
+    """The device positions advanced inside the step; keep the pool's host mirror in step with them.
+
+    `CodecStatePool` has no public host-only advance (its `scatter` also copies state); this is the one place
+    that reaches into it.
+    """
+    for slot in slots:
+        pool._host_positions[slot] += frames

@@ -1,0 +1,98 @@
+"""The decoder stack on the fast path: fused weights and about nine kernels per layer instead of ~55.
+
+Per layer:  rms_norm(+residual) -> qkv GEMM -> qk_norm_rope (writes K/V into the cache) -> attention
+            -> o GEMM -> rms_norm(+residual) -> gate|up GEMM -> silu_mul -> down GEMM.
+The arithmetic is the plain `engine.model.layers` arithmetic, rounded at the same places; only GEMM
+shapes change (q|k|v and gate|up as one product), so bf16 results match the plain twin within GEMM
+rounding. `fuse_layers` concatenates the projection weights once and re-points the plain modules'
+parameters at views of the fused tensors, so both paths share one copy of the weights.
+
+Rows are flattened token rows: R = B*T, hidden width Hd; `attend(layer, q [R,H,D]) -> [R,H*D]` is
+supplied by the caller (decode over per-row lengths, or the code predictor's short dense context).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from engine.fast.kernels.qk_norm_rope import qk_norm_rope
+from engine.fast.kernels.rmsnorm import rms_norm
+from engine.fast.kernels.silu_mul import silu_mul
+from engine.model.layers import DecoderLayer
+
+
+@dataclass(frozen=True, slots=True)
+class FusedLayer:
+    input_norm: Tensor  # [Hd]
+    post_norm: Tensor  # [Hd]
+    qkv: Tensor  # [(H+2K)D, Hd]
+    o: Tensor  # [Hd, H*D]
+    gate_up: Tensor  # [2I, Hd]
+    down: Tensor  # [Hd, I]
+    q_norm: Tensor  # [D]
+    k_norm: Tensor  # [D]
+    eps: float
+    num_heads: int
+    num_kv_heads: int
+
+
+def _fuse(linears: list[nn.Linear]) -> Tensor:
+    """Concatenate the weights along the output dim; the modules then hold views of the result."""
+    fused = torch.cat([lin.weight.detach() for lin in linears], dim=0)
+    start = 0
+    for lin in linears:
+        rows = lin.weight.shape[0]
+        lin.weight = nn.Parameter(fused[start : start + rows], requires_grad=False)
+        start += rows
+    return fused
+
+
+def fuse_layer(layer: DecoderLayer) -> FusedLayer:
+    attn, mlp = layer.self_attn, layer.mlp
+    return FusedLayer(
+        input_norm=layer.input_layernorm.weight.detach(),
+        post_norm=layer.post_attention_layernorm.weight.detach(),
+        qkv=_fuse([attn.q_proj, attn.k_proj, attn.v_proj]),
+        o=attn.o_proj.weight.detach(),
+        gate_up=_fuse([mlp.gate_proj, mlp.up_proj]),
+        down=mlp.down_proj.weight.detach(),
+        q_norm=attn.q_norm.weight.detach(),
+        k_norm=attn.k_norm.weight.detach(),
+        eps=layer.input_layernorm.eps,
+        num_heads=attn.num_heads,
+        num_kv_heads=attn.num_kv_heads,
+    )
+
+
+def fuse_layers(layers: nn.ModuleList) -> list[FusedLayer]:
+    return [fuse_layer(layer) for layer in layers]  # type: ignore[arg-type]
+
+
+Attend = Callable[[int, Tensor], Tensor]
+
+
+def run_layers(
+    layers: list[FusedLayer], x: Tensor, final_norm: Tensor, cos: Tensor, sin: Tensor,
+    caches: list[tuple[Tensor, Tensor]], slot: Tensor, position: Tensor, attend: Attend,
+) -> Tensor:  # fmt: skip
+    """x [R,Hd] at rows (slot[r], position[r]) of the caches; cos/sin [R,D] -> final-norm hidden [R,Hd]."""
+    residual: Tensor | None = None
+    for index, layer in enumerate(layers):
+        normed, residual = rms_norm(x, layer.input_norm, layer.eps, residual)  # residual: the layer input
+        k_cache, v_cache = caches[index]
+        q = qk_norm_rope(normed @ layer.qkv.T, cos, sin, layer.q_norm, layer.k_norm, layer.eps,
+                         k_cache, v_cache, slot, position, layer.num_heads, layer.num_kv_heads)  # [R,H,D]
+        x = attend(index, q) @ layer.o.T  # [R,Hd]
+        normed, residual = rms_norm(x, layer.post_norm, layer.eps, residual)  # residual: h = x + attn
+        x = silu_mul(normed @ layer.gate_up.T) @ layer.down.T  # [R,Hd]
+    return rms_norm(x, final_norm, layers[0].eps, residual)[0]
+
+
+def rope_tables(rotary: nn.Module, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """positions [R] -> the plain RotaryEmbedding's cos, sin as [R,D] rows."""
+    cos, sin = rotary(positions[:, None], dtype)  # [R,1,1,D]
+    return cos[:, 0, 0], sin[:, 0, 0]

@@ -1,0 +1,121 @@
+"""Decode attention for grouped-query heads over the talker's slot cache, each row at its own length.
+
+One query token per row b attends to keys 0..lengths[b]-1 of cache slot slots[b]. Split-KV
+("flash-decoding"): the context is cut into SPLITS chunks of CHUNK keys, program (b, kv head, split)
+handles the G = H/K query heads sharing that kv head (one read of the keys serves all G), and writes a
+partial (max, sum, weighted values) in fp32; a second kernel merges the splits. Chunks past a row's
+length exit at once, so a row costs the keys it has, not the cache's capacity, and the grid stays
+static for CUDA-graph capture.
+
+    q [B,H,D]   k_cache, v_cache [S,K,L,D]   slots [B] int64   lengths [B] int64   -> out [B,H,D]
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from engine.fast.kernels import HAVE_TRITON, use_triton
+from engine.model.layers import attend
+
+BLOCK_N = 64  # keys per inner step
+MAX_SPLITS = 64
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _split_kernel(
+        q_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, m_ptr, l_ptr, acc_ptr, scale,
+        stride_s, stride_k, stride_l,
+        H: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+        SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
+    ):  # fmt: skip
+        b = tl.program_id(0)
+        j = tl.program_id(1)
+        sp = tl.program_id(2)
+        slot = tl.load(slots_ptr + b)
+        length = tl.load(lengths_ptr + b)
+        lo = sp * CHUNK
+        hi = tl.minimum(lo + CHUNK, length)
+        g = tl.arange(0, GP)
+        d = tl.arange(0, D)
+        heads = j * G + g  # [GP]: the query heads of kv head j
+        q_mask = g < G
+        q = tl.load(q_ptr + (b * H + heads[:, None]) * D + d[None, :], mask=q_mask[:, None], other=0.0)
+        m = tl.full([GP], float("-inf"), tl.float32)
+        l_sum = tl.zeros([GP], tl.float32)
+        acc = tl.zeros([GP, D], tl.float32)
+        base = slot * stride_s + j * stride_k
+        for start in range(0, CHUNK, BLOCK):  # static trip count; keys at or past `hi` are masked off
+            n = lo + start + tl.arange(0, BLOCK)
+            k_mask = n < hi
+            offsets = base + n[:, None] * stride_l + d[None, :]
+            k = tl.load(k_ptr + offsets, mask=k_mask[:, None], other=0.0)  # [BLOCK,D]
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [GP,BLOCK] fp32
+            s = tl.where(k_mask[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a fully masked block adds nothing
+            alpha = tl.exp(m - m_safe)
+            p = tl.exp(s - m_safe[:, None])
+            l_sum = l_sum * alpha + tl.sum(p, axis=1)
+            v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+            m = m_new
+        part = (b * H + heads) * SPLITS + sp  # [GP]
+        tl.store(m_ptr + part, m, mask=q_mask)
+        tl.store(l_ptr + part, l_sum, mask=q_mask)
+        tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=q_mask[:, None])
+
+    @triton.jit
+    def _merge_kernel(m_ptr, l_ptr, acc_ptr, out_ptr, SPLITS: tl.constexpr, D: tl.constexpr):
+        row = tl.program_id(0)  # b * H + head
+        sp = tl.arange(0, SPLITS)
+        d = tl.arange(0, D)
+        m = tl.load(m_ptr + row * SPLITS + sp)
+        l_sum = tl.load(l_ptr + row * SPLITS + sp)
+        acc = tl.load(acc_ptr + (row * SPLITS + sp[:, None]) * D + d[None, :])
+        m_max = tl.max(m, axis=0)
+        w = tl.where(l_sum > 0, tl.exp(m - m_max), 0.0)  # empty splits weigh nothing
+        out = tl.sum(w[:, None] * acc, axis=0) / tl.sum(w * l_sum, axis=0)
+        tl.store(out_ptr + row * D + d, out.to(out_ptr.dtype.element_ty))
+
+
+def decode_attention_reference(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor) -> Tensor:
+    """The plain layers' masked SDPA over each row's slot, keys beyond its length hidden."""
+    keys, values = k_cache[slots], v_cache[slots]  # [B,K,L,D]
+    visible = torch.arange(k_cache.shape[2], device=q.device) < lengths[:, None]  # [B,L]
+    return attend(q[:, :, None], keys, values, visible[:, None, None], False)[:, :, 0]
+
+
+def split_layout(max_len: int) -> tuple[int, int]:
+    """Cache capacity -> (splits, keys per split); both static, so the grid is the same every step."""
+    splits = min(MAX_SPLITS, 1 << max(0, math.ceil(math.log2(math.ceil(max_len / BLOCK_N)))))
+    chunk = math.ceil(math.ceil(max_len / splits) / BLOCK_N) * BLOCK_N
+    return splits, chunk
+
+
+def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor) -> Tensor:
+    """q [B,H,D] contiguous; every lengths[b] >= 1 -> [B,H,D] in q's dtype."""
+    if not use_triton(q):
+        return decode_attention_reference(q, k_cache, v_cache, slots, lengths)
+    rows, heads, d = q.shape
+    kv_heads = k_cache.shape[1]
+    group = heads // kv_heads
+    splits, chunk = split_layout(k_cache.shape[2])
+    m = torch.empty(rows, heads, splits, dtype=torch.float32, device=q.device)
+    l_sum = torch.empty_like(m)
+    acc = torch.empty(rows, heads, splits, d, dtype=torch.float32, device=q.device)
+    _split_kernel[(rows, kv_heads, splits)](
+        q, k_cache, v_cache, slots, lengths, m, l_sum, acc, 1.0 / math.sqrt(d),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        H=heads, G=group, GP=max(16, triton.next_power_of_2(group)), D=d,
+        SPLITS=splits, CHUNK=chunk, BLOCK=BLOCK_N, num_warps=4,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
+    )  # fmt: skip
+    out = torch.empty_like(q)
+    _merge_kernel[(rows * heads,)](m, l_sum, acc, out, SPLITS=splits, D=d, num_warps=4)
+    return out

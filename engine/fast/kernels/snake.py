@@ -1,0 +1,185 @@
+"""SnakeBeta with its neighbours folded in: one read of each input, one write of each output, the plain rounding.
+
+The plain codec runs SnakeBeta as five elementwise kernels and the bias and residual adds around it as two
+more, each a full pass over a [B, C, L] activation. Here one pass does all of it, per row (b, c):
+
+    v = x                                      conv output (bias-free), or any activation
+    v = v + head[b, c, t]     for t < H       transposed-conv overlap carried from the last call (optional)
+    v = v + bias[c]                            the conv's bias (optional)
+    v = v + residual[b, c, t]                  the residual branch (optional)
+    sum_out = v                                written only when asked (the next residual)
+    out = v + inv_beta[c] * sin(v * alpha[c])^2
+
+`alpha` = exp(log alpha) and `inv_beta` = 1 / (exp(log beta) + 1e-9) are precomputed by the caller in the
+activation dtype, exactly as the plain module computes them. Every step is computed in fp32 and rounded to the
+activation dtype where the plain op sequence rounds (after each add, after x*alpha, sin, the square, the
+product and the final add), so bf16 results equal the plain modules' up to the sin implementation; in fp32 the
+rounding steps are no-ops. Rounding faithfully matters: a bf16 SnakeBeta rounded once instead of five times
+moves the full-size decoder's waveform ~4e-2 (relative L2) away from the plain bf16 decoder.
+
+Tensors: x, residual, outputs [B, C, L] whose last dimension is contiguous (any batch/channel strides, so an
+output can be a view into a larger buffer, e.g. after a conv's history); head [B, C, H]; params [C].
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from engine.fast.kernels import HAVE_TRITON, INTERPRET, use_triton
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+    from triton.language.extra.cuda import libdevice
+
+    @triton.jit
+    def _round(v, DTYPE: tl.constexpr):
+        return v.to(DTYPE).to(tl.float32)
+
+    @triton.jit
+    def _snake_kernel(
+        x_ptr, head_ptr, bias_ptr, res_ptr, sum_ptr, out_ptr, alpha_ptr, inv_beta_ptr,
+        channels, length, head_len,
+        sx_b, sx_c, sh_b, sh_c, sr_b, sr_c, ss_b, ss_c, so_b, so_c,
+        HAS_HEAD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, WRITE_SUM: tl.constexpr,
+        PRECISE_SIN: tl.constexpr, DTYPE: tl.constexpr, BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        row = tl.program_id(1)  # one (batch, channel) row per program column: params are scalars
+        b = row // channels
+        c = row % channels
+        t = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = t < length
+        v = tl.load(x_ptr + b * sx_b + c * sx_c + t, mask=mask, other=0.0).to(tl.float32)
+        if HAS_HEAD:
+            in_head = mask & (t < head_len)
+            h = tl.load(head_ptr + b * sh_b + c * sh_c + t, mask=in_head, other=0.0).to(tl.float32)
+            v = tl.where(in_head, _round(v + h, DTYPE), v)
+        if HAS_BIAS:
+            v = _round(v + tl.load(bias_ptr + c).to(tl.float32), DTYPE)
+        if HAS_RES:
+            v = _round(
+                v + tl.load(res_ptr + b * sr_b + c * sr_c + t, mask=mask, other=0.0).to(tl.float32), DTYPE
+            )
+        if WRITE_SUM:
+            tl.store(sum_ptr + b * ss_b + c * ss_c + t, v.to(DTYPE), mask=mask)
+        alpha = tl.load(alpha_ptr + c).to(tl.float32)
+        inv_beta = tl.load(inv_beta_ptr + c).to(tl.float32)
+        scaled = _round(v * alpha, DTYPE)
+        if PRECISE_SIN:  # noqa: SIM108 (libdevice sinf, as torch.sin; the interpreter has no libdevice)
+            s = _round(libdevice.sin(scaled), DTYPE)
+        else:
+            s = _round(tl.sin(scaled), DTYPE)
+        y = _round(v + _round(inv_beta * _round(s * s, DTYPE), DTYPE), DTYPE)
+        tl.store(out_ptr + b * so_b + c * so_c + t, y.to(DTYPE), mask=mask)
+
+    _TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+
+
+def snake_params(log_alpha: Tensor, log_beta: Tensor) -> tuple[Tensor, Tensor]:
+    """(alpha, inv_beta) [C] from the module's stored logs, with the plain module's ops and dtype."""
+    return torch.exp(log_alpha), 1.0 / (torch.exp(log_beta) + 1e-9)
+
+
+def snake_reference(
+    x: Tensor,
+    alpha: Tensor,
+    inv_beta: Tensor,
+    *,
+    head: Tensor | None = None,
+    bias: Tensor | None = None,
+    residual: Tensor | None = None,
+    out: Tensor | None = None,
+    sum_out: Tensor | None = None,
+) -> Tensor:
+    """The PyTorch twin: the plain modules' op sequence (each op rounds to the activation dtype)."""
+    v = x
+    if head is not None:
+        overlap = head.shape[-1]
+        v = torch.cat([v[..., :overlap] + head, v[..., overlap:]], dim=-1)
+    if bias is not None:
+        v = v + bias[:, None]
+    if residual is not None:
+        v = v + residual
+    if sum_out is not None:
+        sum_out.copy_(v)
+    y = v + inv_beta[None, :, None] * torch.pow(torch.sin(v * alpha[None, :, None]), 2)
+    if out is None:
+        return y
+    out.copy_(y)
+    return out
+
+
+def snake(
+    x: Tensor,
+    alpha: Tensor,
+    inv_beta: Tensor,
+    *,
+    head: Tensor | None = None,
+    bias: Tensor | None = None,
+    residual: Tensor | None = None,
+    out: Tensor | None = None,
+    sum_out: Tensor | None = None,
+) -> Tensor:
+    """Fused [head +] [bias +] [residual +] SnakeBeta over x [B, C, L]; writes `out` (new if None) and returns it.
+
+    `sum_out`, when given, receives the pre-activation sum v (the next residual unit's skip input).
+    """
+    _check(x, alpha, inv_beta, head, bias, residual, out, sum_out)
+    if not use_triton(x):
+        return snake_reference(
+            x, alpha, inv_beta, head=head, bias=bias, residual=residual, out=out, sum_out=sum_out
+        )
+    batch, channels, length = x.shape
+    if out is None:
+        out = torch.empty((batch, channels, length), device=x.device, dtype=x.dtype)
+    head_t = head if head is not None else x
+    res_t = residual if residual is not None else x
+    sum_t = sum_out if sum_out is not None else out
+    block = min(1024, max(16, triton.next_power_of_2(length)))
+    grid = (triton.cdiv(length, block), batch * channels)
+    _snake_kernel[grid](
+        x, head_t, bias if bias is not None else alpha, res_t, sum_t, out, alpha, inv_beta,
+        channels, length, head.shape[-1] if head is not None else 0,
+        x.stride(0), x.stride(1), head_t.stride(0), head_t.stride(1), res_t.stride(0), res_t.stride(1),
+        sum_t.stride(0), sum_t.stride(1), out.stride(0), out.stride(1),
+        HAS_HEAD=head is not None, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
+        WRITE_SUM=sum_out is not None, PRECISE_SIN=not INTERPRET, DTYPE=_TRITON_DTYPES[x.dtype],
+        BLOCK=block, num_warps=4 if block >= 512 else 2,
+    )  # fmt: skip
+    return out
+
+
+def _check(
+    x: Tensor,
+    alpha: Tensor,
+    inv_beta: Tensor,
+    head: Tensor | None,
+    bias: Tensor | None,
+    residual: Tensor | None,
+    out: Tensor | None,
+    sum_out: Tensor | None,
+) -> None:
+    if x.dim() != 3:
+        raise ValueError(f"snake expects x [B, C, L], got {tuple(x.shape)}")
+    channels = x.shape[1]
+    for name, param in (("alpha", alpha), ("inv_beta", inv_beta), ("bias", bias)):
+        if param is not None and (param.shape != (channels,) or not param.is_contiguous()):
+            raise ValueError(
+                f"snake: {name} must be a contiguous [{channels}] tensor, got {tuple(param.shape)}"
+            )
+    for name, t in (("x", x), ("residual", residual), ("out", out), ("sum_out", sum_out)):
+        if t is None:
+            continue
+        if t.shape != x.shape or t.dtype != x.dtype or t.device != x.device:
+            raise ValueError(
+                f"snake: {name} must match x ({tuple(x.shape)}, {x.dtype}), got {tuple(t.shape)}"
+            )
+        if t.shape[-1] > 1 and t.stride(-1) != 1:
+            raise ValueError(f"snake: the last dimension of {name} must be contiguous")
+    if head is not None and (
+        head.shape[:2] != x.shape[:2] or head.shape[-1] > x.shape[-1] or head.stride(-1) != 1
+    ):
+        raise ValueError(
+            f"snake: head must be [B, C, H <= L] with a contiguous last dim, got {tuple(head.shape)}"
+        )

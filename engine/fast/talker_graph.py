@@ -1,0 +1,160 @@
+"""Talker fast path: decode captured per batch size, prefill per (batch size, length bucket), over the
+preallocated slot KV cache with per-request lengths. A drop-in for `TalkerExecutor.prefill/decode`.
+
+Decode replay (n padded rows), inputs kv_slot/position/text/frame/eos_never [n]:
+    x = frame_embed[slot] + P(text)  ->  fused 28-layer stack, keys of row b = its slot's 0..position[b]
+    (Triton split-KV decode attention)  ->  codec head  ->  repetition penalty, EOS/control masks,
+    temperature, top-k, counter-based draw (seed, frame+1, group 0)  ->  hidden, code0, seen,
+    generated updated at the slot; the tokens also land in `tokens` for the one optional read-back.
+Prefill replay (n rows, bucket L): the prompt rows, right-padded to L in a static buffer, run causally
+from position 0 (padded queries come after every real one, so they change nothing that is kept; their
+keys past the prompt are overwritten by later decode steps before anything reads them).
+Host work per step: fill the static inputs (one copy), replay, advance the host lengths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from engine.executors.slots import GenerationSlots
+from engine.fast.decoder import fuse_layers, rope_tables, run_layers
+from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
+from engine.fast.kernels.decode_attention import decode_attention
+from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k, sample_tokens
+from engine.ipc.messages import Sampling
+from engine.model import sampling as sampler
+from engine.model.kv_cache import TalkerKVCache
+from engine.model.qwen3_tts import Qwen3TTS
+
+
+class TalkerGraphs:
+    def __init__(self, model: Qwen3TTS, slots: GenerationSlots, cache: TalkerKVCache, capture_sizes: Sequence[int],
+                 *, prefill_sizes: Sequence[int] = (), prefill_buckets: Sequence[int] = (),
+                 use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP) -> None:  # fmt: skip
+        self.model = model
+        self.talker = model.talker
+        self.config = model.config.talker
+        self.slots = slots
+        self.cache = cache
+        self.sizes = check_sizes(capture_sizes)
+        self.prefill_sizes = check_sizes(prefill_sizes) if prefill_sizes else ()
+        self.buckets = check_sizes(prefill_buckets) if prefill_buckets else ()
+        if self.buckets and self.buckets[-1] > cache.max_len:
+            raise ValueError(f"prefill bucket {self.buckets[-1]} exceeds the KV cache's {cache.max_len} positions")
+        self.top_k_cap = top_k_cap
+        self.layers = fuse_layers(self.talker.model.layers)
+        self.caches = [cache.layer(i) for i in range(self.config.num_layers)]
+        device = model.device
+        use = device.type == "cuda" if use_graphs is None else use_graphs
+        largest = max(self.sizes[-1], self.prefill_sizes[-1] if self.prefill_sizes else 1)
+        self.inputs = StaticInputs(("kv_slot", "position", "text", "frame", "eos_never"), largest, device)
+        self.tokens = torch.zeros(largest, dtype=torch.int64, device=device)  # last replay's draws
+        self.decode_steps = CapturedSteps("talker decode", self._decode, self.sizes, use_graphs=use)
+        self.prefill_x = torch.zeros(self.prefill_sizes[-1] if self.prefill_sizes else 1,
+                                     self.buckets[-1] if self.buckets else 1, self.config.hidden_size,
+                                     dtype=model.dtype, device=device)  # fmt: skip
+        keys = [(n, length) for n in self.prefill_sizes for length in self.buckets]
+        self.prefill_steps = CapturedSteps("talker prefill", self._prefill, keys, use_graphs=use)
+
+    def capture(self) -> None:
+        self.decode_steps.capture()
+        if self.prefill_steps.keys:
+            self.prefill_steps.capture()
+
+    # ------------------------------------------------------------ host side (same contract as TalkerExecutor)
+
+    def decode(self, kv_slots: list[int], positions: list[int], frame_index: list[int], text_ids: list[int],
+               eos_allowed: list[bool], read_tokens: bool) -> list[int] | None:  # fmt: skip
+        for slot, position in zip(kv_slots, positions, strict=True):
+            assert self.cache.lengths[slot] == position, (
+                f"KV slot {slot} holds {self.cache.lengths[slot]} positions, the plan expects {position}")
+            if position + 1 > self.cache.max_len:
+                raise RuntimeError(f"talker KV cache slot {slot} is full ({self.cache.max_len} positions)")
+        check_top_k([self.slots.talker._host_top_k[s] for s in kv_slots], self.top_k_cap, self.config.vocab_size)
+        tokens: list[int] = []
+        for part in split_cohort(len(kv_slots), self.sizes):
+            size = padded_size(len(part), self.sizes)
+            self.inputs.load(size, kv_slot=pad_rows([kv_slots[i] for i in part], size),
+                             position=pad_rows([positions[i] for i in part], size),
+                             text=pad_rows([text_ids[i] for i in part], size),
+                             frame=pad_rows([frame_index[i] for i in part], size),
+                             eos_never=pad_rows([int(not eos_allowed[i]) for i in part], size))  # fmt: skip
+            self.decode_steps.replay(size)
+            if read_tokens:  # NOTE: the only device -> host read, and only when some row may sample EOS
+                tokens += self.tokens[: len(part)].tolist()
+        self.cache.advance(kv_slots, [1] * len(kv_slots))
+        return tokens if read_tokens else None
+
+    def prefill(self, kv_slots: list[int], embeds: list[Tensor], samplings: list[Sampling], seeds: list[int]) -> None:
+        """Same contract as `TalkerExecutor.prefill`: embeds[i] [L_i,H] into slot kv_slots[i]."""
+        if not self.prefill_steps.keys:
+            raise RuntimeError("talker prefill graphs were not configured (prefill_sizes, prefill_buckets)")
+        lengths = [e.shape[0] for e in embeds]
+        bucket = padded_size(max(lengths), self.buckets)
+        if min(lengths) < 1 or len(lengths) != len(kv_slots):
+            raise ValueError("a prefill needs one non-empty prompt per KV slot")
+        for slot, sampling, seed in zip(kv_slots, samplings, seeds, strict=True):
+            self.cache.reset(slot)
+            self.slots.start(slot, sampling, seed)
+        check_top_k([s.top_k for s in samplings], self.top_k_cap, self.config.vocab_size)
+        for part in split_cohort(len(kv_slots), self.prefill_sizes):
+            size = padded_size(len(part), self.prefill_sizes)
+            rows = pad_rows(list(part), size)
+            for i, r in enumerate(rows):
+                self.prefill_x[i, : lengths[r]] = embeds[r]
+            self.inputs.load(size, kv_slot=[kv_slots[r] for r in rows], position=[lengths[r] for r in rows],
+                             text=[0] * size, frame=[0] * size, eos_never=[1] * size)  # fmt: skip
+            self.prefill_steps.replay((size, bucket))
+        self.cache.advance(kv_slots, lengths)
+
+    # ------------------------------------------------------------ captured steps
+
+    def _decode(self, n: int) -> None:
+        index, positions = self.inputs["kv_slot"][:n], self.inputs["position"][:n]
+        x = self.slots.frame_embed[index] + self.talker.embed_text(self.inputs["text"][:n])  # [n,H]
+        cos, sin = rope_tables(self.talker.rotary, positions, x.dtype)
+        lengths = positions + 1
+
+        def attend(layer: int, q: Tensor) -> Tensor:  # q [n,Hq,D] -> [n,Hq*D]
+            k_cache, v_cache = self.caches[layer]
+            return decode_attention(q, k_cache, v_cache, index, lengths).view(n, -1)
+
+        hidden = run_layers(self.layers, x, self.talker.model.norm.weight, cos, sin, self.caches, index,
+                            positions, attend)  # fmt: skip
+        self._draw(hidden, index, self.inputs["frame"][:n] + 1, self.inputs["eos_never"][:n].bool())
+
+    def _prefill(self, key: tuple[int, int]) -> None:
+        n, length = key
+        index = self.inputs["kv_slot"][:n]
+        x = self.prefill_x[:n, :length].reshape(n * length, -1)  # [n*L,H]
+        positions = torch.arange(length, device=index.device).repeat(n)  # [n*L]
+        cos, sin = rope_tables(self.talker.rotary, positions, x.dtype)
+
+        def attend(layer: int, q: Tensor) -> Tensor:  # causal over the slot's fresh keys 0..L-1
+            k_cache, v_cache = self.caches[layer]
+            q4 = q.view(n, length, q.shape[1], q.shape[2]).transpose(1, 2)  # [n,Hq,L,D]
+            out = F.scaled_dot_product_attention(q4, k_cache[index, :, :length], v_cache[index, :, :length],
+                                                 is_causal=True, enable_gqa=True)  # fmt: skip
+            return out.transpose(1, 2).reshape(n * length, -1)
+
+        hidden = run_layers(self.layers, x, self.talker.model.norm.weight, cos, sin, self.caches,
+                            index.repeat_interleave(length), positions, attend)  # fmt: skip
+        last = hidden.view(n, length, -1)[torch.arange(n, device=index.device), self.inputs["position"][:n] - 1]
+        self._draw(last, index, torch.zeros_like(index), torch.ones_like(index, dtype=torch.bool))
+
+    def _draw(self, hidden: Tensor, index: Tensor, frames: Tensor, eos_never: Tensor) -> None:
+        s, c = self.slots, self.config
+        logits = self.talker.logits(hidden)  # [n,V] fp32
+        scores = sampler.talker_scores(logits, s.seen[index], s.generated[index], s.penalty[index], c.codec_eos_id,
+                                       c.num_codes, eos_never)  # fmt: skip
+        tokens = sample_tokens(scores, s.talker.greedy[index], s.talker.temperature[index], s.talker.top_k[index],
+                               self.top_k_cap, s.seeds[index], frames, 0)  # fmt: skip
+        s.seen[index, tokens] = True
+        s.generated[index] += 1
+        s.hidden[index] = hidden
+        s.code0[index] = tokens
+        self.tokens[: tokens.shape[0]] = tokens

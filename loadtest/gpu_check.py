@@ -1,0 +1,352 @@
+"""THE GPU check: every fast path against its plain-PyTorch twin, then timings, the cost-model JSON, a table.
+
+One run, one section per module: "talker/code predictor" here, "codec" from `engine.fast.codec_check.run`
+when that module exists. On the full-size model with random bf16 weights (never zeros):
+
+1. kernels: each Triton kernel vs its twin (`engine.fast.kernels.selfcheck`);
+2. twins: fast vs plain forward on identical inputs and caches (hidden states and logits, relative L2
+   <= 2e-2 in bf16), and the graph sampler vs the plain sampler on identical logits and RNG counters
+   (identical tokens);
+3. timings: CUDA events around graph replays after warm-up, medians; talker decode at context 512 with
+   mixed per-request lengths and repetition penalty on; code-predictor frame; talker prefill per bucket;
+4. the cost table (`engine/costs/h200_fast.json` format) and a table with each time's ratio to its floor
+   (floor = bytes that must stream / 4255 GB/s measured copy bandwidth, h200-floors.md).
+
+    python -m loadtest.gpu_check --out /tmp/gpu_check.json [--costs engine/costs/h200_fast.json]
+
+Needs only torch (and Triton) on the GPU machine: no gateway packages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+COPY_BANDWIDTH = 4255e9  # B/s, measured device-to-device copy on the H200 (h200-floors.md)
+BATCHES = (1, 4, 16, 32, 64, 128)
+BF16_TOLERANCE = 2e-2
+
+
+def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    a64, b64 = a.double(), b.double()
+    if not torch.isfinite(a64).all():
+        return float("inf")
+    return float((a64 - b64).norm() / b64.norm().clamp_min(1e-30))
+
+
+def time_ms(fn: Callable[[], None], repeats: int = 50, warmup: int = 5) -> float:
+    """Median of CUDA-event-timed calls after warm-up."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def nbytes(module: torch.nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+# ---------------------------------------------------------------- setup
+
+
+def build(args: argparse.Namespace) -> dict[str, Any]:
+    from engine.executors.code_predictor import CodePredictorExecutor
+    from engine.executors.slots import GenerationSlots, new_code_buffer
+    from engine.executors.talker import TalkerExecutor
+    from engine.fast.code_predictor_graph import CodePredictorGraphs
+    from engine.fast.talker_graph import TalkerGraphs
+    from engine.model.weights import load_model
+
+    model = load_model("1.7b", device="cuda", dtype=torch.bfloat16)
+    c = model.config.talker
+    slots_n = max(BATCHES)
+    slots = GenerationSlots(slots_n, c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
+    cache = model.talker.new_cache(slots_n, args.context + 8)
+    codes = new_code_buffer(slots_n, 64, model.device)
+    t0 = time.perf_counter()
+    fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256))
+    fast_cp = CodePredictorGraphs(model, slots, codes, BATCHES)
+    fast_talker.capture()
+    fast_cp.capture()
+    capture_s = time.perf_counter() - t0
+    plain_talker = TalkerExecutor(model, slots, cache)
+    plain_cp = CodePredictorExecutor(model, slots, codes, max_batch=slots_n)
+    return dict(model=model, slots=slots, cache=cache, codes=codes, fast_talker=fast_talker, fast_cp=fast_cp,
+                plain_talker=plain_talker, plain_cp=plain_cp, capture_s=capture_s)  # fmt: skip
+
+
+def snapshot(obj: Any) -> dict[str, Any]:
+    """Clones of every tensor reachable through an object's attributes (GenerationSlots and its samplers)."""
+    out: dict[str, Any] = {}
+    for name, value in vars(obj).items():
+        if isinstance(value, torch.Tensor):
+            out[name] = value.clone()
+        elif hasattr(value, "__dict__") and not isinstance(value, torch.device):
+            out[name] = snapshot(value)
+    return out
+
+
+def restore(obj: Any, saved: dict[str, Any]) -> None:
+    """Copy a snapshot back in place: captured graphs keep the tensors' addresses."""
+    for name, value in saved.items():
+        if isinstance(value, dict):
+            restore(getattr(obj, name), value)
+        else:
+            getattr(obj, name).copy_(value)
+
+
+def fill_state(env: dict[str, Any], lengths: list[int]) -> None:
+    """Random per-slot state and KV contents at the given lengths (a prefill's worth, without running one)."""
+    from engine.ipc.messages import Sampling
+
+    model, slots, cache = env["model"], env["slots"], env["cache"]
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for slot in range(len(lengths)):
+        slots.start(slot, Sampling(greedy=slot % 4 == 3), seed=slot)
+        cache.lengths[slot] = lengths[slot]
+    cache.kv.normal_(generator=gen)
+    slots.hidden.normal_(generator=gen)
+    slots.frame_embed.normal_(generator=gen)
+    slots.code0.random_(0, model.config.talker.num_codes, generator=gen)
+    slots.seen.copy_(torch.rand(slots.seen.shape, device="cuda", generator=gen) < 0.05)  # penalty on
+
+
+# ---------------------------------------------------------------- correctness
+
+
+def check_twins(env: dict[str, Any]) -> dict[str, float | bool]:
+    from engine.fast.sampling import sample_tokens
+    from engine.model import sampling as sampler
+    from engine.model.rng import seed_tensor
+
+    model, slots, cache = env["model"], env["slots"], env["cache"]
+    fast_talker, fast_cp = env["fast_talker"], env["fast_cp"]
+    out: dict[str, float | bool] = {}
+    b = 8
+    lengths = [100 + 37 * i for i in range(b)]
+    fill_state(env, lengths + [0] * (max(BATCHES) - b))
+    rows = list(range(b))
+    # Talker decode: fast graph vs plain executor from identical caches and state.
+    saved = (cache.kv.clone(), snapshot(slots), list(cache.lengths))
+    fast_talker.decode(rows, lengths, [3] * b, [1000 + i for i in rows], [False] * b, read_tokens=False)
+    fast_hidden, fast_kv = slots.hidden[:b].clone(), cache.kv[:, :, :b].clone()
+    cache.kv.copy_(saved[0])
+    restore(slots, saved[1])
+    cache.lengths[:] = saved[2]
+    env["plain_talker"].decode(rows, lengths, [3] * b, [1000 + i for i in rows], [False] * b, read_tokens=False)
+    out["talker_decode_hidden"] = rel_l2(fast_hidden, slots.hidden[:b])
+    out["talker_decode_logits"] = rel_l2(model.talker.logits(fast_hidden), model.talker.logits(slots.hidden[:b]))
+    out["talker_decode_kv"] = rel_l2(fast_kv, cache.kv[:, :, :b])
+    # Talker prefill: B=4, mixed prompt lengths in the 64 bucket.
+    embeds = [torch.randn(n, model.config.talker.hidden_size, device="cuda", dtype=model.dtype) for n in (40, 64, 33, 51)]
+    from engine.ipc.messages import Sampling
+
+    samplings, seeds = [Sampling()] * 4, [1, 2, 3, 4]
+    fast_talker.prefill(rows[:4], embeds, samplings, seeds)
+    fast_hidden, fast_code0 = slots.hidden[:4].clone(), slots.code0[:4].clone()
+    env["plain_talker"].prefill(rows[:4], embeds, samplings, seeds)
+    out["talker_prefill_hidden"] = rel_l2(fast_hidden, slots.hidden[:4])
+    out["talker_prefill_tokens_agree"] = float((fast_code0 == slots.code0[:4]).float().mean())
+    # Code predictor: teacher-forced step-1 logits (fast fused forward vs plain forward), then whole frames.
+    fill_state(env, lengths + [0] * (max(BATCHES) - b))
+    predictor = model.code_predictor
+    x = torch.stack((slots.hidden[:b], model.talker.embed_codec(slots.code0[:b])), dim=1)  # [b,2,H]
+    plain_hidden = predictor(x, predictor.new_cache(b), start=0)[:, 1]
+    with torch.inference_mode():
+        caches = [fast_cp.cache.layer(i) for i in range(predictor.config.num_layers)]
+        rows_t = torch.arange(b, device="cuda")
+        fast_h = fast_cp._forward(x.reshape(2 * b, -1), rows_t.repeat_interleave(2),
+                                  torch.arange(2, device="cuda").repeat(b), caches, b, 2).view(b, 2, -1)[:, 1]  # fmt: skip
+    out["cp_step1_hidden"] = rel_l2(fast_h, plain_hidden)
+    out["cp_step1_logits"] = rel_l2(predictor.logits(1, fast_h), predictor.logits(1, plain_hidden))
+    saved = snapshot(slots)
+    fast_cp.predict(rows, rows, [0] * b)
+    fast_codes = env["codes"][:b, 0].clone()
+    restore(slots, saved)
+    env["plain_cp"].predict(rows, rows, [0] * b)
+    out["cp_frame_codes_agree"] = float((fast_codes == env["codes"][:b, 0]).float().mean())
+    # Sampler: identical logits and counters -> identical tokens (sampled and greedy rows, top-k 50 and off).
+    gen = torch.Generator(device="cuda").manual_seed(9)
+    logits = torch.randn(64, 3072, device="cuda", generator=gen) * 3
+    greedy = torch.arange(64, device="cuda") % 5 == 0
+    top_k = torch.where(torch.arange(64, device="cuda") % 3 == 0, 0, 50)
+    temperature = torch.full((64, 1), 0.9, device="cuda")
+    seeds, frames = seed_tensor(list(range(64)), "cuda"), torch.arange(64, device="cuda")
+    settings = sampler.RowSettings(greedy, temperature, top_k, 0)
+    plain_tokens = sampler.draw(sampler.processed_probs(logits, settings), seeds, frames, 3)
+    fast_tokens = sample_tokens(logits, greedy, temperature, top_k, 64, seeds, frames, 3)
+    out["sampler_tokens_identical"] = bool(torch.equal(plain_tokens, fast_tokens))
+    return out
+
+
+# ---------------------------------------------------------------- timings and floors
+
+
+def measure(env: dict[str, Any], context: int) -> dict[str, Any]:
+    model, cache = env["model"], env["cache"]
+    fast_talker, fast_cp = env["fast_talker"], env["fast_cp"]
+    kv_per_position = 2 * model.config.talker.num_layers * model.config.talker.num_kv_heads * model.config.talker.head_dim * 2
+    talker_weights = nbytes(model.talker.model.layers) + nbytes(model.talker.model.norm) + nbytes(model.talker.codec_head)
+    cp = model.code_predictor
+    groups = cp.config.num_code_groups - 1
+    cp_bytes = groups * (nbytes(cp.model.layers) + nbytes(cp.small_to_mtp_projection) + nbytes(cp.lm_head[0]))
+    gen = torch.Generator().manual_seed(1)
+    result: dict[str, Any] = {"talker_decode": {}, "code_predict": {}, "talker_prefill": {}}
+    for b in BATCHES:
+        lengths = torch.randint(context // 2, context, (b,), generator=gen).tolist()  # mixed, up to the context
+        fill_state(env, lengths + [0] * (max(BATCHES) - b))
+        rows = list(range(b))
+        fast_talker.inputs.load(b, kv_slot=rows, position=lengths, text=[1000] * b, frame=[2] * b, eos_never=[1] * b)
+        ms = time_ms(lambda b=b: fast_talker.decode_steps.replay(b))
+        floor = (talker_weights + kv_per_position * sum(lengths)) / COPY_BANDWIDTH * 1e3
+        result["talker_decode"][b] = {"ms": ms, "floor_ms": floor, "mean_context": sum(lengths) / b}
+        fast_cp.inputs.load(b, kv_slot=rows, stream=rows, frame=[0] * b)
+        ms = time_ms(lambda b=b: fast_cp.steps.replay(b))
+        result["code_predict"][b] = {"ms": ms, "floor_ms": cp_bytes / COPY_BANDWIDTH * 1e3}
+    for n, length in fast_talker.prefill_steps.keys:
+        fast_talker.inputs.load(n, kv_slot=list(range(n)), position=[length] * n, text=[0] * n, frame=[0] * n,
+                                eos_never=[1] * n)  # fmt: skip
+        ms = time_ms(lambda k=(n, length): fast_talker.prefill_steps.replay(k))
+        floor = (talker_weights + kv_per_position * n * length) / COPY_BANDWIDTH * 1e3
+        result["talker_prefill"][f"{n}x{length}"] = {"tokens": n * length, "ms": ms, "floor_ms": floor}
+    del cache
+    return result
+
+
+def cost_table(timings: dict[str, Any], codec: dict[str, Any] | None, commit: str) -> dict[str, Any]:
+    plain = json.loads((Path(__file__).parent.parent / "engine" / "costs" / "h200_plain.json").read_text())
+    prefill = sorted({v["tokens"]: v["ms"] for v in timings["talker_prefill"].values()}.items())
+    return {
+        "name": "h200_fast",
+        "description": "Fast path (fused Triton kernels, CUDA graphs) on one H200, Qwen3-TTS-12Hz-1.7B, bf16, "
+                       "random weights; written by loadtest/gpu_check.py from its own measurements.",
+        "sources": {
+            "talker_decode": f"gpu_check, graph replay medians, mixed per-request context up to 512 (commit {commit})",
+            "code_predict": f"gpu_check, one graph per frame (15 steps + sampling), medians (commit {commit})",
+            "talker_prefill": f"gpu_check, prefill graphs per (batch, bucket), total padded tokens (commit {commit})",
+            "codec_chunk": "gpu_check codec section" if codec else "copied from h200_plain.json (codec not measured here)",
+        },
+        "step_overhead_ms": plain.get("step_overhead_ms", 0.1),
+        "talker_decode": {"batch": list(BATCHES), "ms": [round(timings["talker_decode"][b]["ms"], 4) for b in BATCHES]},
+        "code_predict": {"batch": list(BATCHES), "ms": [round(timings["code_predict"][b]["ms"], 4) for b in BATCHES]},
+        "talker_prefill": {"tokens": [t for t, _ in prefill], "ms": [round(m, 4) for _, m in prefill]},
+        "codec_chunk": (codec or {}).get("codec_chunk", plain["codec_chunk"]),
+    }
+
+
+def table(timings: dict[str, Any]) -> str:
+    lines = ["B    talker ms (x floor)   CP frame ms (x floor)   frame step ms (x floor)"]
+    for b in BATCHES:
+        t, c = timings["talker_decode"][b], timings["code_predict"][b]
+        frame, floor = t["ms"] + c["ms"], t["floor_ms"] + c["floor_ms"]
+        lines.append(f"{b:<4} {t['ms']:7.3f} ({t['ms'] / t['floor_ms']:4.2f}x)      {c['ms']:7.3f} "
+                     f"({c['ms'] / c['floor_ms']:5.2f}x)        {frame:7.3f} ({frame / floor:4.2f}x)")  # fmt: skip
+    lines.append("prefill: " + ", ".join(f"{k} {v['ms']:.3f} ms ({v['ms'] / v['floor_ms']:.2f}x)"
+                                         for k, v in timings["talker_prefill"].items()))  # fmt: skip
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- main
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def talker_section(args: argparse.Namespace) -> dict[str, Any]:
+    from engine.fast.kernels.selfcheck import check_kernels
+
+    section: dict[str, Any] = {}
+    with torch.inference_mode():
+        section["kernels_bf16"] = check_kernels("cuda", torch.bfloat16)
+        section["kernels_fp32"] = check_kernels("cuda", torch.float32)
+        env = build(args)
+        section["capture_s"] = env["capture_s"]
+        section["twins"] = check_twins(env)
+        section["timings"] = measure(env, args.context)
+    twins = section["twins"]
+    failures = [k for k, v in section["kernels_bf16"].items() if v > 1e-2]
+    failures += [k for k, v in section["kernels_fp32"].items() if v > 1e-4]
+    failures += [k for k in ("talker_decode_hidden", "talker_decode_logits", "talker_prefill_hidden",
+                             "cp_step1_hidden", "cp_step1_logits") if twins[k] > BF16_TOLERANCE]  # fmt: skip
+    failures += [] if twins["sampler_tokens_identical"] else ["sampler_tokens_identical"]
+    section["failures"] = failures
+    return section
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="gpu_check.json", help="raw JSON results")
+    p.add_argument("--costs", default=None, help="write the cost-model JSON here (e.g. engine/costs/h200_fast.json)")
+    p.add_argument("--context", type=int, default=512, help="largest talker context of the decode timings")
+    p.add_argument("--skip-talker", action="store_true")
+    p.add_argument("--skip-codec", action="store_true")
+    args = p.parse_args(argv)
+    commit = git_commit()
+    report: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": commit,
+        "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "command": " ".join(sys.argv),
+    }  # fmt: skip
+    try:
+        import triton
+
+        report["triton"] = triton.__version__
+    except ImportError:
+        report["triton"] = None
+    codec: dict[str, Any] | None = None
+    if not args.skip_codec:
+        try:
+            from engine.fast import codec_check  # type: ignore[attr-defined]
+
+            codec = codec_check.run(args)
+            report["codec"] = codec
+        except ImportError:
+            report["codec"] = "engine.fast.codec_check not present"
+        except Exception:  # noqa: BLE001 - one section's failure must not hide the others
+            report["codec"] = {"error": traceback.format_exc()}
+    ok = True
+    if not args.skip_talker:
+        try:
+            section = talker_section(args)
+            report["talker_code_predictor"] = section
+            ok = not section["failures"]
+            if args.costs:
+                Path(args.costs).write_text(json.dumps(cost_table(section["timings"], codec, commit), indent=2) + "\n")
+        except Exception:  # noqa: BLE001
+            report["talker_code_predictor"] = {"error": traceback.format_exc()}
+            ok = False
+    Path(args.out).write_text(json.dumps(report, indent=2, default=str) + "\n")
+    section = report.get("talker_code_predictor", {})
+    if "error" in section:
+        print(section["error"])
+    elif section:
+        print(json.dumps({"kernels_bf16": section["kernels_bf16"], "twins": section["twins"]}, indent=1))
+        print(f"capture {section['capture_s']:.1f} s; failures: {section['failures'] or 'none'}")
+        print(f"== talker / code predictor ({report['gpu']}, torch {report['torch']}, commit {commit[:10]})")
+        print(table(section["timings"]))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""The talker fast path (fused layers, split-KV decode attention over per-row lengths, static-shape
+prefill buckets, padding and splitting) matches the plain executor on the CPU twins: same tokens, hidden
+states and KV cache within fp32 rounding, same sampler state, and the host lengths advance alike."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from engine.executors.slots import GenerationSlots
+from engine.executors.talker import TalkerExecutor
+from engine.fast.talker_graph import TalkerGraphs
+from engine.ipc.messages import Sampling
+from engine.model.qwen3_tts import Qwen3TTS
+from engine.model.weights import load_model
+
+SAMPLINGS = [Sampling(), Sampling(greedy=True), Sampling(temperature=0.6, top_k=4, repetition_penalty=1.3),
+             Sampling(top_k=0)]  # fmt: skip
+LENGTHS = [5, 11, 8, 3]
+
+
+@pytest.fixture(scope="module")
+def model() -> Qwen3TTS:
+    torch.set_num_threads(1)
+    return load_model("tiny")
+
+
+def _pair(model: Qwen3TTS, sizes: tuple[int, ...]) -> tuple[TalkerExecutor, TalkerGraphs]:
+    c = model.config.talker
+    plain_slots = GenerationSlots(6, c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
+    fast_slots = copy.deepcopy(plain_slots)
+    plain_cache, fast_cache = model.talker.new_cache(6, 64), model.talker.new_cache(6, 64)
+    fast = TalkerGraphs(model, fast_slots, fast_cache, sizes, prefill_sizes=(1, 2), prefill_buckets=(8, 16))
+    return TalkerExecutor(model, plain_slots, plain_cache), fast
+
+
+def _prompts(model: Qwen3TTS) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(11)
+    return [torch.randn(n, model.config.talker.hidden_size, generator=gen) for n in LENGTHS]
+
+
+def _assert_same_state(plain: TalkerExecutor, fast: TalkerGraphs, kv_slots: list[int]) -> None:
+    a, b = plain.slots, fast.slots
+    assert torch.equal(a.code0, b.code0) and torch.equal(a.seen, b.seen) and torch.equal(a.generated, b.generated)
+    torch.testing.assert_close(b.hidden, a.hidden, rtol=1e-4, atol=1e-4)
+    assert plain.cache.lengths == fast.cache.lengths
+    for slot in kv_slots:
+        n = plain.cache.lengths[slot]
+        torch.testing.assert_close(fast.cache.kv[:, :, slot, :, :n], plain.cache.kv[:, :, slot, :, :n],
+                                   rtol=1e-4, atol=1e-4)  # fmt: skip
+
+
+@pytest.mark.parametrize("sizes", [(1, 2), (4,)], ids=["split", "padded"])
+def test_prefill_and_decode_steps_equal_the_plain_executor(model: Qwen3TTS, sizes: tuple[int, ...]) -> None:
+    plain, fast = _pair(model, sizes)
+    kv_slots = [3, 0, 5, 1]
+    samplings = [SAMPLINGS[i % len(SAMPLINGS)] for i in range(4)]
+    seeds = [7, 8, 9, 10]
+    for runner in (plain, fast):
+        runner.prefill(kv_slots, _prompts(model), samplings, seeds)
+    _assert_same_state(plain, fast, kv_slots)
+    gen = torch.Generator().manual_seed(3)
+    for step in range(3):
+        embed = torch.randn(6, model.config.talker.hidden_size, generator=gen)
+        plain.slots.frame_embed.copy_(embed)
+        fast.slots.frame_embed.copy_(embed)
+        rows = kv_slots[: 4 - step % 2]  # cohorts change between steps
+        positions = [plain.cache.lengths[s] for s in rows]
+        args = (rows, positions, [step] * len(rows), [100 + s for s in rows], [step > 0] * len(rows))
+        expected = plain.decode(*args, read_tokens=True)
+        assert fast.decode(*args, read_tokens=True) == expected
+        assert fast.decode_steps.eager_runs > 0
+        _assert_same_state(plain, fast, kv_slots)
+    assert fast.decode(kv_slots, [fast.cache.lengths[s] for s in kv_slots], [9] * 4, [1] * 4, [False] * 4,
+                       read_tokens=False) is None  # fmt: skip
+
+
+def test_decode_refuses_a_plan_whose_positions_disagree_with_the_cache(model: Qwen3TTS) -> None:
+    _, fast = _pair(model, (1, 2))
+    fast.prefill([0], _prompts(model)[:1], [Sampling()], [1])
+    with pytest.raises(AssertionError, match="plan expects"):
+        fast.decode([0], [LENGTHS[0] + 1], [0], [5], [False], read_tokens=False)
+
+
+def test_prompts_longer_than_the_largest_bucket_are_refused(model: Qwen3TTS) -> None:
+    _, fast = _pair(model, (1, 2))
+    too_long = torch.zeros(17, model.config.talker.hidden_size)
+    with pytest.raises(ValueError, match="largest captured size"):
+        fast.prefill([0], [too_long], [Sampling()], [1])
