@@ -200,9 +200,14 @@ class EngineSlot:
             self._last_heartbeat_at = time.monotonic()
             self.metrics.engine_active.set(msg.active_requests, self.label)
             self.metrics.engine_queued.set(msg.queued_requests, self.label)
-            for kind, (batch, ms) in msg.step_stats.items():
-                self.metrics.engine_batch_size.set(batch, self.label, kind)
-                self.metrics.engine_step_seconds.set(ms / 1000.0, self.label, kind)
+            for kind, (first, second) in msg.step_stats.items():
+                if kind.startswith("slots."):  # resource pools report (free, total), not (batch, ms)
+                    pool = kind.removeprefix("slots.")
+                    self.metrics.engine_slots_free.set(first, self.label, pool)
+                    self.metrics.engine_slots_total.set(second, self.label, pool)
+                else:
+                    self.metrics.engine_batch_size.set(first, self.label, kind)
+                    self.metrics.engine_step_seconds.set(second / 1000.0, self.label, kind)
         elif isinstance(msg, Error):
             log.error("engine %d reported %s: %s", self.index, msg.code, msg.message)
 

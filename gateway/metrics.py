@@ -158,6 +158,12 @@ class GatewayMetrics:
         self.engine_step_seconds = Gauge(
             "vivace_engine_step_seconds", "Engine-reported mean step time per work kind.", ("engine", "kind")
         )
+        self.engine_slots_free = Gauge(
+            "vivace_engine_slots_free", "Engine-reported free slots per resource pool.", ("engine", "pool")
+        )
+        self.engine_slots_total = Gauge(
+            "vivace_engine_slots_total", "Engine-reported slots per resource pool.", ("engine", "pool")
+        )
 
     def render(self) -> str:
         lines: list[str] = []

@@ -36,6 +36,8 @@ import torch
 COPY_BANDWIDTH = 4255e9  # B/s, measured device-to-device copy on the H200 (h200-floors.md)
 BATCHES = (1, 4, 16, 32, 64, 128)
 BF16_TOLERANCE = 2e-2
+DEVICE = "cuda"  # a CPU dry run (--dry-run) swaps these for the tiny fp32 model
+DTYPE = torch.bfloat16
 
 
 def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -75,7 +77,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     from engine.fast.talker_graph import TalkerGraphs
     from engine.model.weights import load_model
 
-    model = load_model("1.7b", device="cuda", dtype=torch.bfloat16)
+    model = load_model(args.preset, device=DEVICE, dtype=DTYPE)
     c = model.config.talker
     slots_n = max(BATCHES)
     slots = GenerationSlots(slots_n, c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
@@ -84,13 +86,20 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256))
     fast_cp = CodePredictorGraphs(model, slots, codes, BATCHES)
-    fast_talker.capture()
+    fast_talker.decode_steps.capture()
     fast_cp.capture()
+    prefill_error = None
+    try:
+        fast_talker.prefill_steps.capture()
+    except Exception:  # noqa: BLE001 - report it, keep measuring decode and the code predictor
+        prefill_error = traceback.format_exc()
+        fast_talker.prefill_steps.keys = ()
     capture_s = time.perf_counter() - t0
     plain_talker = TalkerExecutor(model, slots, cache)
     plain_cp = CodePredictorExecutor(model, slots, codes, max_batch=slots_n)
     return dict(model=model, slots=slots, cache=cache, codes=codes, fast_talker=fast_talker, fast_cp=fast_cp,
-                plain_talker=plain_talker, plain_cp=plain_cp, capture_s=capture_s)  # fmt: skip
+                plain_talker=plain_talker, plain_cp=plain_cp, capture_s=capture_s,
+                prefill_error=prefill_error)  # fmt: skip
 
 
 def snapshot(obj: Any) -> dict[str, Any]:
@@ -118,7 +127,7 @@ def fill_state(env: dict[str, Any], lengths: list[int]) -> None:
     from engine.ipc.messages import Sampling
 
     model, slots, cache = env["model"], env["slots"], env["cache"]
-    gen = torch.Generator(device="cuda").manual_seed(0)
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
     for slot in range(len(lengths)):
         slots.start(slot, Sampling(greedy=slot % 4 == 3), seed=slot)
         cache.lengths[slot] = lengths[slot]
@@ -126,19 +135,14 @@ def fill_state(env: dict[str, Any], lengths: list[int]) -> None:
     slots.hidden.normal_(generator=gen)
     slots.frame_embed.normal_(generator=gen)
     slots.code0.random_(0, model.config.talker.num_codes, generator=gen)
-    slots.seen.copy_(torch.rand(slots.seen.shape, device="cuda", generator=gen) < 0.05)  # penalty on
+    slots.seen.copy_(torch.rand(slots.seen.shape, device=DEVICE, generator=gen) < 0.05)  # penalty on
 
 
 # ---------------------------------------------------------------- correctness
 
 
 def check_twins(env: dict[str, Any]) -> dict[str, float | bool]:
-    from engine.fast.sampling import sample_tokens
-    from engine.model import sampling as sampler
-    from engine.model.rng import seed_tensor
-
-    model, slots, cache = env["model"], env["slots"], env["cache"]
-    fast_talker, fast_cp = env["fast_talker"], env["fast_cp"]
+    model, slots, cache, fast_talker = env["model"], env["slots"], env["cache"], env["fast_talker"]
     out: dict[str, float | bool] = {}
     b = 8
     lengths = [100 + 37 * i for i in range(b)]
@@ -155,16 +159,37 @@ def check_twins(env: dict[str, Any]) -> dict[str, float | bool]:
     out["talker_decode_hidden"] = rel_l2(fast_hidden, slots.hidden[:b])
     out["talker_decode_logits"] = rel_l2(model.talker.logits(fast_hidden), model.talker.logits(slots.hidden[:b]))
     out["talker_decode_kv"] = rel_l2(fast_kv, cache.kv[:, :, :b])
-    # Talker prefill: B=4, mixed prompt lengths in the 64 bucket.
-    embeds = [torch.randn(n, model.config.talker.hidden_size, device="cuda", dtype=model.dtype) for n in (40, 64, 33, 51)]
+    if env["prefill_error"] is None:
+        out.update(check_prefill(env))
+    return out | check_code_predictor(env, lengths)
+
+
+def check_prefill(env: dict[str, Any]) -> dict[str, float]:
+    """Talker prefill: B=4, mixed prompt lengths in the 64 bucket."""
     from engine.ipc.messages import Sampling
 
+    model, slots, fast_talker = env["model"], env["slots"], env["fast_talker"]
+    out: dict[str, float] = {}
+    rows = [0, 1, 2, 3]
+    embeds = [torch.randn(n, model.config.talker.hidden_size, device=DEVICE, dtype=model.dtype) for n in (40, 64, 33, 51)]
     samplings, seeds = [Sampling()] * 4, [1, 2, 3, 4]
     fast_talker.prefill(rows[:4], embeds, samplings, seeds)
     fast_hidden, fast_code0 = slots.hidden[:4].clone(), slots.code0[:4].clone()
     env["plain_talker"].prefill(rows[:4], embeds, samplings, seeds)
     out["talker_prefill_hidden"] = rel_l2(fast_hidden, slots.hidden[:4])
     out["talker_prefill_tokens_agree"] = float((fast_code0 == slots.code0[:4]).float().mean())
+    return out
+
+
+def check_code_predictor(env: dict[str, Any], lengths: list[int]) -> dict[str, float | bool]:
+    from engine.fast.sampling import sample_tokens
+    from engine.model import sampling as sampler
+    from engine.model.rng import seed_tensor
+
+    model, slots, fast_cp = env["model"], env["slots"], env["fast_cp"]
+    out: dict[str, float | bool] = {}
+    b = len(lengths)
+    rows = list(range(b))
     # Code predictor: teacher-forced step-1 logits (fast fused forward vs plain forward), then whole frames.
     fill_state(env, lengths + [0] * (max(BATCHES) - b))
     predictor = model.code_predictor
@@ -172,9 +197,9 @@ def check_twins(env: dict[str, Any]) -> dict[str, float | bool]:
     plain_hidden = predictor(x, predictor.new_cache(b), start=0)[:, 1]
     with torch.inference_mode():
         caches = [fast_cp.cache.layer(i) for i in range(predictor.config.num_layers)]
-        rows_t = torch.arange(b, device="cuda")
-        fast_h = fast_cp._forward(x.reshape(2 * b, -1), rows_t.repeat_interleave(2),
-                                  torch.arange(2, device="cuda").repeat(b), caches, b, 2).view(b, 2, -1)[:, 1]  # fmt: skip
+        rows_t, two = torch.arange(b, device=DEVICE), torch.arange(2, device=DEVICE).repeat(b)
+        fast_h = fast_cp._forward(x.reshape(2 * b, -1), rows_t[:, None].expand(b, 2).reshape(-1), two, caches,
+                                  two + 1).view(b, 2, -1)[:, 1]  # fmt: skip
     out["cp_step1_hidden"] = rel_l2(fast_h, plain_hidden)
     out["cp_step1_logits"] = rel_l2(predictor.logits(1, fast_h), predictor.logits(1, plain_hidden))
     saved = snapshot(slots)
@@ -184,12 +209,12 @@ def check_twins(env: dict[str, Any]) -> dict[str, float | bool]:
     env["plain_cp"].predict(rows, rows, [0] * b)
     out["cp_frame_codes_agree"] = float((fast_codes == env["codes"][:b, 0]).float().mean())
     # Sampler: identical logits and counters -> identical tokens (sampled and greedy rows, top-k 50 and off).
-    gen = torch.Generator(device="cuda").manual_seed(9)
-    logits = torch.randn(64, 3072, device="cuda", generator=gen) * 3
-    greedy = torch.arange(64, device="cuda") % 5 == 0
-    top_k = torch.where(torch.arange(64, device="cuda") % 3 == 0, 0, 50)
-    temperature = torch.full((64, 1), 0.9, device="cuda")
-    seeds, frames = seed_tensor(list(range(64)), "cuda"), torch.arange(64, device="cuda")
+    gen = torch.Generator(device=DEVICE).manual_seed(9)
+    logits = torch.randn(64, 3072, device=DEVICE, generator=gen) * 3
+    greedy = torch.arange(64, device=DEVICE) % 5 == 0
+    top_k = torch.where(torch.arange(64, device=DEVICE) % 3 == 0, 0, 50)
+    temperature = torch.full((64, 1), 0.9, device=DEVICE)
+    seeds, frames = seed_tensor(list(range(64)), DEVICE), torch.arange(64, device=DEVICE)
     settings = sampler.RowSettings(greedy, temperature, top_k, 0)
     plain_tokens = sampler.draw(sampler.processed_probs(logits, settings), seeds, frames, 3)
     fast_tokens = sample_tokens(logits, greedy, temperature, top_k, 64, seeds, frames, 3)
@@ -274,25 +299,38 @@ def git_commit() -> str:
         return "unknown"
 
 
-def talker_section(args: argparse.Namespace) -> dict[str, Any]:
+def talker_section(args: argparse.Namespace, section: dict[str, Any]) -> None:
+    """Fills `section` stage by stage, so a failure keeps what the earlier stages found."""
     from engine.fast.kernels.selfcheck import check_kernels
 
-    section: dict[str, Any] = {}
     with torch.inference_mode():
         section["kernels_bf16"] = check_kernels("cuda", torch.bfloat16)
         section["kernels_fp32"] = check_kernels("cuda", torch.float32)
         env = build(args)
         section["capture_s"] = env["capture_s"]
-        section["twins"] = check_twins(env)
+        section["prefill_error"] = env["prefill_error"]
+        try:
+            section["twins"] = check_twins(env)
+        except Exception:  # noqa: BLE001 - still measure
+            section["twins"] = {"error": traceback.format_exc()}
         section["timings"] = measure(env, args.context)
     twins = section["twins"]
     failures = [k for k, v in section["kernels_bf16"].items() if v > 1e-2]
     failures += [k for k, v in section["kernels_fp32"].items() if v > 1e-4]
     failures += [k for k in ("talker_decode_hidden", "talker_decode_logits", "talker_prefill_hidden",
-                             "cp_step1_hidden", "cp_step1_logits") if twins[k] > BF16_TOLERANCE]  # fmt: skip
-    failures += [] if twins["sampler_tokens_identical"] else ["sampler_tokens_identical"]
+                             "cp_step1_hidden", "cp_step1_logits") if twins.get(k, 1.0) > BF16_TOLERANCE]  # fmt: skip
+    failures += [] if twins.get("sampler_tokens_identical") else ["sampler_tokens_identical"]
     section["failures"] = failures
-    return section
+
+
+def dry_run(args: argparse.Namespace) -> int:
+    """The correctness half on the CPU with the tiny fp32 model: proves the script before device time is spent."""
+    global DEVICE, DTYPE
+    DEVICE, DTYPE, args.preset = "cpu", torch.float32, "tiny"
+    with torch.inference_mode():
+        twins = check_twins(build(args))
+    print(json.dumps(twins, indent=1))
+    return 0 if twins["sampler_tokens_identical"] else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -302,7 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--context", type=int, default=512, help="largest talker context of the decode timings")
     p.add_argument("--skip-talker", action="store_true")
     p.add_argument("--skip-codec", action="store_true")
+    p.add_argument("--preset", default="1.7b", help="model shape (random weights)")
+    p.add_argument("--dry-run", action="store_true", help="CPU, tiny model: correctness only, no timings")
     args = p.parse_args(argv)
+    if args.dry_run:
+        return dry_run(args)
+    if not torch.cuda.is_available():
+        p.error("no CUDA device: run on the GPU machine, or use --dry-run for the CPU correctness half")
     commit = git_commit()
     report: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": commit,
@@ -327,18 +371,20 @@ def main(argv: list[str] | None = None) -> int:
             report["codec"] = {"error": traceback.format_exc()}
     ok = True
     if not args.skip_talker:
+        section: dict[str, Any] = {}
+        report["talker_code_predictor"] = section
         try:
-            section = talker_section(args)
-            report["talker_code_predictor"] = section
+            talker_section(args, section)
             ok = not section["failures"]
             if args.costs:
                 Path(args.costs).write_text(json.dumps(cost_table(section["timings"], codec, commit), indent=2) + "\n")
         except Exception:  # noqa: BLE001
-            report["talker_code_predictor"] = {"error": traceback.format_exc()}
+            section["error"] = traceback.format_exc()
             ok = False
     Path(args.out).write_text(json.dumps(report, indent=2, default=str) + "\n")
     section = report.get("talker_code_predictor", {})
     if "error" in section:
+        print(json.dumps({k: v for k, v in section.items() if k != "error"}, indent=1, default=str)[-6000:])
         print(section["error"])
     elif section:
         print(json.dumps({"kernels_bf16": section["kernels_bf16"], "twins": section["twins"]}, indent=1))

@@ -4,7 +4,8 @@ as ONE captured CUDA graph per batch size. A drop-in for `CodePredictorExecutor.
 One replay, for n (padded) rows, reads  kv_slot/stream/frame [n] from the static inputs and
 GenerationSlots.hidden/code0 and sampler settings at the kv slots, then runs
     [h, C(c0)] at positions 0,1 -> group 1;  E_{g-1}(c_{g-1}) at position g -> group g, g = 2..15
-through the fused decoder stack (`decoder.run_layers`) over the preallocated 16-position cache, draws
+through the fused decoder stack (`decoder.run_layers`) over the preallocated 16-position cache (attention:
+the Triton per-row-length kernel, one query row per token), draws
 each group from the request's counter-based RNG (seed, frame, group), and writes
     codes[stream, frame] = the frame [16]        frame_embed[kv_slot] = sum of its 16 code embeddings.
 Nothing is read back to the host. Positions are static per step, so RoPE tables are constants.
@@ -15,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from engine.executors.slots import GenerationSlots
 from engine.fast.decoder import fuse_layers, rope_tables, run_layers
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
+from engine.fast.kernels.decode_attention import decode_attention
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k, sample_tokens
 from engine.model.qwen3_tts import Qwen3TTS
 
@@ -71,13 +72,14 @@ class CodePredictorGraphs:
 
         # Step 1: [h_k, C(c_k^0)] at positions 0,1 (token rows b*2 + t), causal.
         x = torch.stack((s.hidden[index], self.model.talker.embed_codec(code0)), dim=1).view(2 * n, -1)
-        two = torch.arange(2, device=index.device)
-        hidden = self._forward(x, rows.repeat_interleave(2), two.repeat(n), caches, n, 2)
+        two = torch.arange(2, device=index.device).repeat(n)  # positions 0,1 of each row; they see 1 and 2 keys
+        hidden = self._forward(x, rows[:, None].expand(n, 2).reshape(-1), two, caches, two + 1)
         logits = predictor.logits(1, hidden.view(n, 2, -1)[:, 1])  # [n,V] fp32
         groups = [sample_tokens(logits, *settings, self.top_k_cap, seeds, frames, 1)]
         for group in range(2, c.num_code_groups):
             x = predictor.embed_code(group - 1, groups[-1])  # [n,H]
-            hidden = self._forward(x, rows, torch.full_like(rows, group), caches, n, group + 1)
+            position = torch.full_like(rows, group)
+            hidden = self._forward(x, rows, position, caches, position + 1)
             logits = predictor.logits(group, hidden)
             groups.append(sample_tokens(logits, *settings, self.top_k_cap, seeds, frames, group))
         frame = torch.cat((code0[:, None], torch.stack(groups, dim=1)), dim=1)  # [n,16]
@@ -88,17 +90,16 @@ class CodePredictorGraphs:
         s.frame_embed[index] = torch.stack(parts, dim=1).sum(1)  # [n,H], the reference's 16-way sum
 
     def _forward(self, x: Tensor, slot: Tensor, position: Tensor, caches: list[tuple[Tensor, Tensor]],
-                 n: int, kv_len: int) -> Tensor:  # fmt: skip
-        """x [R,H] token rows (R = n*T) at `position` -> final-norm hidden [R,Hc]; keys 0..kv_len-1 visible."""
-        t = x.shape[0] // n
+                 visible: Tensor) -> Tensor:  # fmt: skip
+        """x [R,H] token rows at (slot, position) -> final-norm hidden [R,Hc]; row r sees keys 0..visible[r]-1.
+
+        Every token row is one query of the per-row-length decode attention kernel, so the frame's causal
+        2-token prefill (visible 1 and 2) and its 1-token steps share one kernel and no SDPA runs here."""
         h = self.predictor.small_to_mtp_projection(x)
 
         def attend(layer: int, q: Tensor) -> Tensor:  # q [R,Hq,D] -> [R,Hq*D]
             k_cache, v_cache = caches[layer]
-            q4 = q.view(n, t, q.shape[1], q.shape[2]).transpose(1, 2)  # [n,Hq,T,D]
-            out = F.scaled_dot_product_attention(q4, k_cache[:n, :, :kv_len], v_cache[:n, :, :kv_len],
-                                                 is_causal=t > 1, enable_gqa=True)  # fmt: skip
-            return out.transpose(1, 2).reshape(n * t, -1)
+            return decode_attention(q, k_cache, v_cache, slot, visible).view(q.shape[0], -1)
 
         cos, sin = self.cos[position], self.sin[position]  # [R,D]
         norm = self.predictor.model.norm.weight

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engine.executors.slots import GenerationSlots
 from engine.fast.decoder import fuse_layers, rope_tables, run_layers
@@ -29,6 +30,9 @@ from engine.ipc.messages import Sampling
 from engine.model import sampling as sampler
 from engine.model.kv_cache import TalkerKVCache
 from engine.model.qwen3_tts import Qwen3TTS
+
+# cuDNN attention is left out of captured prefill: its graph-capture safety is not established here.
+CAPTURE_SAFE_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
 class TalkerGraphs:
@@ -137,12 +141,13 @@ class TalkerGraphs:
         def attend(layer: int, q: Tensor) -> Tensor:  # causal over the slot's fresh keys 0..L-1
             k_cache, v_cache = self.caches[layer]
             q4 = q.view(n, length, q.shape[1], q.shape[2]).transpose(1, 2)  # [n,Hq,L,D]
-            out = F.scaled_dot_product_attention(q4, k_cache[index, :, :length], v_cache[index, :, :length],
-                                                 is_causal=True, enable_gqa=True)  # fmt: skip
+            with sdpa_kernel(CAPTURE_SAFE_SDPA):
+                out = F.scaled_dot_product_attention(q4, k_cache[index, :, :length], v_cache[index, :, :length],
+                                                     is_causal=True, enable_gqa=True)  # fmt: skip
             return out.transpose(1, 2).reshape(n * length, -1)
 
         hidden = run_layers(self.layers, x, self.talker.model.norm.weight, cos, sin, self.caches,
-                            index.repeat_interleave(length), positions, attend)  # fmt: skip
+                            index[:, None].expand(n, length).reshape(-1), positions, attend)  # fmt: skip
         last = hidden.view(n, length, -1)[torch.arange(n, device=index.device), self.inputs["position"][:n] - 1]
         self._draw(last, index, torch.zeros_like(index), torch.ones_like(index, dtype=torch.bool))
 
@@ -153,7 +158,7 @@ class TalkerGraphs:
                                        c.num_codes, eos_never)  # fmt: skip
         tokens = sample_tokens(scores, s.talker.greedy[index], s.talker.temperature[index], s.talker.top_k[index],
                                self.top_k_cap, s.seeds[index], frames, 0)  # fmt: skip
-        s.seen[index, tokens] = True
+        s.seen.index_put_((index, tokens), torch.ones_like(tokens, dtype=torch.bool))  # no host scalar in a graph
         s.generated[index] += 1
         s.hidden[index] = hidden
         s.code0[index] = tokens

@@ -48,10 +48,13 @@ async def test_two_streamed_contexts_interleave_and_cancelling_one_leaves_the_ot
             b_text += piece
             await asyncio.sleep(0.01)
             a_audio = [f for f in client.frames if f[1] == stream_a]
-            if cancelled_at_frame_count is None and a_audio and i >= 8:
+            audio_order = [s for kind, s in client.order if kind == "audio"]
+            # Cancel a once its audio has interleaved with b's: a frame of a after b's first frame.
+            interleaved = stream_b in audio_order and stream_a in audio_order[audio_order.index(stream_b) :]
+            if cancelled_at_frame_count is None and interleaved and i >= 8:
                 await client.send(type="context.cancel", context_id="a", heard_samples=960)
                 cancelled_at_frame_count = len(a_audio)
-        assert cancelled_at_frame_count is not None, "context a never produced audio while text streamed"
+        assert cancelled_at_frame_count is not None, "the two contexts never interleaved audio while text streamed"
         await client.send(type="input_text.end", context_id="b")
         await asyncio.wait_for(reader, 120)
 

@@ -24,8 +24,8 @@ if HAVE_TRITON:
 
     @triton.jit
     def _codebook_sum_kernel(
-        table_ptr, codes_ptr, out_ptr, books, entries, width, frames,
-        sc_b, sc_k, so_b, so_d, BLOCK_D: tl.constexpr,
+        table_ptr, codes_ptr, out_ptr, entries, width, frames,
+        sc_b, sc_k, so_b, so_d, BOOKS: tl.constexpr, BLOCK_D: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0) // frames
         t = tl.program_id(0) % frames
@@ -33,7 +33,7 @@ if HAVE_TRITON:
         mask = d < width
         code = tl.load(codes_ptr + b * sc_b + t)
         acc = tl.load(table_ptr + code * width + d, mask=mask, other=0.0)
-        for k in range(1, books):
+        for k in tl.static_range(1, BOOKS):
             code = tl.load(codes_ptr + b * sc_b + k * sc_k + t)
             row = tl.load(table_ptr + (k * entries + code) * width + d, mask=mask, other=0.0)
             acc = (acc.to(tl.float32) + row.to(tl.float32)).to(row.dtype)  # rounded like the plain add
@@ -71,8 +71,8 @@ def codebook_sum(tables: Tensor, codes: Tensor) -> Tensor:
     if batch * frames == 0:
         return out
     _codebook_sum_kernel[(batch * frames,)](
-        tables.contiguous(), codes, out, books, entries, width, frames,
+        tables.contiguous(), codes, out, entries, width, frames,
         codes.stride(0), codes.stride(1), out.stride(0), out.stride(1),
-        BLOCK_D=triton.next_power_of_2(width), num_warps=2,
+        BOOKS=books, BLOCK_D=triton.next_power_of_2(width), num_warps=2,
     )  # fmt: skip
     return out

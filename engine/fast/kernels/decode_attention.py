@@ -104,6 +104,8 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
         return decode_attention_reference(q, k_cache, v_cache, slots, lengths)
     rows, heads, d = q.shape
     kv_heads = k_cache.shape[1]
+    assert k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1
+    q, slots, lengths = q.contiguous(), slots.contiguous(), lengths.contiguous()  # dense indexing (no stride-0 views)
     group = heads // kv_heads
     splits, chunk = split_layout(k_cache.shape[2])
     m = torch.empty(rows, heads, splits, dtype=torch.float32, device=q.device)

@@ -87,6 +87,9 @@ def qk_norm_rope(
                                       num_heads, num_kv_heads)  # fmt: skip
     rows, d = qkv.shape[0], cos.shape[-1]
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1
+    # The kernel indexes every operand densely: an expanded index (stride 0, e.g. from
+    # `rows[:, None].expand(1, T).reshape(-1)`) must be materialised, or it reads past its end.
+    qkv, cos, sin, slot, position = (t.contiguous() for t in (qkv, cos, sin, slot, position))
     q = torch.empty(rows, num_heads, d, dtype=qkv.dtype, device=qkv.device)
     _qk_norm_rope_kernel[(rows, num_heads + num_kv_heads)](
         qkv, cos, sin, q_weight, k_weight, q, k_cache, v_cache, slot, position, eps,

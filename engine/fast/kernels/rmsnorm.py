@@ -46,6 +46,8 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = No
     """x, residual [R,N] contiguous, weight [N] -> (normed [R,N], residual + x [R,N])."""
     if not use_triton(x):
         return rms_norm_reference(x, weight, eps, residual)
+    x = x.contiguous()
+    residual = residual.contiguous() if residual is not None else None
     rows, n = x.shape
     out = torch.empty_like(x)
     s = torch.empty_like(x) if residual is not None else x

@@ -36,6 +36,7 @@ def silu_mul(gate_up: Tensor) -> Tensor:
     """gate_up [R, 2I] contiguous -> [R, I]."""
     if not use_triton(gate_up):
         return silu_mul_reference(gate_up)
+    gate_up = gate_up.contiguous()
     rows, width = gate_up.shape
     inter = width // 2
     out = torch.empty(rows, inter, dtype=gate_up.dtype, device=gate_up.device)

@@ -35,7 +35,7 @@ if HAVE_TRITON:
 
     @triton.jit
     def _round(v, DTYPE: tl.constexpr):
-        return v.to(DTYPE).to(tl.float32)
+        return v.to(DTYPE, fp_downcast_rounding="rtne").to(tl.float32)
 
     @triton.jit
     def _snake_kernel(
@@ -45,10 +45,10 @@ if HAVE_TRITON:
         HAS_HEAD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, WRITE_SUM: tl.constexpr,
         PRECISE_SIN: tl.constexpr, DTYPE: tl.constexpr, BLOCK: tl.constexpr,
     ):  # fmt: skip
-        row = tl.program_id(1)  # one (batch, channel) row per program column: params are scalars
+        row = tl.program_id(0)  # one (batch, channel) row per program: the params are scalars
         b = row // channels
         c = row % channels
-        t = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        t = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         mask = t < length
         v = tl.load(x_ptr + b * sx_b + c * sx_c + t, mask=mask, other=0.0).to(tl.float32)
         if HAS_HEAD:
@@ -137,7 +137,7 @@ def snake(
     res_t = residual if residual is not None else x
     sum_t = sum_out if sum_out is not None else out
     block = min(1024, max(16, triton.next_power_of_2(length)))
-    grid = (triton.cdiv(length, block), batch * channels)
+    grid = (batch * channels, triton.cdiv(length, block))  # rows on axis 0: up to 2^31 - 1 (axis 1: 65535)
     _snake_kernel[grid](
         x, head_t, bias if bias is not None else alpha, res_t, sum_t, out, alpha, inv_beta,
         channels, length, head.shape[-1] if head is not None else 0,

@@ -1,0 +1,533 @@
+"""The codec section of the GPU check: fast path vs its plain twin per precision, then timings and cost entries.
+
+`run(args) -> dict` (called by `loadtest/gpu_check.py`, or directly: `python -m engine.fast.codec_check`), on
+the full-size codec with seeded random weights (never zeros), every stream at its own position:
+
+1. kernels: fused SnakeBeta variants and the codebook gather-sum vs their PyTorch twins, bf16 and fp32;
+2. twins, per precision: one incremental step of `FastCodecDecoder` vs the plain decoder from identical state
+   (bf16 <= 1e-2 relative L2, tf32 <= 1e-3, fp32 <= 1e-5), and each precision's error against fp32;
+3. graphs: replay equals the fast eager step bitwise; a 100-frame stream decoded through `CodecGraphs` in the
+   default ramp (1, 2, 4, 8, 12, ...) equals one plain full decode (fp32 <= 1e-5, bf16 <= 1e-2);
+4. timings: CUDA events around graph replays after warm-up, medians, bf16, B = 1, 8, 32, 64 x N = 1, 2, 4, 8,
+   12 new frames with >= 72 frames of history per stream; the same shapes on plain-decoder graphs for the
+   speed-up; the first-audio shape (B=1, fresh stream, one frame) through `CodecGraphs.decode`; a few shapes
+   in tf32 and fp32. Each time with its floor: max(bytes / copy bandwidth, FLOPs / matmul rate), rates measured
+   here, bytes = weights streamed + state read and written + waveform written;
+5. `codec_chunk` cost entries (format of engine/costs/h200_plain.json) and a table printed last.
+
+A time budget (`--codec-budget-s`, default 300 s) skips the remaining timing sections rather than overrun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from engine.codec.config import CodecConfig, codec_preset
+from engine.codec.model import CodecDecoder
+from engine.codec.stream import CodecStatePool, decode_incremental
+from engine.codec.weights import random_codec
+from engine.fast.codec_fast import FastCodecDecoder, precision_flags
+from engine.fast.codec_graphs import RESERVED_SLOTS, CodecGraphs
+from engine.fast.kernels.codebook import codebook_sum, codebook_sum_reference
+from engine.fast.kernels.snake import snake, snake_params, snake_reference
+
+BATCHES = (1, 8, 32, 64)
+FRAMES = (1, 2, 4, 8, 12)
+HISTORY_FRAMES = 72  # every timed stream has decoded at least this many frames (the window is full)
+RAMP = (1, 2, 4, 8, 12)
+TOLERANCE = {"bf16": 1e-2, "tf32": 1e-3, "fp32": 1e-5}
+DTYPES = {"bf16": torch.bfloat16, "tf32": torch.float32, "fp32": torch.float32}
+SEED = 1234
+DEVICE = "cuda"  # "cpu" only for `--dry-run` (tiny config, checks without graphs or timings)
+
+
+def relative_l2(actual: torch.Tensor, expected: torch.Tensor) -> float:
+    """||a - e|| / ||e|| in fp64; NaN or inf anywhere gives inf."""
+    a, e = actual.double(), expected.double()
+    if not torch.isfinite(a).all():
+        return float("inf")
+    return float((a - e).norm() / e.norm().clamp_min(1e-30))
+
+
+# ------------------------------------------------------------------------------------------ counting
+
+
+def flops_per_frame(config: CodecConfig) -> float:
+    """Multiply-adds x 2 of one decoded frame (full codec: ~4.96 GFLOP), attention over the full window."""
+    c = config
+    flops = 2 * 2 * (c.codebook_dim // 2) * c.codebook_dim  # two 1x1 output projections
+    flops += 2 * c.codebook_dim * c.latent_dim * 3  # pre_conv k3
+    attn = c.num_attention_heads * c.head_dim
+    kv = c.num_key_value_heads * c.head_dim
+    per_layer = (
+        2 * c.hidden_size * (attn + 2 * kv)
+        + 2 * attn * c.hidden_size
+        + 3 * 2 * c.hidden_size * (c.intermediate_size)
+    )
+    per_layer += 2 * 2 * attn * c.sliding_window  # scores and weighted sum over the window
+    flops += 2 * 2 * c.latent_dim * c.hidden_size + c.num_hidden_layers * per_layer
+    rate = 1
+    for ratio in c.upsampling_ratios:  # transposed conv k = stride, then ConvNeXt, per output sample
+        rate *= ratio
+        flops += rate * (
+            2 * c.latent_dim * c.latent_dim + 2 * c.latent_dim * 7 + 2 * 2 * c.latent_dim * 4 * c.latent_dim
+        )
+    flops += rate * 2 * c.latent_dim * c.decoder_dim * 7  # decoder.0
+    for index, r in enumerate(c.upsample_rates):
+        cin, cout = c.decoder_dim // 2**index, c.decoder_dim // 2 ** (index + 1)
+        rate *= r
+        flops += rate * 2 * cin * cout * 2  # transposed conv k = 2r: 2 taps per output sample
+        flops += rate * 3 * (2 * cout * cout * 7 + 2 * cout * cout)  # residual units
+    flops += rate * 2 * c.output_dim * 7
+    return float(flops)
+
+
+def streamed_weight_bytes(decoder: CodecDecoder) -> int:
+    """Weights a step must read: all but the codebooks (a step gathers B*N*16 rows) and encoder-only tensors."""
+    total = 0
+    for name, param in decoder.named_parameters():
+        if "_codebook" in name or (name.startswith("quantizer") and "input_proj" in name):
+            continue
+        total += param.numel() * param.element_size()
+    return total
+
+
+# ------------------------------------------------------------------------------------------ measuring
+
+
+def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def measure_ceilings() -> dict[str, float]:
+    """Copy bandwidth (bytes read + written) and matmul rates of this GPU, measured now."""
+    src = torch.empty(1 << 29, dtype=torch.uint8, device="cuda").random_()  # 512 MiB
+    dst = torch.empty_like(src)
+    copy_ms = _median_ms(lambda: dst.copy_(src), 10)
+    rates = {"copy_gb_s": 2 * src.numel() / copy_ms / 1e6}
+    n = 8192
+    for name, dtype, tf32 in (
+        ("bf16", torch.bfloat16, False),
+        ("tf32", torch.float32, True),
+        ("fp32", torch.float32, False),
+    ):
+        a = torch.randn(n, n, device="cuda", dtype=dtype)
+        b = torch.randn(n, n, device="cuda", dtype=dtype)
+        with precision_flags("tf32" if tf32 else "fp32"):
+            ms = _median_ms(lambda a=a, b=b: a @ b, 3 if name == "fp32" else 6, warmup=1)
+        rates[f"{name}_tflop_s"] = 2 * n**3 / ms / 1e9
+    return rates
+
+
+def _floor_ms(flops: float, nbytes: float, ceilings: dict[str, float], precision: str) -> float:
+    return max(nbytes / ceilings["copy_gb_s"] / 1e6, flops / ceilings[f"{precision}_tflop_s"] / 1e9)
+
+
+# ------------------------------------------------------------------------------------------ checks
+
+
+def check_kernels() -> dict[str, float]:
+    """Each fused kernel vs its twin on full-size widths, fresh random inputs, NaN-poisoned outputs."""
+    gen = torch.Generator(device=DEVICE).manual_seed(SEED)
+    errors: dict[str, float] = {}
+    for label, dtype in (("bf16", torch.bfloat16), ("fp32", torch.float32)):
+        batch, channels, length, head_len, history = (
+            (3, 96, 1920 * 2, 3, 54) if DEVICE == "cuda" else (2, 4, 40, 3, 6)
+        )
+
+        def rand(*shape: int, scale: float = 1.0, dtype: torch.dtype = dtype) -> torch.Tensor:
+            return (torch.randn(*shape, generator=gen, device=DEVICE) * scale).to(dtype)
+
+        x, res, head = (
+            rand(batch, channels, length),
+            rand(batch, channels, length),
+            rand(batch, channels, head_len),
+        )
+        alpha, inv_beta = snake_params(rand(channels, scale=0.3), rand(channels, scale=0.3))
+        bias = rand(channels, scale=0.1)
+        buffer = torch.full((batch, channels, history + length), float("nan"), device=DEVICE, dtype=dtype)
+        sums = torch.full_like(x, float("nan"))
+        snake(x, alpha, inv_beta, head=head, bias=bias, residual=res, out=buffer[..., history:], sum_out=sums)
+        ref_sums = torch.empty_like(x)
+        ref = snake_reference(x, alpha, inv_beta, head=head, bias=bias, residual=res, sum_out=ref_sums)
+        errors[f"snake_all_{label}"] = max(
+            relative_l2(buffer[..., history:], ref), relative_l2(sums, ref_sums)
+        )
+        errors[f"snake_plain_{label}"] = relative_l2(
+            snake(x, alpha, inv_beta), snake_reference(x, alpha, inv_beta)
+        )
+        errors[f"snake_bias_{label}"] = relative_l2(
+            snake(x, alpha, inv_beta, bias=bias), snake_reference(x, alpha, inv_beta, bias=bias)
+        )
+        tables = rand(15, 2048, 256)
+        codes = torch.randint(0, 2048, (4, 15, 12), generator=gen, device=DEVICE)
+        errors[f"codebook_sum_{label}"] = relative_l2(
+            codebook_sum(tables, codes), codebook_sum_reference(tables, codes)
+        )
+    return errors
+
+
+def _pool_with_history(
+    decoder: CodecDecoder, streams: int, histories: list[int], extra_slots: int = 0
+) -> tuple[CodecStatePool, list[int]]:
+    """A pool whose streams have decoded `histories[i]` random frames each (plain decoder, in groups)."""
+    pool = CodecStatePool(decoder.config, streams + extra_slots, decoder.device, decoder.dtype)
+    slots = [pool.alloc() for _ in range(streams)]
+    gen = torch.Generator(device=DEVICE).manual_seed(SEED + streams)
+    done = [0] * streams
+    while any(d < h for d, h in zip(done, histories, strict=True)):
+        need = {h - d for d, h in zip(done, histories, strict=True) if h > d}
+        step = min(min(need), 72)
+        rows = [i for i in range(streams) if histories[i] - done[i] >= step]
+        codes = torch.randint(0, 2048, (len(rows), 16, step), generator=gen, device=DEVICE)
+        decode_incremental(decoder, pool, [slots[i] for i in rows], codes, check_code_values=False)
+        for i in rows:
+            done[i] += step
+    return pool, slots
+
+
+def _clone_pool(pool: CodecStatePool) -> CodecStatePool:
+    copy = CodecStatePool(pool.config, pool.slots, pool.device, pool.dtype)
+    for name, tensor in pool.tensors.items():
+        copy.tensors[name].copy_(tensor)
+    copy.positions.copy_(pool.positions)
+    copy._host_positions = list(pool._host_positions)  # a test copy: same streams, same positions
+    copy._allocated = list(pool._allocated)
+    copy._free.clear()
+    copy._free.extend(pool._free)
+    return copy
+
+
+def check_twins(
+    decoders: dict[str, CodecDecoder], precisions: tuple[str, ...] = ("fp32", "tf32", "bf16")
+) -> dict[str, Any]:
+    """One step (4 streams at positions 3..150, N=4) of fast vs plain, per precision, from identical state."""
+    histories = [3, 40, 71, 150]
+    result: dict[str, Any] = {}
+    waves: dict[str, torch.Tensor] = {}
+    gen = torch.Generator(device=DEVICE).manual_seed(SEED + 1)
+    codes = torch.randint(0, 2048, (len(histories), 16, 4), generator=gen, device=DEVICE)
+    for precision in precisions:
+        decoder = decoders[precision]
+        with precision_flags(precision):
+            plain_pool, slots = _pool_with_history(decoder, len(histories), histories)
+        fast_pool = _clone_pool(plain_pool)
+        with precision_flags(precision):
+            plain = decode_incremental(decoder, plain_pool, slots, codes, check_code_values=False)
+        fast = FastCodecDecoder(decoder, precision).decode_incremental(
+            fast_pool, slots, codes, check_code_values=False
+        )
+        state_error = max(
+            relative_l2(fast_pool.tensors[n], plain_pool.tensors[n])
+            for n in plain_pool.tensors
+            if plain_pool.tensors[n].abs().sum() > 0
+        )
+        waves[precision] = fast
+        result[precision] = {
+            "fast_vs_plain": relative_l2(fast, plain),
+            "state_fast_vs_plain": state_error,
+            "plain_wav_std": float(plain.float().std()),
+        }
+        waves[f"plain_{precision}"] = plain
+    for precision in [p for p in precisions if p != "fp32" and "fp32" in precisions]:
+        result[precision]["fast_vs_fp32"] = relative_l2(waves[precision], waves["plain_fp32"])
+        result[precision]["plain_vs_fp32"] = relative_l2(waves[f"plain_{precision}"], waves["plain_fp32"])
+    return result
+
+
+def check_graphs(
+    decoders: dict[str, CodecDecoder], precisions: tuple[str, ...] = ("fp32", "bf16")
+) -> dict[str, Any]:
+    """Graph replay vs eager fast step; 100 frames through graphs in the default ramp vs one full decode."""
+    result: dict[str, Any] = {}
+    gen = torch.Generator(device=DEVICE).manual_seed(SEED + 2)
+    frames = 100
+    codes = torch.randint(0, 2048, (2, 16, frames), generator=gen, device=DEVICE)
+    schedule, done = [], 0
+    while done < frames:
+        schedule.append(min(RAMP[min(len(schedule), len(RAMP) - 1)], frames - done))
+        done += schedule[-1]
+    for precision in precisions:
+        decoder = decoders[precision]
+        fast = FastCodecDecoder(decoder, precision)
+        pool = CodecStatePool(decoder.config, 2 + RESERVED_SLOTS, decoder.device, decoder.dtype)
+        graphs = CodecGraphs(fast, pool, batch_sizes=(1, 2), frame_sizes=RAMP)
+        graphs.capture([(2, n) for n in RAMP] + [(1, 1)])
+        slots = [pool.alloc() for _ in range(2)]
+        pieces, start = [], 0
+        for index, size in enumerate(schedule):
+            chunk = codes[..., start : start + size]
+            if index == 3:  # one step also eagerly, from the same state: replay must equal it bitwise
+                eager = fast.decode_incremental(_clone_pool(pool), slots, chunk, check_code_values=False)
+                pieces.append(graphs.decode(slots, chunk, check_code_values=False))
+                result[f"{precision}_replay_equals_eager"] = bool(torch.equal(pieces[-1], eager))
+            else:
+                pieces.append(graphs.decode(slots, chunk, check_code_values=False))
+            start += size
+        streamed = torch.cat(pieces, dim=-1)
+        with precision_flags(precision):
+            full = decoder.decode(codes)
+        result[f"{precision}_incremental_vs_full"] = relative_l2(streamed, full)
+        result[f"{precision}_replays"] = graphs.replays
+    return result
+
+
+# ------------------------------------------------------------------------------------------ timings
+
+
+def time_shapes(
+    decoder: CodecDecoder | FastCodecDecoder,
+    shapes: list[tuple[int, int]],
+    ceilings: dict[str, float],
+    precision: str,
+    weight_bytes: int,
+    deadline: float,
+    repeats: int = 15,
+) -> dict[str, dict[str, float]]:
+    """Median graph-replay ms per (B, N), every stream past the window at its own position."""
+    plain = decoder.decoder if isinstance(decoder, FastCodecDecoder) else decoder
+    batches = sorted({b for b, _ in shapes})
+    streams = batches[-1]
+    histories = [HISTORY_FRAMES + (7 * i) % 24 for i in range(streams)]
+    with precision_flags(precision):
+        pool, slots = _pool_with_history(plain, streams, histories, extra_slots=RESERVED_SLOTS)
+    graphs = CodecGraphs(decoder, pool, batch_sizes=[1, *batches], frame_sizes=[1, *(n for _, n in shapes)])
+    per_frame_flops = flops_per_frame(plain.config)
+    state_bytes = pool.bytes_per_slot
+    out: dict[str, dict[str, float]] = {}
+    gen = torch.Generator(device="cuda").manual_seed(SEED + 3)
+    for batch, frames in sorted(shapes, key=lambda s: s[0] * s[1], reverse=True):
+        if time.monotonic() > deadline:
+            out[f"{batch}x{frames}"] = {"skipped": 1.0}
+            continue
+        graphs.capture([(batch, frames)])
+        codes = torch.randint(0, 2048, (batch, 16, frames), generator=gen, device="cuda")
+        graphs.decode(slots[:batch], codes, check_code_values=False)  # loads the real slots into the step
+        step = graphs._steps[(batch, frames)]
+        ms = _median_ms(step.run, repeats)  # each replay advances the streams: real, moving state
+        flops = per_frame_flops * batch * frames
+        nbytes = weight_bytes + 2 * batch * state_bytes + batch * frames * plain.config.samples_per_frame * 4
+        floor = _floor_ms(flops, nbytes, ceilings, precision)
+        out[f"{batch}x{frames}"] = {
+            "batch": batch, "frames": frames, "ms": round(ms, 4),
+            "frames_per_s": round(batch * frames / ms * 1000), "floor_ms": round(floor, 4),
+            "x_floor": round(ms / floor, 2),
+        }  # fmt: skip
+        print(
+            f"[codec_check] {type(decoder).__name__} {precision} B={batch} N={frames}: {ms:.3f} ms",
+            flush=True,
+        )
+    del graphs
+    torch.cuda.empty_cache()
+    return out
+
+
+def time_first_audio(fast: FastCodecDecoder, first_frames: int, repeats: int = 15) -> dict[str, float]:
+    """The TTFA call: a fresh stream (zero state, position 0), B=1, the first chunk, through `CodecGraphs.decode`
+    (host bookkeeping and copies included) and as a bare replay."""
+    warmup = 3
+    pool = CodecStatePool(fast.config, warmup + repeats + RESERVED_SLOTS, fast.device, fast.dtype)
+    graphs = CodecGraphs(fast, pool, batch_sizes=(1,), frame_sizes=sorted({1, first_frames}))
+    graphs.capture()
+    codes = torch.randint(0, 2048, (1, 16, first_frames), device="cuda")
+    fresh = [pool.alloc() for _ in range(warmup + repeats)]  # allocated (zeroed) ahead: open() is not timed
+
+    def first_call() -> None:
+        graphs.decode([fresh.pop()], codes, check_code_values=False)
+
+    call_ms = _median_ms(first_call, repeats, warmup=warmup)
+    replay_ms = _median_ms(graphs._steps[(1, first_frames)].run, repeats)
+    return {"frames": first_frames, "decode_call_ms": round(call_ms, 4), "replay_ms": round(replay_ms, 4)}
+
+
+# ------------------------------------------------------------------------------------------ the section
+
+
+def build_decoders(config: CodecConfig) -> dict[str, CodecDecoder]:
+    """Seeded random weights; the bf16 decoder is the fp32 one rounded (same seed)."""
+    fp32 = random_codec(config, device=DEVICE, dtype=torch.float32, seed=SEED)
+    bf16 = random_codec(config, device=DEVICE, dtype=torch.bfloat16, seed=SEED)
+    return {"fp32": fp32, "tf32": fp32, "bf16": bf16}
+
+
+def run(args: argparse.Namespace | None = None) -> dict[str, Any]:
+    """The codec section. Returns raw results, `codec_chunk` cost entries, `failures` and a printable `table`.
+
+    `args` may carry `preset` (default "full"; model presets such as "1.7b" give their codec),
+    `codec_budget_s` (default 300) and `codec_dry_run` (CPU, tiny config, fp32 checks only).
+    """
+    global DEVICE
+    started = time.monotonic()
+    dry = bool(getattr(args, "codec_dry_run", False))
+    DEVICE = "cpu" if dry else "cuda"
+    deadline = started + float(getattr(args, "codec_budget_s", 300.0) or 300.0)
+    config = codec_preset("tiny") if dry else _config(getattr(args, "preset", "full"))
+    report: dict[str, Any] = {
+        "config": "full" if config == codec_preset("full") else "custom",
+        "device": DEVICE,
+    }
+    failures: list[str] = []
+
+    def section(name: str, fn: Callable[[], Any]) -> Any:
+        t0 = time.monotonic()
+        try:
+            value = fn()
+        except Exception:  # noqa: BLE001 - a failed section is reported, the others still run
+            report[name] = {"error": traceback.format_exc()}
+            failures.append(f"{name}: error")
+            print(report[name]["error"], file=sys.stderr, flush=True)
+            return None
+        report[name] = value
+        report.setdefault("seconds", {})[name] = round(time.monotonic() - t0, 1)
+        print(f"[codec_check] {name} done in {time.monotonic() - t0:.1f} s", flush=True)
+        return value
+
+    benchmark_before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True  # as the plain measurements (h200-codec-cost.md); restored below
+    try:
+        with torch.no_grad():
+            timed = _run_sections(config, dry, deadline, section, failures)
+    finally:
+        torch.backends.cudnn.benchmark = benchmark_before
+    if timed and all("ms" in timed.get(f"{b}x{n}", {}) for b in BATCHES for n in FRAMES):
+        report["codec_chunk"] = {
+            "batch": list(BATCHES),
+            "frames": list(FRAMES),
+            "ms": [[timed[f"{b}x{n}"]["ms"] for n in FRAMES] for b in BATCHES],
+        }
+    report["failures"] = failures
+    report["seconds_total"] = round(time.monotonic() - started, 1)
+    report["table"] = table(report)
+    print(report["table"], flush=True)
+    return report
+
+
+def _run_sections(
+    config: CodecConfig, dry: bool, deadline: float, section: Callable[[str, Callable[[], Any]], Any],
+    failures: list[str],
+) -> dict[str, Any] | None:  # fmt: skip
+    ceilings = None if dry else section("ceilings", measure_ceilings)
+    ceilings = ceilings or {
+        "copy_gb_s": 4173.0,
+        "bf16_tflop_s": 781.0,
+        "tf32_tflop_s": 401.0,
+        "fp32_tflop_s": 50.0,
+    }
+    kernels = section("kernels", check_kernels) or {}
+    failures += [k for k, v in kernels.items() if v > (1e-2 if k.endswith("bf16") else 1e-6)]
+    decoders = build_decoders(config)
+    precisions = ("fp32",) if dry else ("fp32", "tf32", "bf16")
+    twins = section("twins", lambda: check_twins(decoders, precisions)) or {}
+    failures += [f"twins.{p}" for p, r in twins.items() if r["fast_vs_plain"] > TOLERANCE[p]]
+    graph_precisions = ("fp32",) if dry else ("fp32", "bf16")
+    graphs = section("graphs", lambda: check_graphs(decoders, graph_precisions)) or {}
+    for precision in graph_precisions if graphs else ():
+        if graphs[f"{precision}_incremental_vs_full"] > TOLERANCE[precision]:
+            failures.append(f"graphs.{precision}_incremental_vs_full")
+        if not graphs[f"{precision}_replay_equals_eager"]:
+            failures.append(f"graphs.{precision}_replay_equals_eager")
+    if dry:
+        return None
+
+    shapes = [(b, n) for b in BATCHES for n in FRAMES]
+    weights = {p: streamed_weight_bytes(d) for p, d in decoders.items()}
+    fast = {p: FastCodecDecoder(decoders[p], p) for p in ("bf16", "tf32", "fp32")}
+    section("counts", lambda: {"flops_per_frame": flops_per_frame(config), "weight_bytes": weights})
+    timed = section(
+        "bf16_fast", lambda: time_shapes(fast["bf16"], shapes, ceilings, "bf16", weights["bf16"], deadline)
+    )
+    section("first_audio", lambda: time_first_audio(fast["bf16"], 1))
+    section(
+        "bf16_plain",
+        lambda: time_shapes(decoders["bf16"], shapes, ceilings, "bf16", weights["bf16"], deadline),
+    )
+    for precision in ("tf32", "fp32"):
+        section(
+            f"{precision}_fast",
+            lambda p=precision: time_shapes(fast[p], [(8, 4), (64, 4)], ceilings, p, weights[p], deadline),
+        )
+    return timed
+
+
+def _config(name: str) -> CodecConfig:
+    if name in ("full", "tiny"):
+        return codec_preset(name)
+    from engine.model.config import preset  # the model presets carry their codec ("1.7b" -> full)
+
+    return preset(name).codec
+
+
+def table(report: dict[str, Any]) -> str:
+    """Timings with speed-up over plain graphs and ratio to the floor, then the checks."""
+    fast, plain = report.get("bf16_fast") or {}, report.get("bf16_plain") or {}
+    lines = ["codec, bf16, CUDA graphs: ms per call (frames/s) [x floor] | plain graphs ms | speed-up"]
+    for key, row in sorted(fast.items(), key=lambda item: tuple(int(v) for v in item[0].split("x"))):
+        if "ms" not in row:
+            lines.append(f"  B={key.split('x')[0]:>2} N={key.split('x')[1]:>2}  skipped (time budget)")
+            continue
+        base = plain.get(key, {})
+        speed = f"{base['ms'] / row['ms']:.2f}x" if "ms" in base else "-"
+        base_ms = f"{base['ms']:.3f}" if "ms" in base else "-"
+        lines.append(
+            f"  B={row['batch']:>2} N={row['frames']:>2}  {row['ms']:7.3f} ms ({row['frames_per_s']:>6} f/s) "
+            f"[{row['x_floor']:5.1f}x]  | {base_ms:>7} | {speed}"
+        )
+    for precision in ("tf32", "fp32"):
+        for row in (report.get(f"{precision}_fast") or {}).values():
+            if "ms" in row:
+                lines.append(f"  {precision} B={row['batch']} N={row['frames']}: {row['ms']:.3f} ms "
+                             f"({row['frames_per_s']} f/s) [{row['x_floor']}x floor]")  # fmt: skip
+    first = report.get("first_audio") or {}
+    if first:
+        lines.append(f"  first audio (B=1, fresh stream, N={first['frames']}): decode call {first['decode_call_ms']:.3f} "
+                     f"ms, bare replay {first['replay_ms']:.3f} ms")  # fmt: skip
+    for precision, row in (report.get("twins") or {}).items():
+        if isinstance(row, dict):
+            lines.append(f"  twin {precision}: " + ", ".join(f"{k} {v:.2e}" for k, v in row.items()))
+    graphs = report.get("graphs") or {}
+    if graphs:
+        lines.append("  graphs: " + ", ".join(f"{k} {v:.2e}" if isinstance(v, float) else f"{k} {v}"
+                                             for k, v in graphs.items()))  # fmt: skip
+    lines.append(f"  failures: {report.get('failures')}  ({report.get('seconds_total')} s)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m engine.fast.codec_check", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("--preset", default="full")
+    parser.add_argument("--codec-budget-s", type=float, default=300.0)
+    parser.add_argument("--out", default=None, help="write the raw JSON here")
+    parser.add_argument(
+        "--dry-run", dest="codec_dry_run", action="store_true", help="CPU, tiny config, checks only"
+    )
+    args = parser.parse_args(argv)
+    report = run(args)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1)
+    return 1 if report["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
