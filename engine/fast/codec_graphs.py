@@ -253,9 +253,8 @@ class CodecGraphs:
             rows = slice(piece.row_start, piece.row_stop)
             step.codes[: piece.rows].copy_(codes[rows, :, piece.frame_start : piece.frame_stop])
             step.index[: piece.rows].copy_(index[rows])
-            step.index[piece.rows :].fill_(
-                self.scratch
-            )  # stale rows of an earlier call must not write streams
+            # padding rows -> scratch: rows left over from an earlier, larger call must not write their streams
+            step.index[piece.rows :].fill_(self.scratch)
             wav = step.run()
             out[rows, piece.frame_start * per_frame : piece.frame_stop * per_frame].copy_(wav[: piece.rows])
             self.replays += 1

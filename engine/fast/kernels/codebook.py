@@ -22,22 +22,24 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
+    from engine.fast.kernels.snake import TRITON_DTYPES, round_to
+
     @triton.jit
     def _codebook_sum_kernel(
         table_ptr, codes_ptr, out_ptr, entries, width, frames,
-        sc_b, sc_k, so_b, so_d, BOOKS: tl.constexpr, BLOCK_D: tl.constexpr,
+        sc_b, sc_k, so_b, so_d, BOOKS: tl.constexpr, DTYPE: tl.constexpr, BLOCK_D: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0) // frames
         t = tl.program_id(0) % frames
         d = tl.arange(0, BLOCK_D)
         mask = d < width
         code = tl.load(codes_ptr + b * sc_b + t)
-        acc = tl.load(table_ptr + code * width + d, mask=mask, other=0.0)
+        acc = tl.load(table_ptr + code * width + d, mask=mask, other=0.0).to(tl.float32)
         for k in tl.static_range(1, BOOKS):
             code = tl.load(codes_ptr + b * sc_b + k * sc_k + t)
             row = tl.load(table_ptr + (k * entries + code) * width + d, mask=mask, other=0.0)
-            acc = (acc.to(tl.float32) + row.to(tl.float32)).to(row.dtype)  # rounded like the plain add
-        tl.store(out_ptr + b * so_b + d * so_d + t, acc, mask=mask)
+            acc = round_to(acc + row.to(tl.float32), DTYPE)  # rounded like the plain add
+        tl.store(out_ptr + b * so_b + d * so_d + t, acc.to(DTYPE), mask=mask)
 
 
 def codebook_tables(embedding_sums: list[Tensor], cluster_usages: list[Tensor]) -> Tensor:
@@ -73,6 +75,6 @@ def codebook_sum(tables: Tensor, codes: Tensor) -> Tensor:
     _codebook_sum_kernel[(batch * frames,)](
         tables.contiguous(), codes, out, entries, width, frames,
         codes.stride(0), codes.stride(1), out.stride(0), out.stride(1),
-        BOOKS=books, BLOCK_D=triton.next_power_of_2(width), num_warps=2,
+        BOOKS=books, DTYPE=TRITON_DTYPES[tables.dtype], BLOCK_D=triton.next_power_of_2(width), num_warps=2,
     )  # fmt: skip
     return out

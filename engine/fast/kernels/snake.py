@@ -34,8 +34,15 @@ if HAVE_TRITON:
     from triton.language.extra.cuda import libdevice
 
     @triton.jit
-    def _round(v, DTYPE: tl.constexpr):
-        return v.to(DTYPE, fp_downcast_rounding="rtne").to(tl.float32)
+    def round_to(v, DTYPE: tl.constexpr):
+        # fp32 -> DTYPE -> fp32, round to nearest even. bf16 in integer arithmetic: no compiler pass can fold
+        # it away (a cast pair could be), and Triton's CPU interpreter rounds its float casts differently.
+        if DTYPE == tl.bfloat16:  # noqa: SIM300
+            bits = v.to(tl.uint32, bitcast=True)
+            bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
+            return bits.to(tl.float32, bitcast=True)
+        else:
+            return v.to(DTYPE).to(tl.float32)
 
     @triton.jit
     def _snake_kernel(
@@ -54,26 +61,26 @@ if HAVE_TRITON:
         if HAS_HEAD:
             in_head = mask & (t < head_len)
             h = tl.load(head_ptr + b * sh_b + c * sh_c + t, mask=in_head, other=0.0).to(tl.float32)
-            v = tl.where(in_head, _round(v + h, DTYPE), v)
+            v = tl.where(in_head, round_to(v + h, DTYPE), v)
         if HAS_BIAS:
-            v = _round(v + tl.load(bias_ptr + c).to(tl.float32), DTYPE)
+            v = round_to(v + tl.load(bias_ptr + c).to(tl.float32), DTYPE)
         if HAS_RES:
-            v = _round(
+            v = round_to(
                 v + tl.load(res_ptr + b * sr_b + c * sr_c + t, mask=mask, other=0.0).to(tl.float32), DTYPE
             )
         if WRITE_SUM:
             tl.store(sum_ptr + b * ss_b + c * ss_c + t, v.to(DTYPE), mask=mask)
         alpha = tl.load(alpha_ptr + c).to(tl.float32)
         inv_beta = tl.load(inv_beta_ptr + c).to(tl.float32)
-        scaled = _round(v * alpha, DTYPE)
+        scaled = round_to(v * alpha, DTYPE)
         if PRECISE_SIN:  # noqa: SIM108 (libdevice sinf, as torch.sin; the interpreter has no libdevice)
-            s = _round(libdevice.sin(scaled), DTYPE)
+            s = round_to(libdevice.sin(scaled), DTYPE)
         else:
-            s = _round(tl.sin(scaled), DTYPE)
-        y = _round(v + _round(inv_beta * _round(s * s, DTYPE), DTYPE), DTYPE)
+            s = round_to(tl.sin(scaled), DTYPE)
+        y = round_to(v + round_to(inv_beta * round_to(s * s, DTYPE), DTYPE), DTYPE)
         tl.store(out_ptr + b * so_b + c * so_c + t, y.to(DTYPE), mask=mask)
 
-    _TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
+    TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
 
 def snake_params(log_alpha: Tensor, log_beta: Tensor) -> tuple[Tensor, Tensor]:
@@ -144,7 +151,7 @@ def snake(
         x.stride(0), x.stride(1), head_t.stride(0), head_t.stride(1), res_t.stride(0), res_t.stride(1),
         sum_t.stride(0), sum_t.stride(1), out.stride(0), out.stride(1),
         HAS_HEAD=head is not None, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-        WRITE_SUM=sum_out is not None, PRECISE_SIN=not INTERPRET, DTYPE=_TRITON_DTYPES[x.dtype],
+        WRITE_SUM=sum_out is not None, PRECISE_SIN=not INTERPRET, DTYPE=TRITON_DTYPES[x.dtype],
         BLOCK=block, num_warps=4 if block >= 512 else 2,
     )  # fmt: skip
     return out
