@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs (Python packages, the official-implementation oracle
-# venv, Debian's chromium and libopus when running as root) and run it. Extra args go to pytest.
+# venv, Debian's chromium and libopus via apt when root or passwordless sudo) and run it. Extra args go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+export DEBIAN_FRONTEND=noninteractive
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo -n"
+if command -v apt-get >/dev/null && { [ -z "$SUDO" ] || sudo -n true 2>/dev/null; }; then
   missing=()
-  ldconfig -p | grep -q libopus.so.0 || missing+=(libopus0)
+  { ldconfig -p 2>/dev/null || /sbin/ldconfig -p; } | grep -q libopus.so.0 || missing+=(libopus0)
   command -v chromium >/dev/null || missing+=(chromium)
   if [ ${#missing[@]} -gt 0 ]; then
-    (apt-get install -y --no-install-recommends "${missing[@]}" || { apt-get update && apt-get install -y --no-install-recommends "${missing[@]}"; }) >/dev/null
+    ($SUDO apt-get install -y --no-install-recommends "${missing[@]}" \
+      || { $SUDO apt-get update && $SUDO apt-get install -y --no-install-recommends "${missing[@]}"; }) >/dev/null
   fi
 fi
 
