@@ -1,11 +1,11 @@
-"""Engine process entry: settings -> load weights -> allocate caches -> warm up -> listen -> serve.
+"""Engine process entry: settings -> load weights -> allocate -> capture graphs -> warm up -> listen -> serve.
 
     python -m engine --model tiny|DIR|HF_ID --socket PATH [--device auto|cpu|cuda] [--dtype ...] [...]
 
-The control socket appears only once the engine can serve (weights loaded, caches allocated, one
-warm-up synthesis done), and every gateway link gets `Ready` as it connects. SIGTERM / SIGINT before
-that exit at once (status 0); afterwards they start a graceful shutdown (engine/loop.py). Exit status:
-0 after a graceful shutdown, 1 when the device fails, 2 for bad arguments.
+The control socket appears only once the engine can serve (weights loaded, caches allocated, fast-path
+graphs captured, one warm-up synthesis done), and every gateway link gets `Ready` as it connects. SIGTERM /
+SIGINT before that exit at once (status 0); afterwards they start a graceful shutdown (engine/loop.py).
+Exit status: 0 after a graceful shutdown, 1 when the device fails, 2 for bad arguments.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ def build(settings: EngineSettings) -> EngineLoop:
 
     from engine.costmodel import CostModel
     from engine.executors import Executors
+    from engine.executors.codec import codec_dtype
+    from engine.fast.kernels import HAVE_TRITON
     from engine.ipc.messages import Ready, Submit
     from engine.loop import EngineLoop
     from engine.model.presets import PRESETS
@@ -72,27 +74,36 @@ def build(settings: EngineSettings) -> EngineLoop:
     if settings.threads or (device.type == "cpu" and preset):
         torch.set_num_threads(settings.threads or 1)
     started = time.perf_counter()
+    fast = settings.fast_path_for(device_kind=device.type, have_triton=HAVE_TRITON)
+    if fast.any and device.type == "cuda" and not HAVE_TRITON:
+        log.warning("--fast-path on without Triton: graphs replay the kernels' PyTorch twins (slow)")
     model = load_model(settings.model, device=device, dtype=dtype, load_format=settings.load_format,
-                       download=settings.download, seed=settings.seed)
+                       download=settings.download, seed=settings.seed,
+                       codec_dtype=codec_dtype(settings.codec_precision))
     config = model.config
     scheduler = Scheduler(settings.scheduler_config(random_weights=config.random_weights, device_kind=device.type),
                           CostModel.load(settings.costs), settings.chunk_policy_object())
     executors = Executors(model, kv_slots=settings.kv_slots, streams=settings.streams,
                           max_context=settings.max_context, max_frames=settings.max_frames,
-                          max_batch=settings.max_batch, silence=settings.silence_config())
+                          max_batch=settings.max_batch, silence=settings.silence_config(), fast=fast,
+                          shapes=settings.capture_shapes, codec_precision=settings.codec_precision)
+    loaded = time.perf_counter()
+    executors.capture()  # before the warm-up: capturing writes over slot 0's state
+    captured = time.perf_counter()
+    log.info("fast path: %s (codec precision %s), captured in %.1f s", fast.describe(), settings.codec_precision,
+             captured - loaded)
     ready = Ready(model_id=settings.model, random_weights=config.random_weights,
                   sample_rate=config.codec.output_sample_rate, speakers=speakers(config.prompt_ids),
                   languages=languages(config.prompt_ids), device=str(device), max_batch=settings.max_batch)
     loop = EngineLoop(scheduler, executors, ready, heartbeat_s=settings.heartbeat_s,
                       shutdown_grace_ms=settings.shutdown_grace_ms)
-    loaded = time.perf_counter()
     assert model.tokenizer is not None
     text_ids = tuple(model.tokenizer.target_ids(WARM_UP_TEXT))
     voice = ready.speakers[0] if ready.speakers else ""
     steps = loop.warm_up(Submit(request_id=1, speaker=voice, language="auto", text_ids=text_ids,
                                 text_chars=len(WARM_UP_TEXT), text_ended=True))
     log.info("model %s on %s (%s, %s weights) loaded in %.1f s; warm-up %.1f s (%s)", settings.model, device, dtype,
-             "random" if config.random_weights else "real", loaded - started, time.perf_counter() - loaded,
+             "random" if config.random_weights else "real", loaded - started, time.perf_counter() - captured,
              ", ".join(f"{kind.name.lower()} x{n}" for kind, n in steps.items()))
     return loop
 

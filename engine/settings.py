@@ -10,6 +10,11 @@ preallocates and every shape a CUDA graph will later be captured for:
     codec_capture_sizes    codec batch sizes: 1, 2, 4, ... up to --codec-max-batch
     codec_chunk_sizes      frames per codec call (the chunk policy snaps to these)
 
+Which executors run their fast path (engine/fast: CUDA graphs over Triton kernels on a GPU, the same
+static-shape steps eagerly through PyTorch twins elsewhere) is `--fast-path`, resolved against the device
+by `fast_path_for` into a `FastPath`; `--codec-precision` picks the codec's dtype and TF32 switches on
+either path. docs/engine.md ("Fast path") gives the reasons for what `auto` selects.
+
 Memory (talker KV cache, one slot per live generation): layers x 2 x kv_slots x kv_heads x max_context x
 head_dim x dtype bytes; for the 1.7B model in bf16 that is 112 KiB per position, so 128 slots x 2048
 positions take 28 GiB. Codec state per stream is `CodecStatePool.bytes_per_slot` (about 2.6 MiB fp32).
@@ -34,7 +39,37 @@ DTYPES = ("auto", "float32", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
 CHUNK_POLICIES = ("slack", "adaptive", "fixed")
 ADMISSION = ("auto", "on", "off")
+FAST_PATHS = ("auto", "on", "off")
+CODEC_PRECISIONS = ("bf16", "tf32", "fp32")
 MAX_FRAMES_CAP = 2048  # runaway cap while a text is open (164 s), further bounded by max_context
+
+
+@dataclass(frozen=True, slots=True)
+class FastPath:
+    """Which executors run their fast path; the others run the plain-PyTorch executors."""
+
+    talker: bool = False  # TalkerGraphs: decode and prefill
+    code_predictor: bool = False  # CodePredictorGraphs: the 15-step frame
+    codec: bool = False  # CodecGraphs over FastCodecDecoder
+
+    @property
+    def any(self) -> bool:
+        return self.talker or self.code_predictor or self.codec
+
+    def describe(self) -> str:
+        names = [name for name in ("talker", "code_predictor", "codec") if getattr(self, name)]
+        return ", ".join(names) if names else "off"
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureShapes:
+    """Every shape a fast path captures (the scheduler plans within the same sizes)."""
+
+    batch: tuple[int, ...]  # talker decode and code-predictor batch sizes
+    prefill_batch: tuple[int, ...]  # talker prefill batch sizes
+    prefill_buckets: tuple[int, ...]  # talker prefill lengths
+    codec_batch: tuple[int, ...]  # codec batch sizes
+    codec_frames: tuple[int, ...]  # codec frames per step; 1 is always in, so any chunk splits into these
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +97,8 @@ class EngineSettings:
     max_trim_ms: float = 2000.0
     skip_silent_first_frame: bool = False
     admission: str = "auto"  # auto: on for cuda, off for cpu (the cost table is measured on a GPU)
+    fast_path: str = "auto"  # auto: code predictor and codec on cuda with Triton, nothing on cpu (fast_path_for)
+    codec_precision: str = "tf32"  # bf16: bf16 codec; tf32 / fp32: fp32 codec, TF32 on / off (CUDA only)
     costs: str = str(DEFAULT_COSTS)
     heartbeat_s: float = 1.0
     shutdown_grace_ms: int = 5000
@@ -73,6 +110,8 @@ class EngineSettings:
         _check_choice("load_format", self.load_format, LOAD_FORMATS)
         _check_choice("chunk_policy", self.chunk_policy, CHUNK_POLICIES)
         _check_choice("admission", self.admission, ADMISSION)
+        _check_choice("fast_path", self.fast_path, FAST_PATHS)
+        _check_choice("codec_precision", self.codec_precision, CODEC_PRECISIONS)
         for name in ("max_batch", "max_prefill_batch", "codec_max_batch", "kv_slots"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -119,6 +158,23 @@ class EngineSettings:
     @property
     def codec_capture_sizes(self) -> tuple[int, ...]:
         return powers_up_to(self.codec_max_batch)
+
+    @property
+    def capture_shapes(self) -> CaptureShapes:
+        chunks = self.codec_chunk_sizes
+        return CaptureShapes(batch=self.capture_sizes, prefill_batch=self.prefill_capture_sizes,
+                             prefill_buckets=self.prefill_token_buckets, codec_batch=self.codec_capture_sizes,
+                             codec_frames=chunks if chunks[0] == 1 else (1, *chunks))
+
+    def fast_path_for(self, *, device_kind: str, have_triton: bool) -> FastPath:
+        """`--fast-path` on this device. `auto`: the code predictor and the codec on CUDA with Triton (both
+        measured within their error bounds on an H200), the talker not (its bf16 drift, 2.75e-2, is past the
+        2e-2 bound); nothing on a CPU, where the twins only add padding. `on`: all three, on any device."""
+        if self.fast_path == "on":
+            return FastPath(talker=True, code_predictor=True, codec=True)
+        if self.fast_path == "auto" and device_kind == "cuda" and have_triton:
+            return FastPath(code_predictor=True, codec=True)
+        return FastPath()
 
     def scheduler_config(self, *, random_weights: bool, device_kind: str) -> SchedulerConfig:
         """The scheduler's view: capture shapes, slot counts, caps; the length model for random weights."""
@@ -209,6 +265,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drop the real model's silent first frame (default sampling, no instruction)")
     p.add_argument("--admission", default=d.admission, choices=ADMISSION,
                    help="predictive admission control (auto: on for cuda, off for cpu)")
+    p.add_argument("--fast-path", default=d.fast_path, choices=FAST_PATHS,
+                   help="GPU fast path (CUDA graphs, Triton kernels). auto: code predictor and codec when the "
+                        "device is CUDA and Triton imports, off on CPU (the talker's bf16 drift is past its bound; "
+                        "docs/engine.md); on: talker too, on any device (CPU runs the kernels' PyTorch twins); off: "
+                        "plain PyTorch")
+    p.add_argument("--codec-precision", default=d.codec_precision, choices=CODEC_PRECISIONS,
+                   help="codec arithmetic: bf16 (bf16 weights and activations), tf32 (fp32 weights, TF32 convs and "
+                        "matmuls on CUDA), fp32 (fp32, TF32 off); on CPU tf32 and fp32 are the same")
     p.add_argument("--costs", default=d.costs, help="cost table (JSON) the scheduler predicts step times from")
     p.add_argument("--heartbeat-s", type=float, default=d.heartbeat_s)
     p.add_argument("--shutdown-grace-ms", type=int, default=d.shutdown_grace_ms,

@@ -5,9 +5,13 @@ with the slot as leading dimension, plus an int64 frame position per slot (the v
 KV-ring entries hold real frames). Shapes never depend on history, so requests at different positions decode
 in one batch and a CUDA graph per (batch, frames) shape can later index the same storage.
 
-    pool.tensors[name]   [slots, *layout[name]]   model dtype, zeroed when a slot is allocated
-    pool.positions       [slots] int64            frames decoded so far (device copy, used by the kernels)
+    pool.tensors[name]   [rows, *layout[name]]    model dtype, zeroed when a slot is allocated
+    pool.positions       [rows] int64             frames decoded so far (device copy, used by the kernels)
     host mirror          positions + allocated flags, for validation without reading the device
+
+`rows` is the storage built; `slots` the streams it can hold: `rows` minus the rows `reserve()` took for good
+(a runner's scratch row, e.g. `engine.fast.codec_graphs.CodecGraphs`' padding target). So `free_slots ==
+slots` means no stream holds state, whatever the runner keeps for itself.
 
 `decode_incremental(decoder, pool, slots, codes)` gathers the batch's state rows, decodes the N new frames of
 each stream with `CodecDecoder.forward_stream`, and scatters the new state back. A freshly allocated slot is
@@ -49,7 +53,7 @@ class CodecStatePool:
         if slots < 1:
             raise ValueError(f"a codec state pool needs at least one slot, got {slots}")
         self.config = config
-        self.slots = slots
+        self.rows = slots  # storage rows; `slots` (streams) excludes the reserved ones
         self.device = torch.empty(0, device=device).device  # "cuda" -> "cuda:0", comparable with tensors'
         self.dtype = dtype
         self.layout = codec_state_layout(config)
@@ -60,6 +64,7 @@ class CodecStatePool:
         self.positions = torch.zeros(slots, device=self.device, dtype=torch.int64)
         self._host_positions = [0] * slots
         self._allocated = [False] * slots
+        self._reserved: set[int] = set()
         self._free: deque[int] = deque(range(slots))
 
     # ------------------------------------------------------------------ accounting
@@ -71,7 +76,13 @@ class CodecStatePool:
 
     @property
     def total_bytes(self) -> int:
-        return self.bytes_per_slot * self.slots
+        """Device bytes of the whole pool, reserved rows included."""
+        return self.bytes_per_slot * self.rows
+
+    @property
+    def slots(self) -> int:
+        """Streams the pool can hold: its rows less the reserved ones."""
+        return self.rows - len(self._reserved)
 
     @property
     def free_slots(self) -> int:
@@ -101,19 +112,41 @@ class CodecStatePool:
         self._allocated[slot] = False
         self._free.append(slot)
 
+    def reserve(self) -> int:
+        """Take a free slot out of stream service for the pool's lifetime (a runner's scratch row): zeroed,
+        never handed out, freed or decoded as a stream, and no longer counted in `slots` or `free_slots`."""
+        slot = self.alloc()
+        self._reserved.add(slot)
+        return slot
+
+    def clone(self) -> CodecStatePool:
+        """An independent pool with the same state, positions, streams and reservations (checks and tests
+        that decode the same streams two ways)."""
+        copy = CodecStatePool(self.config, self.rows, self.device, self.dtype)
+        for name, tensor in self.tensors.items():
+            copy.tensors[name].copy_(tensor)
+        copy.positions.copy_(self.positions)
+        copy._host_positions = list(self._host_positions)
+        copy._allocated = list(self._allocated)
+        copy._reserved = set(self._reserved)
+        copy._free = deque(self._free)
+        return copy
+
     def position(self, slot: int) -> int:
         """Frames decoded so far by the stream in `slot`."""
         self._check_slot(slot)
         return self._host_positions[slot]
 
     def is_allocated(self, slot: int) -> bool:
-        return 0 <= slot < self.slots and self._allocated[slot]
+        return 0 <= slot < self.rows and self._allocated[slot]
 
     def _check_slot(self, slot: int) -> None:
         if isinstance(slot, bool) or not isinstance(slot, int | np.integer):
             raise TypeError(f"codec state slot must be an int, got {type(slot).__name__}")
-        if not 0 <= slot < self.slots:
-            raise CodecStateError(f"codec state slot {slot} does not exist (pool has {self.slots} slots)")
+        if not 0 <= slot < self.rows:
+            raise CodecStateError(f"codec state slot {slot} does not exist (pool has {self.rows} slots)")
+        if slot in self._reserved:
+            raise CodecStateError(f"codec state slot {slot} is reserved as a scratch row, not a stream's")
         if not self._allocated[slot]:
             raise CodecStateError(
                 f"codec state slot {slot} is not allocated (never allocated, or already freed): "
@@ -146,6 +179,15 @@ class CodecStatePool:
         for name, tensor in self.tensors.items():
             tensor.index_copy_(0, index, state[name])
         self.positions.index_add_(0, index, torch.full_like(index, frames))
+        self.advance(slots, frames)
+
+    def advance(self, slots: Sequence[int], frames: int) -> None:
+        """Host only: the streams in `slots` decoded `frames` more frames, state and device positions written
+        already (by `scatter`, or inside a runner's captured step); keep the host mirror in step."""
+        if frames < 1:
+            raise ValueError(f"a stream advances by at least one frame, got {frames}")
+        for slot in slots:
+            self._check_slot(slot)
         for slot in slots:
             self._host_positions[slot] += frames
 

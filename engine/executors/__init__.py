@@ -9,14 +9,20 @@ preallocated here from the engine settings, and they never make a scheduling dec
     TALKER_DECODE   talker.TalkerExecutor.decode         frame + text row -> codebook 0 of the next frame
     CODEC_CHUNK     codec.CodecExecutor.decode           frames -> int16 PCM (first audio decoded in full)
 
-Every executor is plain PyTorch (CPU and CUDA alike); CUDA-graph fast paths will replace the bodies of
-these calls behind the same signatures (docs/engine.md says what each graph captures).
+Every executor is plain PyTorch (CPU and CUDA alike). A `FastPath` selection swaps in the GPU fast paths
+of engine/fast behind the same calls: `TalkerGraphs`, `CodePredictorGraphs`, and `CodecGraphs` over
+`FastCodecDecoder` inside the codec executor. They capture one CUDA graph per shape in `CaptureShapes`
+(on a CPU they run the same padded static steps eagerly through PyTorch twins), split cohorts larger than
+their largest shape, and take sampler settings only up to a static top-k width, which `check_submit`
+enforces at Submit. `capture()` runs once, before any request is admitted (capture writes over slot 0's
+state). `run` is the same on either path.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -26,12 +32,18 @@ from engine.executors.code_predictor import CodePredictorExecutor
 from engine.executors.codec import CodecExecutor
 from engine.executors.slots import GenerationSlots, check_sampling, new_code_buffer
 from engine.executors.talker import TalkerExecutor
+from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k
 from engine.ipc.messages import Layout, Sampling, Submit
 from engine.model.generate import embed_prefill
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.request import TEXT_END, TEXT_PAD, RequestState, WorkKind
 from engine.scheduler import Outcome, Plan
+from engine.settings import CaptureShapes, FastPath
 from engine.text.prompt import Prefill, build_prefill
+
+if TYPE_CHECKING:
+    from engine.fast.code_predictor_graph import CodePredictorGraphs
+    from engine.fast.talker_graph import TalkerGraphs
 
 
 @dataclass(slots=True)
@@ -51,19 +63,58 @@ class StepResult:
 
 class Executors:
     def __init__(self, model: Qwen3TTS, *, kv_slots: int, streams: int, max_context: int, max_frames: int,
-                 max_batch: int, silence: SilenceConfig) -> None:
+                 max_batch: int, silence: SilenceConfig, fast: FastPath = FastPath(),  # noqa: B008
+                 shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
+                 top_k_cap: int = DEFAULT_TOP_K_CAP) -> None:  # fmt: skip
+        """`fast` picks the executors that run their fast path over `shapes` (required when any does);
+        `codec_precision` must match the dtype the codec was loaded in (`executors.codec.codec_dtype`)."""
         if model.codec is None:
             raise ValueError("the engine needs a model loaded with its codec")
+        if fast.any and shapes is None:
+            raise ValueError("the fast path needs its capture shapes (EngineSettings.capture_shapes)")
         config = model.config
         self.model = model
         self.silence = silence
+        self.fast = fast
+        self.top_k_cap = top_k_cap
         self.generation = GenerationSlots(kv_slots, config.talker.hidden_size, config.talker.vocab_size,
                                           device=model.device, dtype=model.dtype)
         self.kv_cache = model.talker.new_cache(kv_slots, max_context)
         self.codes = new_code_buffer(streams, max_frames, model.device)
-        self.talker = TalkerExecutor(model, self.generation, self.kv_cache)
-        self.code_predictor = CodePredictorExecutor(model, self.generation, self.codes, max_batch)
-        self.codec = CodecExecutor(model.codec, self.codes, streams, silence)
+        # Imported here: engine.fast.talker_graph and code_predictor_graph import engine.executors.slots, so a
+        # module-level import would be circular for whoever imports engine.fast first.
+        from engine.fast.code_predictor_graph import CodePredictorGraphs
+        from engine.fast.talker_graph import TalkerGraphs
+
+        self.talker: TalkerExecutor | TalkerGraphs
+        self.code_predictor: CodePredictorExecutor | CodePredictorGraphs
+        if fast.talker:
+            assert shapes is not None
+            self.talker = TalkerGraphs(model, self.generation, self.kv_cache, shapes.batch,
+                                       prefill_sizes=shapes.prefill_batch, prefill_buckets=shapes.prefill_buckets,
+                                       top_k_cap=top_k_cap)  # fmt: skip
+        else:
+            self.talker = TalkerExecutor(model, self.generation, self.kv_cache)
+        if fast.code_predictor:
+            assert shapes is not None
+            self.code_predictor = CodePredictorGraphs(model, self.generation, self.codes, shapes.batch,
+                                                      top_k_cap=top_k_cap)  # fmt: skip
+        else:
+            self.code_predictor = CodePredictorExecutor(model, self.generation, self.codes, max_batch)
+        codec_shapes = (shapes.codec_batch, shapes.codec_frames) if fast.codec and shapes is not None else None
+        self.codec = CodecExecutor(model.codec, self.codes, streams, silence, precision=codec_precision,
+                                   graph_shapes=codec_shapes)
+
+    @torch.inference_mode()  # as `run`, which replays what this captures
+    def capture(self) -> None:
+        """Capture the fast paths' CUDA graphs (off CUDA: build their static steps). Once, before the first
+        request is admitted: capturing runs every step on slot 0's state. A no-op for plain executors."""
+        if self.codec.open_streams:
+            raise RuntimeError("capture the fast paths before any request is admitted")
+        for executor in (self.talker, self.code_predictor, self.codec):
+            capture = getattr(executor, "capture", None)
+            if capture is not None:
+                capture()
 
     # ------------------------------------------------------------ request lifecycle
 
@@ -71,6 +122,7 @@ class Executors:
         """Validate a Submit against this model; -> its prefill length. ValueError names what is wrong."""
         config = self.model.config
         check_sampling(msg.sampling)
+        self._check_fast_top_k(msg.sampling)
         self.check_text_ids(msg.text_ids)
         self.check_text_ids(msg.instruct_ids, what="instruct_ids")
         if msg.instruct_ids and not config.supports_instruct:
@@ -78,6 +130,21 @@ class Executors:
         # The streaming layout's prefill length does not depend on the text: a placeholder x_1 sizes it.
         text = msg.text_ids or ((0,) if msg.layout is Layout.STREAMING else ())
         return len(self._prefill(msg, text).rows)
+
+    def _check_fast_top_k(self, sampling: Sampling) -> None:
+        """A fast path samples within a static top-k width (`top_k_cap`): wider settings are refused here,
+        not discovered in the middle of a batch."""
+        checks = []
+        if self.fast.talker:
+            checks.append(("top_k", sampling.top_k, self.model.config.talker.vocab_size))
+        if self.fast.code_predictor:
+            checks.append(("subtalker_top_k", sampling.subtalker_top_k, self.model.code_predictor.config.vocab_size))
+        for name, top_k, vocab in checks:
+            try:
+                check_top_k([top_k], self.top_k_cap, vocab)
+            except ValueError:
+                raise ValueError(f"sampling.{name} {top_k} is above the fast path's top-k cap of {self.top_k_cap} "
+                                 f"(use 1..{self.top_k_cap}, or 0 for no top-k)") from None
 
     def check_text_ids(self, ids: Sequence[int], what: str = "text_ids") -> None:
         vocab = self.model.config.talker.text_vocab_size

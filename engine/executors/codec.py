@@ -8,10 +8,19 @@ frame where that applies, trims leading silence (RMS onset, `engine.codec.silenc
 trimmer held back on the last chunk, and converts to int16 little-endian.
 
     codes [C,F,16] --gather--> [B,16,N] --decode_incremental--> wav [B, N*1920] fp32 --host--> int16 per row
+
+Fast path (`graph_shapes` given): the same call runs on `CodecGraphs` over `FastCodecDecoder` (fused
+SnakeBeta and codebook kernels; one CUDA graph per (batch, frames) shape, eager at the same shapes off
+CUDA). Its pool has `RESERVED_SLOTS` more rows than streams for the runner's scratch row, which the pool
+keeps out of its `slots` / `free_slots` count. `capture()` must run before the first `open`.
+
+Precision (`bf16`, `tf32`, `fp32`) applies on both paths: the decoder must already be in its dtype
+(`codec_dtype`), and the TF32 switches are set around every call (they only matter on CUDA).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +30,17 @@ from torch import Tensor
 from engine.codec.model import CodecDecoder
 from engine.codec.silence import SAMPLES_PER_FRAME, LeadingSilenceTrimmer, SilenceConfig
 from engine.codec.stream import CodecStatePool, decode_incremental
+from engine.fast.codec_fast import PRECISIONS, FastCodecDecoder, precision_flags
+from engine.fast.codec_graphs import RESERVED_SLOTS, CodecGraphs
+
+_PRECISION_DTYPES = {"bf16": (torch.bfloat16,), "tf32": (torch.float32,), "fp32": (torch.float32, torch.float64)}
+
+
+def codec_dtype(precision: str) -> torch.dtype:
+    """The dtype to load the codec in for `precision`."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown codec precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    return _PRECISION_DTYPES[precision][0]
 
 
 @dataclass(slots=True)
@@ -31,12 +51,32 @@ class _Stream:
 
 
 class CodecExecutor:
-    def __init__(self, decoder: CodecDecoder, codes: Tensor, streams: int, silence: SilenceConfig) -> None:
+    def __init__(self, decoder: CodecDecoder, codes: Tensor, streams: int, silence: SilenceConfig, *,
+                 precision: str = "tf32",
+                 graph_shapes: tuple[Sequence[int], Sequence[int]] | None = None) -> None:  # fmt: skip
+        """`graph_shapes` = (batch sizes, frame counts) selects the fast path; None the plain decode."""
+        codec_dtype(precision)  # validates the name
+        if decoder.dtype not in _PRECISION_DTYPES[precision]:
+            raise ValueError(f"codec precision {precision!r} needs the codec loaded in "
+                             f"{_PRECISION_DTYPES[precision][0]}, got {decoder.dtype}")  # fmt: skip
         self.decoder = decoder
         self.codes = codes  # [C,F,16] int64 on the talker's device
-        self.pool = CodecStatePool(decoder.config, streams, decoder.device, decoder.dtype)
+        self.precision = precision
         self.silence = silence
         self._streams: dict[int, _Stream] = {}
+        self.graphs: CodecGraphs | None = None
+        if graph_shapes is None:
+            self.pool = CodecStatePool(decoder.config, streams, decoder.device, decoder.dtype)
+        else:
+            self.pool = CodecStatePool(decoder.config, streams + RESERVED_SLOTS, decoder.device, decoder.dtype)
+            self.graphs = CodecGraphs(FastCodecDecoder(decoder, precision), self.pool, *graph_shapes)
+            assert self.pool.slots == streams, "CodecGraphs reserves its scratch row out of the stream count"
+
+    def capture(self) -> None:
+        """Build (on CUDA: capture) every fast-path step shape. Before the first request is opened."""
+        if self.graphs is not None:
+            assert not self._streams, "capture the codec graphs before any stream is open"
+            self.graphs.capture()
 
     def open(self, request_id: int, *, skip_first_frame: bool) -> None:
         """Give a new request empty codec state (position 0: its first chunk is a full decode)."""
@@ -61,8 +101,14 @@ class CodecExecutor:
         start = torch.tensor(first_frames, dtype=torch.int64, device=device)[:, None]  # [B,1]
         rows = torch.tensor(code_slots, dtype=torch.int64, device=device)[:, None]  # [B,1]
         chunk = self.codes[rows, start + torch.arange(frames, device=device)]  # [B,N,16]
-        wav = decode_incremental(self.decoder, self.pool, [s.pool_slot for s in streams], chunk.transpose(1, 2),
-                                 expected_positions=first_frames, check_code_values=False)  # [B,N*1920]
+        slots = [s.pool_slot for s in streams]
+        if self.graphs is not None:  # FastCodecDecoder applies the precision's switches itself
+            wav = self.graphs.decode(slots, chunk.transpose(1, 2), expected_positions=first_frames,
+                                     check_code_values=False)  # [B,N*1920]
+        else:
+            with precision_flags(self.precision):
+                wav = decode_incremental(self.decoder, self.pool, slots, chunk.transpose(1, 2),
+                                         expected_positions=first_frames, check_code_values=False)  # [B,N*1920]
         host = wav.to(torch.float32).cpu().numpy()
         out: dict[int, np.ndarray] = {}
         for i, (request_id, stream) in enumerate(zip(request_ids, streams, strict=True)):

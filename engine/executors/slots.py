@@ -23,6 +23,8 @@ Nothing here is allocated per step, so CUDA graphs can later capture reads and w
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor
 
@@ -48,8 +50,12 @@ class SamplerSlots:
         self.top_k[slot] = top_k
         self._host_top_k[slot] = top_k
 
+    def host_top_k(self, slots: Sequence[int]) -> list[int]:
+        """The top-k installed at each slot, from the host copy (reading it never touches the device)."""
+        return [self._host_top_k[s] for s in slots]
+
     def rows(self, index: Tensor, slots: list[int]) -> RowSettings:
-        top_ks = [self._host_top_k[s] for s in slots]
+        top_ks = self.host_top_k(slots)
         kmax = 0 if any(k == 0 for k in top_ks) else max(top_ks)
         return RowSettings(self.greedy[index], self.temperature[index], self.top_k[index], kmax)
 

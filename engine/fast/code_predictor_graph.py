@@ -51,7 +51,7 @@ class CodePredictorGraphs:
 
     def predict(self, kv_slots: list[int], stream_slots: list[int], frame_index: list[int]) -> None:
         """Same contract as `CodePredictorExecutor.predict`; cohorts beyond the largest size are split."""
-        check_top_k([self.slots.predictor._host_top_k[s] for s in kv_slots], self.top_k_cap, self.config.vocab_size)
+        check_top_k(self.slots.predictor.host_top_k(kv_slots), self.top_k_cap, self.config.vocab_size)
         for part in split_cohort(len(kv_slots), self.sizes):
             size = padded_size(len(part), self.sizes)
             self.inputs.load(size, kv_slot=pad_rows([kv_slots[i] for i in part], size),

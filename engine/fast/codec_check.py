@@ -207,18 +207,6 @@ def _pool_with_history(
     return pool, slots
 
 
-def _clone_pool(pool: CodecStatePool) -> CodecStatePool:
-    copy = CodecStatePool(pool.config, pool.slots, pool.device, pool.dtype)
-    for name, tensor in pool.tensors.items():
-        copy.tensors[name].copy_(tensor)
-    copy.positions.copy_(pool.positions)
-    copy._host_positions = list(pool._host_positions)  # a test copy: same streams, same positions
-    copy._allocated = list(pool._allocated)
-    copy._free.clear()
-    copy._free.extend(pool._free)
-    return copy
-
-
 def check_twins(
     decoders: dict[str, CodecDecoder], precisions: tuple[str, ...] = ("fp32", "tf32", "bf16")
 ) -> dict[str, Any]:
@@ -232,7 +220,7 @@ def check_twins(
         decoder = decoders[precision]
         with precision_flags(precision):
             plain_pool, slots = _pool_with_history(decoder, len(histories), histories)
-        fast_pool = _clone_pool(plain_pool)
+        fast_pool = plain_pool.clone()
         with precision_flags(precision):
             plain = decode_incremental(decoder, plain_pool, slots, codes, check_code_values=False)
         fast = FastCodecDecoder(decoder, precision).decode_incremental(
@@ -279,7 +267,7 @@ def check_graphs(
         for index, size in enumerate(schedule):
             chunk = codes[..., start : start + size]
             if index == 3:  # one step also eagerly, from the same state: replay must equal it bitwise
-                eager = fast.decode_incremental(_clone_pool(pool), slots, chunk, check_code_values=False)
+                eager = fast.decode_incremental(pool.clone(), slots, chunk, check_code_values=False)
                 pieces.append(graphs.decode(slots, chunk, check_code_values=False))
                 result[f"{precision}_replay_equals_eager"] = bool(torch.equal(pieces[-1], eager))
             else:

@@ -20,8 +20,9 @@ output is copied out before the next starts. On a CPU (or `mode="eager"`) the sa
 without graphs, which is how CPU tests cover the bookkeeping.
 
 Integration: build the pool with `RESERVED_SLOTS` more slots than streams, create `CodecGraphs` before the
-first request allocates, call `capture()` once before the engine reports ready, then call `decode` where the
-executor now calls `decode_incremental`.
+first request allocates (it takes its scratch row with `CodecStatePool.reserve`, so afterwards the pool's
+`slots` and `free_slots` count streams only), call `capture()` once before the engine reports ready, then call
+`decode` where the executor now calls `decode_incremental` (engine/executors/codec.py does all of this).
 """
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ class CodecGraphs:
                 f"CodecGraphs reserves {RESERVED_SLOTS} scratch slot(s) but the pool has none free: build it "
                 f"with streams + {RESERVED_SLOTS} slots"
             )
-        self.scratch = pool.alloc()
+        self.scratch = pool.reserve()
         self._steps: dict[tuple[int, int], _Step] = {}
         self._memory_pool = torch.cuda.graph_pool_handle() if mode == "graph" else None
         self.replays = 0  # steps run so far (graph replays, or eager steps in eager mode)
@@ -258,7 +259,7 @@ class CodecGraphs:
             wav = step.run()
             out[rows, piece.frame_start * per_frame : piece.frame_stop * per_frame].copy_(wav[: piece.rows])
             self.replays += 1
-        _advance_host_positions(self.pool, slots, frames)
+        self.pool.advance(slots, frames)  # the device positions advanced inside the steps
         return out
 
 
@@ -274,12 +275,3 @@ def check_pool(decoder: StreamDecoder, pool: CodecStatePool) -> None:
             f"{decoder.device}; build the pool with the decoder's dtype and device"
         )
 
-
-def _advance_host_positions(pool: CodecStatePool, slots: Sequence[int], frames: int) -> None:
-    """The device positions advanced inside the step; keep the pool's host mirror in step with them.
-
-    `CodecStatePool` has no public host-only advance (its `scatter` also copies state); this is the one place
-    that reaches into it.
-    """
-    for slot in slots:
-        pool._host_positions[slot] += frames

@@ -78,7 +78,7 @@ class TalkerGraphs:
                 f"KV slot {slot} holds {self.cache.lengths[slot]} positions, the plan expects {position}")
             if position + 1 > self.cache.max_len:
                 raise RuntimeError(f"talker KV cache slot {slot} is full ({self.cache.max_len} positions)")
-        check_top_k([self.slots.talker._host_top_k[s] for s in kv_slots], self.top_k_cap, self.config.vocab_size)
+        check_top_k(self.slots.talker.host_top_k(kv_slots), self.top_k_cap, self.config.vocab_size)
         tokens: list[int] = []
         for part in split_cohort(len(kv_slots), self.sizes):
             size = padded_size(len(part), self.sizes)

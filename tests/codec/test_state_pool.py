@@ -126,3 +126,35 @@ def test_a_reallocated_slot_starts_from_empty_state(tiny, pool):
         dim=-1,
     )
     assert relative_l2(reused, decode_in_chunks(tiny, codes, [4, 6])) == 0.0
+
+
+def test_a_reserved_slot_leaves_the_stream_accounting_and_cannot_be_decoded_or_freed(tiny):
+    pool = CodecStatePool(tiny.config, 3, "cpu", torch.float32)
+    scratch = pool.reserve()
+    assert pool.is_allocated(scratch) and (pool.rows, pool.slots, pool.free_slots, pool.used_slots) == (3, 2, 2, 0)
+    assert pool.total_bytes == 3 * pool.bytes_per_slot  # the reserved row still takes memory
+    assert scratch not in {pool.alloc(), pool.alloc()}
+    with pytest.raises(CodecStateError, match="exhausted"):
+        pool.alloc()
+    for refused in (lambda: pool.free(scratch), lambda: decode_incremental(tiny, pool, [scratch], random_codes(1, 1, 1)),
+                    lambda: pool.advance([scratch], 1)):  # fmt: skip
+        with pytest.raises(CodecStateError, match="reserved as a scratch row"):
+            refused()
+
+
+def test_advance_moves_only_the_host_positions_and_clone_copies_everything(tiny):
+    pool = CodecStatePool(tiny.config, 3, "cpu", torch.float32)
+    scratch, a, b = pool.reserve(), pool.alloc(), pool.alloc()
+    decode_incremental(tiny, pool, [a], random_codes(1, 3, seed=2))
+    pool.advance([a, b], 2)  # as a runner whose captured step already wrote state and device positions
+    assert (pool.position(a), pool.position(b)) == (5, 2)
+    assert pool.positions.tolist()[a] == 3  # the device copy is the step's business
+    with pytest.raises(ValueError, match="at least one frame"):
+        pool.advance([a], 0)
+    copy = pool.clone()
+    assert (copy.slots, copy.free_slots, copy.position(a), copy.position(b)) == (2, 0, 5, 2)
+    assert all(torch.equal(copy.tensors[n], t) for n, t in pool.tensors.items())
+    with pytest.raises(CodecStateError, match="reserved"):
+        copy.free(scratch)
+    copy.free(a)  # independent of the original
+    assert pool.is_allocated(a) and not copy.is_allocated(a)
