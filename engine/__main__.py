@@ -82,7 +82,7 @@ def build(settings: EngineSettings) -> EngineLoop:
                        codec_dtype=codec_dtype(settings.codec_precision))
     config = model.config
     scheduler = Scheduler(settings.scheduler_config(random_weights=config.random_weights, device_kind=device.type),
-                          CostModel.load(settings.costs), settings.chunk_policy_object())
+                          CostModel.load(settings.costs_path(fast)), settings.chunk_policy_object())
     executors = Executors(model, kv_slots=settings.kv_slots, streams=settings.streams,
                           max_context=settings.max_context, max_frames=settings.max_frames,
                           max_batch=settings.max_batch, silence=settings.silence_config(), fast=fast,

@@ -350,6 +350,7 @@ class EngineLoop:
             raise RuntimeError(f"warm-up ended in {state.phase.name} ({state.error}) after steps {steps}")
         self.stats.take()
         self.lifetime_max_batch.clear()
+        self.scheduler.reset_history()  # cold first steps ran late: they must not count as load at admission
         return steps
 
 

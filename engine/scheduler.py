@@ -267,7 +267,10 @@ class Scheduler:
             return Admission(False, f"keeping {streams + 1} streams real-time would need "
                              f"{utilization:.0%} of the GPU (limit {cfg.max_utilization:.0%})",
                              "overloaded", ttfa_ms, utilization)
-        if cfg.admission_control and self.pressure > cfg.max_pressure:
+        # Pressure only speaks for streams that are still playing: with none left there is no promise to break
+        # (and no plans run to let the decaying average fall, so an idle engine would refuse forever).
+        playing = any(not r.is_ended for r in self._requests.values())
+        if cfg.admission_control and playing and self.pressure > cfg.max_pressure:
             return Admission(False, f"playing streams are near their deadlines ({self.pressure:.0%} of recent "
                              f"GPU time went to rescuing them, limit {cfg.max_pressure:.0%})",
                              "overloaded", ttfa_ms, utilization)
@@ -419,6 +422,10 @@ class Scheduler:
         self._urgent_ms = PRESSURE_DECAY * self._urgent_ms + (plan.predicted_ms if urgent else 0.0)
         self._planned_ms = PRESSURE_DECAY * self._planned_ms + plan.predicted_ms
         return plan
+
+    def reset_history(self) -> None:
+        """Forget recent load: e.g. after the warm-up synthesis, whose cold first steps say nothing about serving."""
+        self._urgent_ms = self._planned_ms = 0.0
 
     @property
     def pressure(self) -> float:

@@ -31,8 +31,10 @@ from pathlib import Path
 
 from engine.codec.chunking import AdaptivePolicy, ChunkPolicy, FixedSchedule
 from engine.codec.silence import SilenceConfig
-from engine.costmodel import DEFAULT_COSTS
+from engine.costmodel import COSTS_DIR, DEFAULT_COSTS
 from engine.scheduler import SchedulerConfig
+
+FAST_COSTS = COSTS_DIR / "h200_fast.json"
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16")
@@ -99,7 +101,7 @@ class EngineSettings:
     admission: str = "auto"  # auto: on for cuda, off for cpu (the cost table is measured on a GPU)
     fast_path: str = "auto"  # auto: code predictor and codec on cuda with Triton, nothing on cpu (fast_path_for)
     codec_precision: str = "tf32"  # bf16: bf16 codec; tf32 / fp32: fp32 codec, TF32 on / off (CUDA only)
-    costs: str = str(DEFAULT_COSTS)
+    costs: str = "auto"  # auto: the fast-path table when the talker and code-predictor fast paths run
     heartbeat_s: float = 1.0
     shutdown_grace_ms: int = 5000
     log_level: str = "info"
@@ -166,14 +168,21 @@ class EngineSettings:
                              prefill_buckets=self.prefill_token_buckets, codec_batch=self.codec_capture_sizes,
                              codec_frames=chunks if chunks[0] == 1 else (1, *chunks))
 
+    def costs_path(self, fast: FastPath) -> Path:
+        """The cost table the scheduler predicts from (`--costs auto` follows the executors that run)."""
+        if self.costs != "auto":
+            return Path(self.costs)
+        return FAST_COSTS if fast.talker and fast.code_predictor else DEFAULT_COSTS
+
     def fast_path_for(self, *, device_kind: str, have_triton: bool) -> FastPath:
-        """`--fast-path` on this device. `auto`: the code predictor and the codec on CUDA with Triton (both
-        measured within their error bounds on an H200), the talker not (its bf16 drift, 2.75e-2, is past the
-        2e-2 bound); nothing on a CPU, where the twins only add padding. `on`: all three, on any device."""
+        """`--fast-path` on this device. `auto`: all three on CUDA with Triton, nothing on a CPU (where the twins
+        only add padding). The plain talker is ~30x slower on a GPU (768 ms vs 24 ms first audio for 8 requests,
+        docs/engine.md), so a GPU without it cannot serve in real time; its fused path's bf16 drift (2.75e-2 vs
+        the 2e-2 aim) is documented there. `on`: all three, on any device; `off`: none."""
         if self.fast_path == "on":
             return FastPath(talker=True, code_predictor=True, codec=True)
         if self.fast_path == "auto" and device_kind == "cuda" and have_triton:
-            return FastPath(code_predictor=True, codec=True)
+            return FastPath(talker=True, code_predictor=True, codec=True)
         return FastPath()
 
     def scheduler_config(self, *, random_weights: bool, device_kind: str) -> SchedulerConfig:
@@ -273,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--codec-precision", default=d.codec_precision, choices=CODEC_PRECISIONS,
                    help="codec arithmetic: bf16 (bf16 weights and activations), tf32 (fp32 weights, TF32 convs and "
                         "matmuls on CUDA), fp32 (fp32, TF32 off); on CPU tf32 and fp32 are the same")
-    p.add_argument("--costs", default=d.costs, help="cost table (JSON) the scheduler predicts step times from")
+    p.add_argument("--costs", default=d.costs, help="cost table (JSON) the scheduler predicts step times from; auto: engine/costs/h200_fast.json "
+                   "when the talker and code-predictor fast paths run, else h200_plain.json")
     p.add_argument("--heartbeat-s", type=float, default=d.heartbeat_s)
     p.add_argument("--shutdown-grace-ms", type=int, default=d.shutdown_grace_ms,
                    help="SIGTERM: time in-flight requests get to finish before they fail")
@@ -291,6 +301,6 @@ def parse_args(argv: Sequence[str] | None = None) -> EngineSettings:
         settings = EngineSettings(**values)
     except ValueError as error:
         parser.error(str(error))
-    if not Path(settings.costs).is_file():
+    if settings.costs != "auto" and not Path(settings.costs).is_file():
         parser.error(f"cost table not found: {settings.costs}")
     return settings

@@ -43,7 +43,7 @@ def make_loop(model: Qwen3TTS, *, kv_slots: int = 16, max_batch: int = 16, lengt
     s = EngineSettings(model="tiny", socket="@unused", kv_slots=kv_slots, max_batch=max_batch, **settings)  # type: ignore[arg-type]
     random_weights = model.config.random_weights if length_model is None else length_model
     scheduler = Scheduler(s.scheduler_config(random_weights=random_weights, device_kind="cpu"),
-                          CostModel.load(s.costs), s.chunk_policy_object())
+                          CostModel.load(s.costs_path(fast)), s.chunk_policy_object())
     executors = Executors(model, kv_slots=s.kv_slots, streams=s.streams, max_context=s.max_context,
                           max_frames=s.max_frames, max_batch=s.max_batch, silence=s.silence_config(), fast=fast,
                           shapes=shapes or s.capture_shapes, codec_precision=s.codec_precision)

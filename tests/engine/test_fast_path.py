@@ -237,7 +237,8 @@ def test_fast_path_setting_resolves_per_device() -> None:
     assert s.fast_path == "auto" and s.codec_precision == "tf32"
     assert s.fast_path_for(device_kind="cpu", have_triton=True) == FastPath()  # CPU default unchanged
     assert s.fast_path_for(device_kind="cuda", have_triton=False) == FastPath()
-    assert s.fast_path_for(device_kind="cuda", have_triton=True) == FastPath(code_predictor=True, codec=True)
+    assert s.fast_path_for(device_kind="cuda", have_triton=True) == ALL_FAST
+    assert s.costs_path(ALL_FAST).name == "h200_fast.json" and s.costs_path(FastPath()).name == "h200_plain.json"
     on = parse_args(["--model", "tiny", "--socket", "@x", "--fast-path", "on", "--codec-precision", "bf16"])
     assert on.fast_path_for(device_kind="cpu", have_triton=False) == ALL_FAST and on.codec_precision == "bf16"
     off = parse_args(["--model", "tiny", "--socket", "@x", "--fast-path", "off"])

@@ -6,7 +6,7 @@ import json
 
 from engine.costmodel import DEFAULT_COSTS, CostModel
 from engine.ipc.messages import Layout
-from engine.scheduler import Scheduler, SchedulerConfig
+from engine.scheduler import Outcome, Scheduler, SchedulerConfig
 
 from .helpers import MS, admit, make_request, make_scheduler, run
 
@@ -84,3 +84,33 @@ def test_refuses_malformed_requests_with_a_clear_reason():
     duplicate = scheduler.admit(make_request(4), 0)
     assert not duplicate.ok and "already running" in duplicate.reason
     assert scheduler.kv_slots.free_count == scheduler.kv_slots.size - 1  # refusals hold nothing
+
+
+def _run_late(scheduler: Scheduler, now_ns: int, slowdown: float) -> int:
+    """Drive every request to the end with steps `slowdown` times slower than predicted (a cold GPU)."""
+    while (plan := scheduler.plan(now_ns)) is not None:
+        now_ns += int(plan.predicted_ms * slowdown * MS)
+        scheduler.complete(plan, Outcome(), now_ns)
+    scheduler.pop_finished()
+    return now_ns
+
+
+def test_pressure_left_by_finished_streams_does_not_refuse_an_idle_engine():
+    scheduler = make_scheduler(max_utilization=1.0, ttfa_budget_ms=10_000)
+    for rid in (1, 2, 3):
+        admit(scheduler, make_request(rid, chars=120, tokens=30))
+    now = _run_late(scheduler, 0, slowdown=8.0)
+    assert scheduler.pressure > scheduler.config.max_pressure  # the late run left its mark...
+    assert scheduler.admit(make_request(4), now).ok  # ...but nothing is playing, so nothing can break
+
+
+def test_pressure_refuses_while_streams_play_until_history_is_reset():
+    scheduler = make_scheduler(max_utilization=1.0, ttfa_budget_ms=10_000)
+    for rid in (1, 2, 3):
+        admit(scheduler, make_request(rid, chars=120, tokens=30))
+    now = _run_late(scheduler, 0, slowdown=8.0)
+    admit(scheduler, make_request(4, arrival_ns=now, chars=400, tokens=90), now)  # a stream now playing
+    refused = scheduler.admit(make_request(5, arrival_ns=now), now)
+    assert not refused.ok and "near their deadlines" in refused.reason
+    scheduler.reset_history()
+    assert scheduler.pressure == 0.0 and scheduler.admit(make_request(5, arrival_ns=now), now).ok
