@@ -15,7 +15,7 @@ Who is most pressing (policy DEADLINE, the default):
 FIFO and ROUND_ROBIN exist as baselines for the simulator (docs/scheduling.md compares them).
 
 Chunk sizes: each request's next codec chunk is chosen from its remaining playback buffer and its
-own generation pace (`SlackChunkPolicy`; any `engine.codec.chunking` policy plugs in instead): one
+own generation pace (`engine.chunk_sizing`; any `engine.codec.chunking` policy plugs in instead): one
 frame while the listener has almost nothing, growing as the buffer grows. A codec batch takes the
 anchor's chunk size, and every row with at least that many frames ready joins it.
 
@@ -32,16 +32,18 @@ Input: append_text / end_text / flush / cancel / set_deadline at any time. No to
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from enum import Enum
+from collections.abc import Iterable
+from dataclasses import dataclass
 
+from engine import capacity
+from engine.capacity import batch_ms
+from engine.chunk_sizing import SlackChunkPolicy, request_chunk_frames
 from engine.codec.chunking import ChunkPolicy
 from engine.costmodel import CostModel
 from engine.ipc.messages import Layout
+from engine.plan import Admission, Outcome, Plan, PlanRow
 from engine.request import (
     SAMPLES_PER_FRAME,
-    TEXT_PAD,
     FinishReason,
     Phase,
     RequestState,
@@ -49,8 +51,12 @@ from engine.request import (
     WorkKind,
     length_model_frames,
 )
+from engine.scheduling_config import Policy, SchedulerConfig, bucket, capture_sizes, next_size
 
-FRAME_MS = 80.0
+# Public names; all but Scheduler live in the modules imported above and stay importable from here.
+__all__ = ["Admission", "Outcome", "Plan", "PlanRow", "Policy", "Scheduler", "SchedulerConfig",
+           "SlackChunkPolicy", "next_size"]
+
 PRESSURE_DECAY = 0.98  # per plan: `pressure` looks back over roughly the last 50 plans
 GENERATION_PHASES = frozenset({Phase.PREFILL, Phase.CODE_PREDICT, Phase.TALKER_DECODE})
 # Order of a request's own items when it is the anchor: audio out first, then the pipeline front.
@@ -59,147 +65,6 @@ STAGE_RANK = {WorkKind.CODEC_CHUNK: 0, WorkKind.TALKER_PREFILL: 1, WorkKind.CODE
 MERGING_KINDS = {WorkKind.CODE_PREDICT: WorkKind.TALKER_DECODE, WorkKind.TALKER_DECODE: WorkKind.CODE_PREDICT}
 PHASE_KIND = {Phase.PREFILL: WorkKind.TALKER_PREFILL, Phase.CODE_PREDICT: WorkKind.CODE_PREDICT,
               Phase.TALKER_DECODE: WorkKind.TALKER_DECODE}
-
-
-class Policy(Enum):
-    DEADLINE = "deadline"  # urgent streams > startup > the rest by slack (the module docstring)
-    FIFO = "fifo"  # the oldest request's next item anchors: plain continuous batching, no priorities
-    ROUND_ROBIN = "round_robin"  # the kind served least recently anchors (the peer's "balanced" profile)
-
-
-@dataclass(frozen=True, slots=True)
-class SchedulerConfig:
-    capture_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)  # talker decode and code predictor
-    prefill_capture_sizes: tuple[int, ...] = (1, 2, 4, 8)
-    prefill_token_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)  # last = longest prefill
-    codec_capture_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
-    codec_chunk_sizes: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 25)  # steady chunks snap to these
-    max_requests: int = 256  # talker KV slots (cohorts above the largest capture split)
-    max_codec_streams: int = 256  # codec state slots
-    max_step_ms: float = 12.0  # a batch is cut so its predicted time stays under this (anchor always runs)
-    urgent_slack_ms: float = 60.0
-    first_chunk_frames: int = 1  # 2 when the engine drops the fixed silent first frame
-    chunk_margin_ms: float = 40.0  # a chunk must be out this long before its listener would run dry
-    typical_chunk_frames: int = 8  # codec shape assumed by admission's real-time demand
-    max_utilization: float = 0.8  # admission: GPU share needed to keep every stream real-time
-    ttfa_budget_ms: float = 250.0  # admission: refuse when the predicted TTFA is larger
-    max_pressure: float = 0.7  # admission: refuse while more recent GPU time went to urgent streams
-    admission_control: bool = True  # False: only slot and shape limits (the simulator's baselines)
-    max_frames: int = 2048  # runaway cap (164 s) while the text is open
-    runaway_frames_per_char: float = 3.0  # cap once the text ended: speech is ~0.9 frames per character
-    runaway_min_frames: int = 50
-    min_frames_before_eos: int = 2  # official min_new_tokens
-    length_model: bool = False  # random weights: stop at length_model_frames(chars), never at EOS
-    policy: Policy = Policy.DEADLINE
-    merge_startup: bool = False  # let a newcomer wait one step so split phases merge (see _anchor)
-
-    def __post_init__(self) -> None:
-        for name in ("capture_sizes", "prefill_capture_sizes", "prefill_token_buckets",
-                     "codec_capture_sizes", "codec_chunk_sizes"):
-            sizes = getattr(self, name)
-            if not sizes or sizes[0] < 1 or list(sizes) != sorted(set(sizes)):
-                raise ValueError(f"{name} must be positive and strictly increasing, got {sizes}")
-        if self.first_chunk_frames < 1 or self.max_requests < 1 or self.max_codec_streams < 1:
-            raise ValueError("first_chunk_frames, max_requests and max_codec_streams must be >= 1")
-        if not 0 < self.max_utilization <= 1:
-            raise ValueError("max_utilization must be in (0, 1]")
-
-
-# ---------------------------------------------------------------- plan, outcome, admission
-
-
-@dataclass(frozen=True, slots=True)
-class PlanRow:
-    """One request's part of a batch. `frame_index`: prefill 0; code predictor: the frame it completes;
-    talker decode: the frame whose codes it feeds (it samples codebook 0 of frame_index + 1);
-    codec: the first frame it decodes. `position` is the talker position of the row's first new token."""
-
-    request_id: int
-    kv_slot: int | None
-    codec_slot: int | None
-    frame_index: int
-    position: int = 0
-    text_index: int = TEXT_PAD  # talker decode: index into the request's text_ids, TEXT_END or TEXT_PAD
-    eos_allowed: bool = False  # talker kinds: EOS may be sampled (else it stays masked)
-    codec_frames: int = 0
-    final_chunk: bool = False  # codec: the request's last chunk (generation over, nothing pending after)
-
-
-@dataclass(frozen=True, slots=True)
-class Plan:
-    kind: WorkKind
-    rows: tuple[PlanRow, ...]
-    padded_batch: int  # capture size the rows are padded to
-    codec_frames: int = 0  # codec: new frames of every row (rows share it so one graph serves them)
-    prefill_tokens: int = 0  # prefill: token bucket every row is padded to
-    predicted_ms: float = 0.0
-
-    @property
-    def request_ids(self) -> tuple[int, ...]:
-        return tuple(row.request_id for row in self.rows)
-
-    @property
-    def eos_possible(self) -> bool:
-        """False: no row can end, so the executor need not read sampled tokens back to the host."""
-        return any(row.eos_allowed for row in self.rows)
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    eos: frozenset[int] = frozenset()  # talker decode: rows that sampled EOS
-    samples: Mapping[int, int] = field(default_factory=dict)  # codec: samples published (default N*1920)
-    failed: Mapping[int, str] = field(default_factory=dict)  # rows that failed, with a message
-
-
-@dataclass(frozen=True, slots=True)
-class Admission:
-    ok: bool
-    reason: str = ""
-    code: str = ""  # "overloaded" | "bad_request" when refused (the Error message code)
-    predicted_ttfa_ms: float = 0.0
-    utilization: float = 0.0  # predicted GPU share to keep every stream real-time, this one included
-
-
-class SlackChunkPolicy:
-    """Frames to decode now (0: wait); the scheduler's default, pace-aware chunk policy. The next chunk is the largest size the listener can afford to
-    wait for: waiting for the missing frames at this request's own pace, then decoding them, must end
-    `margin_ms` before its buffer runs dry. A thin buffer gives one-frame chunks, a growing one longer
-    chunks (cheaper per frame), so small chunks are paid for only when they buy latency or safety.
-
-    Unlike the policies of `engine.codec.chunking` (which the scheduler also accepts), it knows the
-    request's own generation pace, so a stream generated far faster than real time moves to long,
-    cheap chunks sooner, and one generated slowly under load keeps chunks short (docs/scheduling.md
-    compares them). `frames_available` counts every generated frame; `buffered_ms` is the audio the
-    listener still has (0 before first audio); `flush` drains what is pending."""
-
-    def __init__(self, costs: CostModel, sizes: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 25),
-                 first_chunk_frames: int = 1, margin_ms: float = 40.0) -> None:
-        self.sizes = sizes
-        self.first_chunk_frames = first_chunk_frames
-        self.margin_ms = margin_ms
-        # Largest first, with the time to decode that chunk alone (the policy runs per request per step).
-        self._largest_first = [(n, costs.ms(WorkKind.CODEC_CHUNK, 1, n)) for n in reversed(sizes)]
-
-    def next_chunk_frames(self, frames_decoded: int, frames_available: int, buffered_ms: float,
-                          flush: bool, frame_interval_ms: float | None) -> int:
-        pending = frames_available - frames_decoded
-        if pending <= 0:
-            return 0
-        if flush:
-            return min(pending, self.sizes[-1])
-        if frames_decoded == 0 or frame_interval_ms is None:
-            return self.first_chunk_frames if pending >= self.first_chunk_frames else 0
-        budget = buffered_ms - self.margin_ms
-        for n, decode_ms in self._largest_first:
-            if max(0, n - pending) * frame_interval_ms + decode_ms <= budget:
-                return n if pending >= n else 0
-        # The buffer is nearly dry: hand over what exists, in an allowed size.
-        return max((n for n in self.sizes if n <= pending), default=pending)
-
-
-def next_size(sizes: tuple[int, ...], n: int) -> int:
-    """Smallest capture size holding n rows (n never exceeds the largest: cohorts are cut first)."""
-    return next(s for s in sizes if s >= n)
 
 
 @dataclass(slots=True)
@@ -229,7 +94,8 @@ class Scheduler:
         self._plans = 0
         self._urgent_ms = self._planned_ms = 0.0  # decaying sums over recent plans, see `pressure`
         # Time to decode n frames of one request, n = 0..largest chunk (slack needs it per request per step).
-        self._codec_row_ms = [costs.ms(WorkKind.CODEC_CHUNK, 1, max(n, 1)) for n in range(config.codec_chunk_sizes[-1] + 1)]
+        self._codec_row_ms = [costs.ms(WorkKind.CODEC_CHUNK, 1, max(n, 1))
+                              for n in range(config.codec_chunk_sizes[-1] + 1)]
 
     # ------------------------------------------------------------ queries
 
@@ -271,8 +137,8 @@ class Scheduler:
         # (and no plans run to let the decaying average fall, so an idle engine would refuse forever).
         playing = any(not r.is_ended for r in self._requests.values())
         if cfg.admission_control and playing and self.pressure > cfg.max_pressure:
-            return Admission(False, f"playing streams are near their deadlines ({self.pressure:.0%} of recent "
-                             f"GPU time went to rescuing them, limit {cfg.max_pressure:.0%})",
+            return Admission(False, f"playing streams are near their deadlines ({self.pressure:.0%} of "
+                             f"recent GPU time went to rescuing them, limit {cfg.max_pressure:.0%})",
                              "overloaded", ttfa_ms, utilization)
         if cfg.admission_control and ttfa_ms > cfg.ttfa_budget_ms:
             return Admission(False, f"predicted time to first audio {ttfa_ms:.0f} ms exceeds the "
@@ -300,34 +166,15 @@ class Scheduler:
 
     def realtime_utilization(self, streams: int) -> float:
         """GPU share needed to give `streams` streams one frame each per 80 ms, decoded in typical chunks."""
-        if streams <= 0:
-            return 0.0
-        cfg, costs = self.config, self.costs
-        round_ms = _batched_ms(streams, cfg.capture_sizes, costs.frame_step_ms)
-        chunk = cfg.typical_chunk_frames
-        codec_ms = _batched_ms(streams, cfg.codec_capture_sizes,
-                               lambda b: costs.ms(WorkKind.CODEC_CHUNK, b, chunk)) / chunk
-        return (round_ms + codec_ms) / FRAME_MS
+        return capacity.realtime_utilization(self.config, self.costs, streams)
 
     def predicted_ttfa_ms(self, now_ns: int) -> float:
-        """Time to first audio of a request admitted now: its own pipeline at today's batch sizes,
-        stretched by the share of the GPU that playing streams need, plus half a step already running;
-        never less than the wait of the oldest request still without audio (it is served before)."""
-        cfg, costs = self.config, self.costs
+        """Time to first audio of a request admitted now (`engine.capacity.predicted_ttfa_ms`)."""
         startup = 1 + sum(1 for r in self._requests.values() if r.first_audio_ns is None)
         generating = 1 + sum(1 for r in self._requests.values() if not r.generation_finished)
-        batch = next_size(cfg.capture_sizes, min(generating, cfg.capture_sizes[-1]))
-        prefill_rows = min(startup, cfg.prefill_capture_sizes[-1])
-        prefill_rounds = math.ceil(startup / cfg.prefill_capture_sizes[-1])
-        pipeline = (prefill_rounds * costs.ms(WorkKind.TALKER_PREFILL, prefill_rows, tokens=cfg.prefill_token_buckets[0])
-                    + (cfg.first_chunk_frames + 1) * costs.ms(WorkKind.CODE_PREDICT, batch)
-                    + cfg.first_chunk_frames * costs.ms(WorkKind.TALKER_DECODE, batch)
-                    + costs.ms(WorkKind.CODEC_CHUNK, min(startup, cfg.codec_capture_sizes[-1]),
-                               cfg.first_chunk_frames))
-        busy = min(self.realtime_utilization(generating - 1), 0.95)
         oldest_wait_ms = max(((now_ns - r.arrival_ns) / 1e6 for r in self._requests.values()
                               if r.first_audio_ns is None), default=0.0)
-        return max(pipeline / (1.0 - busy) + cfg.max_step_ms / 2, oldest_wait_ms)
+        return capacity.predicted_ttfa_ms(self.config, self.costs, startup, generating, oldest_wait_ms)
 
     # ------------------------------------------------------------ input
 
@@ -424,7 +271,8 @@ class Scheduler:
         return plan
 
     def reset_history(self) -> None:
-        """Forget recent load: e.g. after the warm-up synthesis, whose cold first steps say nothing about serving."""
+        """Forget recent load: e.g. after the warm-up synthesis, whose cold first steps say nothing about
+        serving."""
         self._urgent_ms = self._planned_ms = 0.0
 
     @property
@@ -441,7 +289,8 @@ class Scheduler:
         items: list[_Item] = []
         for r in self._requests.values():
             gen_kind = None if r.generation_busy else PHASE_KIND.get(r.phase)
-            chunk = 0 if r.codec_busy or r.frames_generated == r.frames_decoded else self._chunk_frames(r, now_ns)
+            no_chunk = r.codec_busy or r.frames_generated == r.frames_decoded
+            chunk = 0 if no_chunk else request_chunk_frames(r, now_ns, self.slack_chunks, self.chunks)
             if gen_kind is None and chunk == 0:
                 continue  # also every ended request: it has no phase to run and nothing to decode
             # Slack: buffered audio minus the time to produce the next audio (decode the pending frames,
@@ -454,22 +303,12 @@ class Scheduler:
                 if r.frames_generated == r.frames_decoded:
                     slack -= cp_ms + (decode_ms if r.phase is Phase.TALKER_DECODE else 0.0)
             if gen_kind is not None:
-                shape = _bucket(cfg.prefill_token_buckets, r.prefill_len) if gen_kind is WorkKind.TALKER_PREFILL else 0
+                prefill = gen_kind is WorkKind.TALKER_PREFILL
+                shape = bucket(cfg.prefill_token_buckets, r.prefill_len) if prefill else 0
                 items.append(_Item(r, gen_kind, self._key(r, gen_kind, slack), shape))
             if chunk:
                 items.append(_Item(r, WorkKind.CODEC_CHUNK, self._key(r, WorkKind.CODEC_CHUNK, slack), chunk))
         return items
-
-    def _chunk_frames(self, r: RequestState, now_ns: int) -> int:
-        deadline = r.effective_deadline_ns()
-        buffered_ms = 0.0 if deadline is None or r.first_audio_ns is None else (deadline - now_ns) / 1e6
-        starved = r.phase is Phase.WAITING_TEXT  # the talker waits for text: hand the listener what exists
-        drain = r.flush_pending or starved or r.generation_finished
-        if self.chunks is not None:
-            buffered = None if r.first_audio_ns is None else max(buffered_ms, 0.0)
-            return self.chunks.next_chunk_frames(r.frames_decoded, r.frames_pending, buffered, r.text_ended, drain)
-        return self.slack_chunks.next_chunk_frames(r.frames_decoded, r.frames_generated, max(buffered_ms, 0.0),
-                                                   drain, r.frame_interval_ms)
 
     def _key(self, r: RequestState, kind: WorkKind, slack: float) -> tuple[float, ...]:
         rank = STAGE_RANK[kind]
@@ -504,27 +343,17 @@ class Scheduler:
 
     def _cut(self, kind: WorkKind, shape: int, cohort: list[_Item]) -> list[_Item]:
         """Split oversize cohorts: keep the most pressing rows that fit a capture size and the step budget."""
-        sizes = self._capture_sizes(kind)
+        sizes = capture_sizes(self.config, kind)
         cohort = cohort[: sizes[-1]]
-        while len(cohort) > 1 and self._predict(kind, next_size(sizes, len(cohort)), shape) > self.config.max_step_ms:
+        costs, budget_ms = self.costs, self.config.max_step_ms
+        while len(cohort) > 1 and batch_ms(costs, kind, next_size(sizes, len(cohort)), shape) > budget_ms:
             smaller = max((s for s in sizes if s < len(cohort)), default=1)
             cohort = cohort[:smaller]
         return cohort
 
-    def _capture_sizes(self, kind: WorkKind) -> tuple[int, ...]:
-        if kind is WorkKind.TALKER_PREFILL:
-            return self.config.prefill_capture_sizes
-        if kind is WorkKind.CODEC_CHUNK:
-            return self.config.codec_capture_sizes
-        return self.config.capture_sizes
-
-    def _predict(self, kind: WorkKind, padded: int, shape: int) -> float:
-        if kind is WorkKind.TALKER_PREFILL:
-            return self.costs.ms(kind, padded, tokens=shape)
-        return self.costs.ms(kind, padded, frames=max(shape, 1))
-
     def _lower(self, kind: WorkKind, shape: int, cohort: list[_Item]) -> Plan:
-        """Turn the cohort into rows and mark its lanes busy (text fed by a talker step counts as consumed)."""
+        """Turn the cohort into rows and mark its lanes busy (text fed by a talker step counts as
+        consumed)."""
         rows = []
         for item in cohort:
             r = item.request
@@ -545,14 +374,16 @@ class Scheduler:
                 rows.append(PlanRow(r.request_id, r.kv_slot, r.codec_slot, r.frames_generated))
             else:
                 frame = r.frames_generated - 1
+                text_index = r.next_text_input()
+                eos_allowed = r.eos_allowed_next_step(self.config.min_frames_before_eos)
                 rows.append(PlanRow(r.request_id, r.kv_slot, r.codec_slot, frame, r.prefill_len + frame,
-                                    r.next_text_input(), r.eos_allowed_next_step(self.config.min_frames_before_eos)))
+                                    text_index, eos_allowed))
                 r.consume_text_input()
-        padded = next_size(self._capture_sizes(kind), len(rows))
+        padded = next_size(capture_sizes(self.config, kind), len(rows))
         return Plan(kind, tuple(rows), padded,
                     codec_frames=shape if kind is WorkKind.CODEC_CHUNK else 0,
                     prefill_tokens=shape if kind is WorkKind.TALKER_PREFILL else 0,
-                    predicted_ms=self._predict(kind, padded, shape))
+                    predicted_ms=batch_ms(self.costs, kind, padded, shape))
 
     # ------------------------------------------------------------ completion
 
@@ -575,7 +406,8 @@ class Scheduler:
             else:
                 self._apply_generation(r, plan.kind, row, row.request_id in outcome.eos, now_ns)
 
-    def _apply_generation(self, r: RequestState, kind: WorkKind, row: PlanRow, eos: bool, now_ns: int) -> None:
+    def _apply_generation(self, r: RequestState, kind: WorkKind, row: PlanRow, eos: bool,
+                          now_ns: int) -> None:
         if kind is WorkKind.TALKER_PREFILL:
             r.phase = Phase.CODE_PREDICT  # the prefill sampled codebook 0 of frame 0 (EOS masked)
             return
@@ -636,12 +468,3 @@ def _fits(anchor: _Item, item: _Item) -> bool:
         return item.shape >= anchor.shape
     return item.shape == anchor.shape
 
-
-def _bucket(buckets: tuple[int, ...], n: int) -> int:
-    return next(b for b in buckets if b >= n)
-
-
-def _batched_ms(rows: int, sizes: tuple[int, ...], step_ms: Callable[[int], float]) -> float:
-    """Time to run `rows` rows in as few captured batches as possible."""
-    full, rest = divmod(rows, sizes[-1])
-    return full * step_ms(sizes[-1]) + (step_ms(next_size(sizes, rest)) if rest else 0.0)

@@ -1,0 +1,62 @@
+"""The records the scheduler hands out and takes back: a Plan of rows to run, the Outcome of running it,
+and the Admission verdict on a new request. Frozen data only, no logic beyond derived properties.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from engine.request import TEXT_PAD, WorkKind
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRow:
+    """One request's part of a batch. `frame_index`: prefill 0; code predictor: the frame it completes;
+    talker decode: the frame whose codes it feeds (it samples codebook 0 of frame_index + 1);
+    codec: the first frame it decodes. `position` is the talker position of the row's first new token."""
+
+    request_id: int
+    kv_slot: int | None
+    codec_slot: int | None
+    frame_index: int
+    position: int = 0
+    text_index: int = TEXT_PAD  # talker decode: index into the request's text_ids, TEXT_END or TEXT_PAD
+    eos_allowed: bool = False  # talker kinds: EOS may be sampled (else it stays masked)
+    codec_frames: int = 0
+    final_chunk: bool = False  # codec: the request's last chunk (generation over, nothing pending after)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    kind: WorkKind
+    rows: tuple[PlanRow, ...]
+    padded_batch: int  # capture size the rows are padded to
+    codec_frames: int = 0  # codec: new frames of every row (rows share it so one graph serves them)
+    prefill_tokens: int = 0  # prefill: token bucket every row is padded to
+    predicted_ms: float = 0.0
+
+    @property
+    def request_ids(self) -> tuple[int, ...]:
+        return tuple(row.request_id for row in self.rows)
+
+    @property
+    def eos_possible(self) -> bool:
+        """False: no row can end, so the executor need not read sampled tokens back to the host."""
+        return any(row.eos_allowed for row in self.rows)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    eos: frozenset[int] = frozenset()  # talker decode: rows that sampled EOS
+    samples: Mapping[int, int] = field(default_factory=dict)  # codec: samples published (default N*1920)
+    failed: Mapping[int, str] = field(default_factory=dict)  # rows that failed, with a message
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    ok: bool
+    reason: str = ""
+    code: str = ""  # "overloaded" | "bad_request" when refused (the Error message code)
+    predicted_ttfa_ms: float = 0.0
+    utilization: float = 0.0  # predicted GPU share to keep every stream real-time, this one included

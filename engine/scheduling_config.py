@@ -1,0 +1,74 @@
+"""What the scheduler may run: its settings, and the padded batch shapes those settings allow.
+
+Plain Python (no torch, no clock reads), shared by the scheduler, the simulator and the engine settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from engine.request import WorkKind
+
+
+class Policy(Enum):
+    DEADLINE = "deadline"  # urgent streams > startup > the rest by slack (engine/scheduler.py's docstring)
+    FIFO = "fifo"  # the oldest request's next item anchors: plain continuous batching, no priorities
+    ROUND_ROBIN = "round_robin"  # the kind served least recently anchors (the peer's "balanced" profile)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    capture_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)  # talker decode and code predictor
+    prefill_capture_sizes: tuple[int, ...] = (1, 2, 4, 8)
+    prefill_token_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)  # last = longest prefill
+    codec_capture_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    codec_chunk_sizes: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 25)  # steady chunks snap to these
+    max_requests: int = 256  # talker KV slots (cohorts above the largest capture split)
+    max_codec_streams: int = 256  # codec state slots
+    max_step_ms: float = 12.0  # a batch is cut so its predicted time stays under this (anchor always runs)
+    urgent_slack_ms: float = 60.0
+    first_chunk_frames: int = 1  # 2 when the engine drops the fixed silent first frame
+    chunk_margin_ms: float = 40.0  # a chunk must be out this long before its listener would run dry
+    typical_chunk_frames: int = 8  # codec shape assumed by admission's real-time demand
+    max_utilization: float = 0.8  # admission: GPU share needed to keep every stream real-time
+    ttfa_budget_ms: float = 250.0  # admission: refuse when the predicted TTFA is larger
+    max_pressure: float = 0.7  # admission: refuse while more recent GPU time went to urgent streams
+    admission_control: bool = True  # False: only slot and shape limits (the simulator's baselines)
+    max_frames: int = 2048  # runaway cap (164 s) while the text is open
+    runaway_frames_per_char: float = 3.0  # cap once the text ended: speech is ~0.9 frames per character
+    runaway_min_frames: int = 50
+    min_frames_before_eos: int = 2  # official min_new_tokens
+    length_model: bool = False  # random weights: stop at length_model_frames(chars), never at EOS
+    policy: Policy = Policy.DEADLINE
+    merge_startup: bool = False  # let a newcomer wait one step so split phases merge (see Scheduler._anchor)
+
+    def __post_init__(self) -> None:
+        for name in ("capture_sizes", "prefill_capture_sizes", "prefill_token_buckets",
+                     "codec_capture_sizes", "codec_chunk_sizes"):
+            sizes = getattr(self, name)
+            if not sizes or sizes[0] < 1 or list(sizes) != sorted(set(sizes)):
+                raise ValueError(f"{name} must be positive and strictly increasing, got {sizes}")
+        if self.first_chunk_frames < 1 or self.max_requests < 1 or self.max_codec_streams < 1:
+            raise ValueError("first_chunk_frames, max_requests and max_codec_streams must be >= 1")
+        if not 0 < self.max_utilization <= 1:
+            raise ValueError("max_utilization must be in (0, 1]")
+
+
+def next_size(sizes: tuple[int, ...], n: int) -> int:
+    """Smallest capture size holding n rows (n never exceeds the largest: cohorts are cut first)."""
+    return next(s for s in sizes if s >= n)
+
+
+def bucket(buckets: tuple[int, ...], n: int) -> int:
+    """Smallest prefill token bucket holding n tokens (admission refuses longer prompts)."""
+    return next(b for b in buckets if b >= n)
+
+
+def capture_sizes(cfg: SchedulerConfig, kind: WorkKind) -> tuple[int, ...]:
+    """The batch sizes captured for `kind`, smallest first."""
+    if kind is WorkKind.TALKER_PREFILL:
+        return cfg.prefill_capture_sizes
+    if kind is WorkKind.CODEC_CHUNK:
+        return cfg.codec_capture_sizes
+    return cfg.capture_sizes

@@ -1,0 +1,79 @@
+"""A session's defaults for new contexts, and the checks a client's voice/language/format/instructions pass.
+
+`session.update` changes the defaults; `context.create` may override them for one context. Voices
+and languages are resolved against what the engine announced (gateway/voices.py), Opus needs
+libopus on this server, and instructions must tokenize; anything else is a `ProtocolError`.
+"""
+
+from __future__ import annotations
+
+from gateway import protocol as p
+from gateway.audio import opus_available
+from gateway.state import GatewayState
+from gateway.voices import UnknownName, default_voice, resolve_language, resolve_voice
+
+
+class SessionDefaults:
+    def __init__(self, state: GatewayState, speakers: tuple[str, ...], languages: tuple[str, ...]) -> None:
+        self.state = state
+        self.speakers = speakers
+        self.languages = languages
+        self.voice = default_voice(self.speakers)
+        self.language = "auto"
+        self.instructions = ""
+        self.audio_format = "pcm16"
+        self.max_lead_ms: int | None = None
+
+    def update(self, event: p.SessionUpdate) -> None:
+        voice, language, audio_format = self.resolve(
+            event.voice, event.language, event.audio_format, event.event_id
+        )
+        self.voice, self.language, self.audio_format = voice, language, audio_format
+        if event.instructions is not None:
+            self.check_instructions(event.instructions, event.event_id, None)
+            self.instructions = event.instructions
+        if event.max_lead_ms is not None:
+            self.max_lead_ms = event.max_lead_ms
+
+    def resolve(
+        self,
+        voice: str | None,
+        language: str | None,
+        audio_format: str | None,
+        event_id: str | None,
+        context_id: str | None = None,
+    ) -> tuple[str, str, str]:
+        try:
+            voice = self.voice if voice is None else resolve_voice(voice, self.speakers)
+            language = self.language if language is None else resolve_language(language, self.languages)
+        except UnknownName as exc:
+            raise p.ProtocolError(exc.code, str(exc), event_id=event_id, context_id=context_id) from None
+        audio_format = audio_format or self.audio_format
+        if audio_format == "opus" and not opus_available():
+            raise p.ProtocolError(
+                "opus_unavailable",
+                "Opus is not available on this server (libopus missing); use pcm16",
+                event_id=event_id,
+                context_id=context_id,
+            )
+        return voice, language, audio_format
+
+    def check_instructions(
+        self, instructions: str, event_id: str | None, context_id: str | None
+    ) -> tuple[int, ...]:
+        try:
+            return tuple(self.state.tokenizer.instruct_ids(instructions))
+        except ValueError as exc:
+            raise p.ProtocolError(
+                "invalid_text", str(exc), event_id=event_id, context_id=context_id
+            ) from None
+
+    def describe(self) -> dict[str, object]:
+        """The `defaults` shape of `session.created` and `session.updated`."""
+        return {
+            "voice": self.voice,
+            "language": self.language,
+            "instructions": self.instructions,
+            "audio": p.audio_description(self.audio_format, samples_per_packet=None, pre_skip=None),
+            "max_lead_ms": self.max_lead_ms,
+        }

@@ -1,0 +1,143 @@
+"""The engine side of a session's contexts: text and deadlines go to the engine, its replies become frames.
+
+A context's engine request is submitted with its first piece of text; later text, flushes, the end
+and playback deadlines are sent on it. One pump task per context reads the request's replies
+(Audio/Done/Error) and queues audio frames and the closing `context.done` on the session's outbox.
+An engine failure ends only its context: an `error` event, then `context.done` with reason "error".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from engine.ipc.messages import AppendText as EngineAppendText
+from engine.ipc.messages import Audio, Deadline, Done, DoneReason, EndText, Error, Flush
+from gateway import protocol as p
+from gateway.audio import OPUS_PACKET_SAMPLES
+from gateway.context import Context, ContextTable
+from gateway.engines import EngineRequest, EngineUnavailable
+from gateway.outbox import AudioOut, LazyText, Outbox
+from gateway.state import GatewayState
+from gateway.textstream import Piece
+
+
+class Synthesis:
+    """Drives the engine requests of one session's contexts; `on_overflow` runs when audio does not fit."""
+
+    def __init__(
+        self, state: GatewayState, outbox: Outbox, contexts: ContextTable, on_overflow: Callable[[], None]
+    ) -> None:
+        self.state = state
+        self.metrics = state.metrics
+        self.outbox = outbox
+        self.contexts = contexts
+        self._on_overflow = on_overflow
+
+    # ------------------------------------------------------------ to the engine
+
+    def send_text(self, ctx: Context, piece: Piece, *, ended: bool) -> None:
+        if ctx.request is not None:
+            self.send(ctx, EngineAppendText(ctx.request.request_id, piece.ids, piece.chars))
+            return
+        submit = ctx.submit(piece, ended=ended)
+        try:
+            ctx.request = self.state.pool.submit(submit)
+        except EngineUnavailable as exc:
+            self.fail(ctx, exc.code, str(exc), "server_error")
+            return
+        ctx.pump = asyncio.create_task(self._pump(ctx, ctx.request))
+
+    def send(self, ctx: Context, msg: EngineAppendText | Flush | EndText | Deadline) -> None:
+        assert ctx.request is not None
+        try:
+            ctx.request.send(msg)
+        except EngineUnavailable as exc:
+            ctx.request.cancel()
+            self.fail(ctx, exc.code, str(exc), "server_error")
+
+    def update_deadline(self, ctx: Context, now_ns: int, source: str) -> None:
+        if ctx.request is None or ctx.finished or ctx.cancelled:
+            return
+        deadline = ctx.deadline_due(now_ns)
+        if deadline is None:
+            return
+        self.metrics.deadlines_total.inc(source)
+        self.metrics.deadline_lead_seconds.observe((deadline - now_ns) / 1e9, source)
+        self.send(ctx, Deadline(ctx.request.request_id, deadline))
+
+    def fail(self, ctx: Context, code: str, message: str, error_type: str) -> None:
+        if ctx.finished:
+            return
+        if ctx.request is not None:
+            ctx.request.cancel()
+        self._send_error(p.ProtocolError(code, message, error_type=error_type, context_id=ctx.context_id))
+        self._queue_lazy(lambda: p.dumps(p.context_done(ctx.context_id, "error", ctx.samples_sent)))
+        self.metrics.requests_total.inc("ws", "error")
+        self.contexts.finish(ctx, "error")
+
+    # ------------------------------------------------------------ from the engine
+
+    async def _pump(self, ctx: Context, request: EngineRequest) -> None:
+        try:
+            while True:
+                msg = await request.events.get()
+                if isinstance(msg, Audio):
+                    self._on_audio(ctx, msg.pcm)
+                elif isinstance(msg, Done):
+                    self._on_done(ctx, msg)
+                    return
+                elif isinstance(msg, Error):
+                    self.fail(ctx, msg.code, msg.message, "server_error")
+                    return
+        finally:
+            request.release()
+
+    def _on_audio(self, ctx: Context, pcm: bytes) -> None:
+        if ctx.cancelled or ctx.finished:
+            return
+        samples = len(pcm) // 2
+        if ctx.opus is None:
+            self._queue_frame(ctx, pcm, samples, last=False)
+            return
+        for packet in ctx.opus.encode(pcm):
+            self._queue_frame(ctx, packet, OPUS_PACKET_SAMPLES, last=False, advance=OPUS_PACKET_SAMPLES)
+
+    def _on_done(self, ctx: Context, done: Done) -> None:
+        if ctx.finished:
+            return
+        if ctx.cancelled or done.reason == DoneReason.CANCELLED:
+            self._queue_lazy(lambda: p.dumps(p.context_done(ctx.context_id, "cancelled", ctx.samples_sent)))
+            self.contexts.finish(ctx, "cancelled")
+            return
+        if done.reason == DoneReason.ERROR:
+            self.fail(ctx, "engine_error", "the engine could not finish this context", "server_error")
+            return
+        if ctx.opus is None:
+            self._queue_frame(ctx, b"", 0, last=True)
+        else:
+            packets = ctx.opus.finish()
+            real_left = ctx.opus.samples_in - ctx.samples_queued
+            for i, packet in enumerate(packets):
+                real = max(0, min(OPUS_PACKET_SAMPLES, real_left))
+                real_left -= real
+                self._queue_frame(ctx, packet, real, last=i == len(packets) - 1, advance=OPUS_PACKET_SAMPLES)
+        self._queue_lazy(lambda: p.dumps(p.context_done(ctx.context_id, "completed", ctx.samples_sent)))
+        self.metrics.requests_total.inc("ws", "completed")
+        self.contexts.finish(ctx, "completed")
+
+    # ------------------------------------------------------------ to the outbox
+
+    def _queue_frame(
+        self, ctx: Context, payload: bytes, samples: int, *, last: bool, advance: int | None = None
+    ) -> None:
+        frame = ctx.frame(payload, samples, last=last, advance=advance)
+        if not self.outbox.put(AudioOut(ctx, frame, samples), len(frame)):
+            self._on_overflow()
+
+    def _queue_lazy(self, render: Callable[[], str]) -> None:
+        self.outbox.put_control(LazyText(render))
+
+    def _send_error(self, error: p.ProtocolError) -> None:
+        self.metrics.errors_total.inc(error.code)
+        self.outbox.put_control(p.dumps(p.error_event(error)))
