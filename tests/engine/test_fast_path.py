@@ -167,7 +167,8 @@ def test_cohorts_larger_than_the_largest_capture_run_as_several_captured_steps(
     # The scheduler plans batches of up to 16; the fast objects hold shapes of at most 2 rows and 2 frames.
     small = CaptureShapes(batch=(1, 2), prefill_batch=(1, 2), prefill_buckets=(32, 64, 128, 256, 512),
                           codec_batch=(1, 2), codec_frames=(1, 2))  # fmt: skip
-    loop = make_loop(fast_model, fast=ALL_FAST, shapes=small)
+    # A fixed chunk schedule (4, then 8 frames) so chunks exceed the captured counts whatever the timing.
+    loop = make_loop(fast_model, fast=ALL_FAST, shapes=small, chunk_policy="fixed", fixed_chunks=(4, 8))
     ex = loop.executors
     keys: dict[str, list] = {"decode": [], "prefill": [], "predict": []}
     for name, steps in (("decode", ex.talker.decode_steps), ("prefill", ex.talker.prefill_steps),
