@@ -125,7 +125,9 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
     parser.add_argument(
         "--fake-engine", action="store_true", default=_truthy(env("fake-engine")), help=argparse.SUPPRESS
     )
-    parser.add_argument("--engine-arg", action="append", default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
+                        help="pass ARG to every engine process (repeatable), e.g. --engine-arg=--kv-slots=32; "
+                             "see python -m engine --help")
     parser.add_argument("--engine-start-timeout", type=float, default=1800.0, help=argparse.SUPPRESS)
     return parser
 
