@@ -22,44 +22,22 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import statistics
 import subprocess
 import sys
 import time
 import traceback
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from engine.fast.measure import cuda_median_ms, relative_l2
 
 COPY_BANDWIDTH = 4255e9  # B/s, measured device-to-device copy on the H200 (h200-floors.md)
 BATCHES = (1, 4, 16, 32, 64, 128)
 BF16_TOLERANCE = 2e-2
 DEVICE = "cuda"  # a CPU dry run (--dry-run) swaps these for the tiny fp32 model
 DTYPE = torch.bfloat16
-
-
-def rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
-    a64, b64 = a.double(), b.double()
-    if not torch.isfinite(a64).all():
-        return float("inf")
-    return float((a64 - b64).norm() / b64.norm().clamp_min(1e-30))
-
-
-def time_ms(fn: Callable[[], None], repeats: int = 50, warmup: int = 5) -> float:
-    """Median of CUDA-event-timed calls after warm-up."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def nbytes(module: torch.nn.Module) -> int:
@@ -156,9 +134,9 @@ def check_twins(env: dict[str, Any]) -> dict[str, float | bool]:
     restore(slots, saved[1])
     cache.lengths[:] = saved[2]
     env["plain_talker"].decode(rows, lengths, [3] * b, [1000 + i for i in rows], [False] * b, read_tokens=False)
-    out["talker_decode_hidden"] = rel_l2(fast_hidden, slots.hidden[:b])
-    out["talker_decode_logits"] = rel_l2(model.talker.logits(fast_hidden), model.talker.logits(slots.hidden[:b]))
-    out["talker_decode_kv"] = rel_l2(fast_kv, cache.kv[:, :, :b])
+    out["talker_decode_hidden"] = relative_l2(fast_hidden, slots.hidden[:b])
+    out["talker_decode_logits"] = relative_l2(model.talker.logits(fast_hidden), model.talker.logits(slots.hidden[:b]))
+    out["talker_decode_kv"] = relative_l2(fast_kv, cache.kv[:, :, :b])
     if env["prefill_error"] is None:
         out.update(check_prefill(env))
     return out | check_code_predictor(env, lengths)
@@ -176,7 +154,7 @@ def check_prefill(env: dict[str, Any]) -> dict[str, float]:
     fast_talker.prefill(rows[:4], embeds, samplings, seeds)
     fast_hidden, fast_code0 = slots.hidden[:4].clone(), slots.code0[:4].clone()
     env["plain_talker"].prefill(rows[:4], embeds, samplings, seeds)
-    out["talker_prefill_hidden"] = rel_l2(fast_hidden, slots.hidden[:4])
+    out["talker_prefill_hidden"] = relative_l2(fast_hidden, slots.hidden[:4])
     out["talker_prefill_tokens_agree"] = float((fast_code0 == slots.code0[:4]).float().mean())
     return out
 
@@ -200,8 +178,8 @@ def check_code_predictor(env: dict[str, Any], lengths: list[int]) -> dict[str, f
         rows_t, two = torch.arange(b, device=DEVICE), torch.arange(2, device=DEVICE).repeat(b)
         fast_h = fast_cp._forward(x.reshape(2 * b, -1), rows_t[:, None].expand(b, 2).reshape(-1), two, caches,
                                   two + 1).view(b, 2, -1)[:, 1]  # fmt: skip
-    out["cp_step1_hidden"] = rel_l2(fast_h, plain_hidden)
-    out["cp_step1_logits"] = rel_l2(predictor.logits(1, fast_h), predictor.logits(1, plain_hidden))
+    out["cp_step1_hidden"] = relative_l2(fast_h, plain_hidden)
+    out["cp_step1_logits"] = relative_l2(predictor.logits(1, fast_h), predictor.logits(1, plain_hidden))
     saved = snapshot(slots)
     fast_cp.predict(rows, rows, [0] * b)
     fast_codes = env["codes"][:b, 0].clone()
@@ -240,16 +218,16 @@ def measure(env: dict[str, Any], context: int) -> dict[str, Any]:
         fill_state(env, lengths + [0] * (max(BATCHES) - b))
         rows = list(range(b))
         fast_talker.inputs.load(b, kv_slot=rows, position=lengths, text=[1000] * b, frame=[2] * b, eos_never=[1] * b)
-        ms = time_ms(lambda b=b: fast_talker.decode_steps.replay(b))
+        ms = cuda_median_ms(lambda b=b: fast_talker.decode_steps.replay(b), repeats=50, warmup=5)
         floor = (talker_weights + kv_per_position * sum(lengths)) / COPY_BANDWIDTH * 1e3
         result["talker_decode"][b] = {"ms": ms, "floor_ms": floor, "mean_context": sum(lengths) / b}
         fast_cp.inputs.load(b, kv_slot=rows, stream=rows, frame=[0] * b)
-        ms = time_ms(lambda b=b: fast_cp.steps.replay(b))
+        ms = cuda_median_ms(lambda b=b: fast_cp.steps.replay(b), repeats=50, warmup=5)
         result["code_predict"][b] = {"ms": ms, "floor_ms": cp_bytes / COPY_BANDWIDTH * 1e3}
     for n, length in fast_talker.prefill_steps.keys:
         fast_talker.inputs.load(n, kv_slot=list(range(n)), position=[length] * n, text=[0] * n, frame=[0] * n,
                                 eos_never=[1] * n)  # fmt: skip
-        ms = time_ms(lambda k=(n, length): fast_talker.prefill_steps.replay(k))
+        ms = cuda_median_ms(lambda k=(n, length): fast_talker.prefill_steps.replay(k), repeats=50, warmup=5)
         floor = (talker_weights + kv_per_position * n * length) / COPY_BANDWIDTH * 1e3
         result["talker_prefill"][f"{n}x{length}"] = {"tokens": n * length, "ms": ms, "floor_ms": floor}
     del cache

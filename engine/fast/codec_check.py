@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 import traceback
@@ -40,6 +39,7 @@ from engine.fast.codec_fast import FastCodecDecoder, precision_flags
 from engine.fast.codec_graphs import RESERVED_SLOTS, CodecGraphs
 from engine.fast.kernels.codebook import codebook_sum, codebook_sum_reference
 from engine.fast.kernels.snake import snake, snake_params, snake_reference
+from engine.fast.measure import cuda_median_ms, relative_l2
 
 BATCHES = (1, 8, 32, 64)
 FRAMES = (1, 2, 4, 8, 12)
@@ -50,14 +50,6 @@ TOLERANCE = {"bf16": 1e-2, "tf32": 5e-3, "fp32": 1e-5}
 DTYPES = {"bf16": torch.bfloat16, "tf32": torch.float32, "fp32": torch.float32}
 SEED = 1234
 DEVICE = "cuda"  # "cpu" only for `--dry-run` (tiny config, checks without graphs or timings)
-
-
-def relative_l2(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """||a - e|| / ||e|| in fp64; NaN or inf anywhere gives inf."""
-    a, e = actual.double(), expected.double()
-    if not torch.isfinite(a).all():
-        return float("inf")
-    return float((a - e).norm() / e.norm().clamp_min(1e-30))
 
 
 # ------------------------------------------------------------------------------------------ counting
@@ -106,25 +98,11 @@ def streamed_weight_bytes(decoder: CodecDecoder) -> int:
 # ------------------------------------------------------------------------------------------ measuring
 
 
-def _median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def measure_ceilings() -> dict[str, float]:
     """Copy bandwidth (bytes read + written) and matmul rates of this GPU, measured now."""
     src = torch.empty(1 << 29, dtype=torch.uint8, device="cuda").random_()  # 512 MiB
     dst = torch.empty_like(src)
-    copy_ms = _median_ms(lambda: dst.copy_(src), 10)
+    copy_ms = cuda_median_ms(lambda: dst.copy_(src), 10)
     rates = {"copy_gb_s": 2 * src.numel() / copy_ms / 1e6}
     n = 8192
     for name, dtype, tf32 in (
@@ -135,7 +113,7 @@ def measure_ceilings() -> dict[str, float]:
         a = torch.randn(n, n, device="cuda", dtype=dtype)
         b = torch.randn(n, n, device="cuda", dtype=dtype)
         with precision_flags("tf32" if tf32 else "fp32"):
-            ms = _median_ms(lambda a=a, b=b: a @ b, 3 if name == "fp32" else 6, warmup=1)
+            ms = cuda_median_ms(lambda a=a, b=b: a @ b, 3 if name == "fp32" else 6, warmup=1)
         rates[f"{name}_tflop_s"] = 2 * n**3 / ms / 1e9
     return rates
 
@@ -319,7 +297,7 @@ def time_shapes(
         codes = torch.randint(0, 2048, (batch, 16, frames), generator=gen, device="cuda")
         graphs.decode(slots[:batch], codes, check_code_values=False)  # loads the real slots into the step
         step = graphs._steps[(batch, frames)]
-        ms = _median_ms(step.run, repeats)  # each replay advances the streams: real, moving state
+        ms = cuda_median_ms(step.run, repeats)  # each replay advances the streams: real, moving state
         flops = per_frame_flops * batch * frames
         nbytes = weight_bytes + 2 * batch * state_bytes + batch * frames * plain.config.samples_per_frame * 4
         floor = _floor_ms(flops, nbytes, ceilings, precision)
@@ -350,8 +328,8 @@ def time_first_audio(fast: FastCodecDecoder, first_frames: int, repeats: int = 1
     def first_call() -> None:
         graphs.decode([fresh.pop()], codes, check_code_values=False)
 
-    call_ms = _median_ms(first_call, repeats, warmup=warmup)
-    replay_ms = _median_ms(graphs._steps[(1, first_frames)].run, repeats)
+    call_ms = cuda_median_ms(first_call, repeats, warmup=warmup)
+    replay_ms = cuda_median_ms(graphs._steps[(1, first_frames)].run, repeats)
     return {"frames": first_frames, "decode_call_ms": round(call_ms, 4), "replay_ms": round(replay_ms, 4)}
 
 

@@ -14,15 +14,8 @@ from engine.fast.kernels.decode_attention import decode_attention, decode_attent
 from engine.fast.kernels.qk_norm_rope import qk_norm_rope, qk_norm_rope_reference
 from engine.fast.kernels.rmsnorm import rms_norm, rms_norm_reference
 from engine.fast.kernels.silu_mul import silu_mul, silu_mul_reference
+from engine.fast.measure import relative_l2
 from engine.model.layers import RotaryEmbedding
-
-
-def relative_error(out: Tensor, ref: Tensor) -> float:
-    """||out - ref|| / ||ref|| in fp64; NaN anywhere gives inf."""
-    out64, ref64 = out.double(), ref.double()
-    if not torch.isfinite(out64).all():
-        return float("inf")
-    return float((out64 - ref64).norm() / ref64.norm().clamp_min(1e-30))
 
 
 def check_kernels(device: str, dtype: torch.dtype, *, hidden: int = 2048, heads: int = 16, kv_heads: int = 8,
@@ -36,11 +29,11 @@ def check_kernels(device: str, dtype: torch.dtype, *, hidden: int = 2048, heads:
     x, res, w = rand(rows, hidden), rand(rows, hidden), 1.0 + rand(hidden, scale=0.1)
     out, s = rms_norm(x, w, 1e-6, res)
     ref, ref_s = rms_norm_reference(x, w, 1e-6, res)
-    errors["rms_norm"] = max(relative_error(out, ref), relative_error(s, ref_s))
-    errors["rms_norm_no_residual"] = relative_error(rms_norm(x, w, 1e-6)[0], rms_norm_reference(x, w, 1e-6)[0])
+    errors["rms_norm"] = max(relative_l2(out, ref), relative_l2(s, ref_s))
+    errors["rms_norm_no_residual"] = relative_l2(rms_norm(x, w, 1e-6)[0], rms_norm_reference(x, w, 1e-6)[0])
 
     gate_up = rand(rows, 2 * inter)
-    errors["silu_mul"] = relative_error(silu_mul(gate_up), silu_mul_reference(gate_up))
+    errors["silu_mul"] = relative_l2(silu_mul(gate_up), silu_mul_reference(gate_up))
 
     slots_total = 4
     qkv = rand(rows, (heads + 2 * kv_heads) * head_dim)
@@ -57,9 +50,9 @@ def check_kernels(device: str, dtype: torch.dtype, *, hidden: int = 2048, heads:
     q_ref = qk_norm_rope_reference(qkv, cos, sin, qw, kw, 1e-6, caches[2], caches[3], slot, position,
                                    heads, kv_heads)  # fmt: skip
     written = ~torch.isnan(caches[2])
-    cache_error = max(relative_error(caches[i][written], caches[i + 2][written]) for i in (0, 1))
+    cache_error = max(relative_l2(caches[i][written], caches[i + 2][written]) for i in (0, 1))
     same_holes = bool(torch.equal(torch.isnan(caches[0]), torch.isnan(caches[2])))
-    errors["qk_norm_rope"] = max(relative_error(q, q_ref), cache_error if same_holes else float("inf"))
+    errors["qk_norm_rope"] = max(relative_l2(q, q_ref), cache_error if same_holes else float("inf"))
 
     batch = rows
     k_cache, v_cache = rand(slots_total + 2, kv_heads, max_len, head_dim), rand(slots_total + 2, kv_heads, max_len, head_dim)
@@ -72,7 +65,7 @@ def check_kernels(device: str, dtype: torch.dtype, *, hidden: int = 2048, heads:
             if int((slots == slots[b]).sum()) == 1:
                 k_cache[slots[b], :, int(lengths[b]):] = float("nan")
     lengths = lengths.to(device)
-    errors["decode_attention"] = relative_error(
+    errors["decode_attention"] = relative_l2(
         decode_attention(q_in, k_cache, v_cache, slots, lengths),
         decode_attention_reference(q_in, reference_keys, v_cache, slots, lengths),
     )
