@@ -32,18 +32,35 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from engine.codec.config import CodecConfig
-from engine.codec.model import CodecDecoder
 from engine.codec.state_layout import POSITION_BYTES, codec_state_layout
 
 
 class CodecStateError(RuntimeError):
     """A decode asked for state that does not exist or does not match the caller's view of the stream."""
+
+
+class StreamDecoder(Protocol):
+    """What streaming needs of a decoder: `CodecDecoder` and `engine.fast.codec_fast.FastCodecDecoder` qualify."""
+
+    @property
+    def config(self) -> CodecConfig: ...
+    @property
+    def device(self) -> torch.device: ...
+    @property
+    def dtype(self) -> torch.dtype: ...
+    @property
+    def output_dtype(self) -> torch.dtype: ...
+    def check_codes(self, codes: Tensor, *, check_values: bool = True) -> None: ...
+    def forward_stream(
+        self, codes: Tensor, positions: Tensor, state: dict[str, Tensor]
+    ) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
 class CodecStatePool:
@@ -194,7 +211,7 @@ class CodecStatePool:
 
 @torch.no_grad()
 def decode_incremental(
-    decoder: CodecDecoder,
+    decoder: StreamDecoder,
     pool: CodecStatePool,
     slots: Sequence[int],
     codes: Tensor,
@@ -210,25 +227,37 @@ def decode_incremental(
     reused by another request). `check_code_values=False` skips the range check (it reads the codes back to
     the host; the GPU path checks ids where they are sampled instead).
     """
-    _check_pool(decoder, pool)
+    check_pool(decoder, pool)
+    slots = check_decode_inputs(decoder, pool, slots, codes, expected_positions, check_code_values)
+    index = torch.tensor(slots, device=pool.device, dtype=torch.int64)
+    positions, state = pool.gather(index)
+    wav, new_state = decoder.forward_stream(codes.to(pool.device, torch.int64), positions, state)
+    pool.scatter(index, slots, new_state, codes.shape[-1])
+    return wav.squeeze(1).to(decoder.output_dtype)
+
+
+def check_decode_inputs(
+    decoder: StreamDecoder,
+    pool: CodecStatePool,
+    slots: Sequence[int],
+    codes: Tensor,
+    expected_positions: Sequence[int] | None,
+    check_code_values: bool,
+) -> list[int]:
+    """Raise before any state changes unless `codes` [B, K, N >= 1] can continue the streams in `slots`;
+    -> the slots as plain ints. Shared by every decode path (eager here, captured in `CodecGraphs`)."""
     decoder.check_codes(codes, check_values=check_code_values)
     slots = list(slots)
     if codes.shape[0] != len(slots):
         raise ValueError(f"codes has {codes.shape[0]} rows but {len(slots)} slots were given")
-    frames = codes.shape[-1]
-    if frames == 0:
-        raise ValueError("decode_incremental needs at least one new frame per stream")
+    if codes.shape[-1] == 0:
+        raise ValueError("decoding needs at least one new frame per stream")
     pool.check_batch(slots, expected_positions)
-    slots = [int(slot) for slot in slots]  # validated above (ints or numpy integers)
-
-    index = torch.tensor(slots, device=pool.device, dtype=torch.int64)
-    positions, state = pool.gather(index)
-    wav, new_state = decoder.forward_stream(codes.to(pool.device, torch.int64), positions, state)
-    pool.scatter(index, slots, new_state, frames)
-    return wav.squeeze(1).to(decoder.output_dtype)
+    return [int(slot) for slot in slots]  # validated above (ints or numpy integers)
 
 
-def _check_pool(decoder: CodecDecoder, pool: CodecStatePool) -> None:
+def check_pool(decoder: StreamDecoder, pool: CodecStatePool) -> None:
+    """Raise unless `pool` holds state for this decoder's config, dtype and device."""
     if not isinstance(pool, CodecStatePool):
         raise TypeError(f"pool must be a CodecStatePool, got {type(pool).__name__}")
     if pool.config != decoder.config:

@@ -39,8 +39,7 @@ from torch import Tensor
 from engine.codec.config import CodecConfig
 from engine.codec.layers import CausalConv1d, CausalTransposedConv1d, DecoderBlock, ResidualUnit, SnakeBeta
 from engine.codec.model import CodecDecoder
-from engine.codec.stream import CodecStatePool
-from engine.fast.codec_graphs import check_pool
+from engine.codec.stream import CodecStatePool, decode_incremental
 from engine.fast.kernels.codebook import codebook_sum, codebook_tables
 from engine.fast.kernels.snake import snake, snake_params
 
@@ -300,18 +299,5 @@ class FastCodecDecoder:
         check_code_values: bool = True,
     ) -> Tensor:
         """`engine.codec.stream.decode_incremental` on the fused step (eager; `CodecGraphs` replays graphs)."""
-        check_pool(self, pool)
-        self.check_codes(codes, check_values=check_code_values)
-        slots = list(slots)
-        if codes.shape[0] != len(slots):
-            raise ValueError(f"codes has {codes.shape[0]} rows but {len(slots)} slots were given")
-        frames = codes.shape[-1]
-        if frames == 0:
-            raise ValueError("decode_incremental needs at least one new frame per stream")
-        pool.check_batch(slots, expected_positions)
-        slots = [int(s) for s in slots]
-        index = torch.tensor(slots, device=pool.device, dtype=torch.int64)
-        positions, state = pool.gather(index)
-        wav, new_state = self.forward_stream(codes.to(pool.device, torch.int64), positions, state)
-        pool.scatter(index, slots, new_state, frames)
-        return wav.squeeze(1).to(self.output_dtype)
+        return decode_incremental(self, pool, slots, codes, expected_positions=expected_positions,
+                                  check_code_values=check_code_values)

@@ -30,32 +30,19 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 from torch import Tensor
 
-from engine.codec.config import CodecConfig
-from engine.codec.stream import CodecStateError, CodecStatePool
+from engine.codec.stream import (
+    CodecStateError,
+    CodecStatePool,
+    StreamDecoder,
+    check_decode_inputs,
+    check_pool,
+)
 
 RESERVED_SLOTS = 1  # the scratch slot padding rows read and write
-
-
-class StreamDecoder(Protocol):
-    """What the runner needs: `CodecDecoder` (plain graphs) and `FastCodecDecoder` both qualify."""
-
-    @property
-    def config(self) -> CodecConfig: ...
-    @property
-    def device(self) -> torch.device: ...
-    @property
-    def dtype(self) -> torch.dtype: ...
-    @property
-    def output_dtype(self) -> torch.dtype: ...
-    def check_codes(self, codes: Tensor, *, check_values: bool = True) -> None: ...
-    def forward_stream(
-        self, codes: Tensor, positions: Tensor, state: dict[str, Tensor]
-    ) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,15 +219,8 @@ class CodecGraphs:
     ) -> Tensor:
         """codes [B, K, N] continuing the streams in `slots` -> wav [B, N * 1920] (output dtype); as
         `decode_incremental`, on captured steps."""
-        self.decoder.check_codes(codes, check_values=check_code_values)
-        slots = list(slots)
-        if codes.shape[0] != len(slots):
-            raise ValueError(f"codes has {codes.shape[0]} rows but {len(slots)} slots were given")
+        slots = check_decode_inputs(self.decoder, self.pool, slots, codes, expected_positions, check_code_values)
         frames = codes.shape[-1]
-        if frames == 0:
-            raise ValueError("decode needs at least one new frame per stream")
-        self.pool.check_batch(slots, expected_positions)
-        slots = [int(s) for s in slots]
         if self.scratch in slots:
             raise CodecStateError(f"slot {self.scratch} is the codec graphs' scratch slot, not a stream's")
         pieces = plan_pieces(len(slots), frames, self.batch_sizes, self.frame_sizes)
@@ -261,17 +241,3 @@ class CodecGraphs:
             self.replays += 1
         self.pool.advance(slots, frames)  # the device positions advanced inside the steps
         return out
-
-
-def check_pool(decoder: StreamDecoder, pool: CodecStatePool) -> None:
-    """Raise unless `pool` holds state for this decoder's config, dtype and device."""
-    if not isinstance(pool, CodecStatePool):
-        raise TypeError(f"pool must be a CodecStatePool, got {type(pool).__name__}")
-    if pool.config != decoder.config:
-        raise CodecStateError("the codec state pool was built for a different codec config than this decoder")
-    if pool.dtype != decoder.dtype or pool.device != decoder.device:
-        raise CodecStateError(
-            f"codec state pool is {pool.dtype} on {pool.device} but the decoder is {decoder.dtype} on "
-            f"{decoder.device}; build the pool with the decoder's dtype and device"
-        )
-
