@@ -30,17 +30,15 @@ from torch import Tensor
 from engine.codec.model import CodecDecoder
 from engine.codec.silence import SAMPLES_PER_FRAME, LeadingSilenceTrimmer, SilenceConfig
 from engine.codec.stream import CodecStatePool, decode_incremental
-from engine.fast.codec_fast import PRECISIONS, FastCodecDecoder, precision_flags
+from engine.fast.codec_fast import PRECISION_DTYPES, PRECISIONS, FastCodecDecoder, precision_flags
 from engine.fast.codec_graphs import RESERVED_SLOTS, CodecGraphs
-
-_PRECISION_DTYPES = {"bf16": (torch.bfloat16,), "tf32": (torch.float32,), "fp32": (torch.float32, torch.float64)}
 
 
 def codec_dtype(precision: str) -> torch.dtype:
     """The dtype to load the codec in for `precision`."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown codec precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
-    return _PRECISION_DTYPES[precision][0]
+    return PRECISION_DTYPES[precision][0]
 
 
 @dataclass(slots=True)
@@ -56,9 +54,9 @@ class CodecExecutor:
                  graph_shapes: tuple[Sequence[int], Sequence[int]] | None = None) -> None:  # fmt: skip
         """`graph_shapes` = (batch sizes, frame counts) selects the fast path; None the plain decode."""
         codec_dtype(precision)  # validates the name
-        if decoder.dtype not in _PRECISION_DTYPES[precision]:
+        if decoder.dtype not in PRECISION_DTYPES[precision]:
             raise ValueError(f"codec precision {precision!r} needs the codec loaded in "
-                             f"{_PRECISION_DTYPES[precision][0]}, got {decoder.dtype}")  # fmt: skip
+                             f"{PRECISION_DTYPES[precision][0]}, got {decoder.dtype}")  # fmt: skip
         self.decoder = decoder
         self.codes = codes  # [C,F,16] int64 on the talker's device
         self.precision = precision

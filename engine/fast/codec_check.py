@@ -47,7 +47,6 @@ HISTORY_FRAMES = 72  # every timed stream has decoded at least this many frames 
 RAMP = (1, 2, 4, 8, 12)
 # bf16 and fp32 from the issue; TF32 (not specified there) at twice TF32's own error against fp32 (2.6e-3).
 TOLERANCE = {"bf16": 1e-2, "tf32": 5e-3, "fp32": 1e-5}
-DTYPES = {"bf16": torch.bfloat16, "tf32": torch.float32, "fp32": torch.float32}
 SEED = 1234
 DEVICE = "cuda"  # "cpu" only for `--dry-run` (tiny config, checks without graphs or timings)
 

@@ -44,7 +44,8 @@ from engine.fast.kernels.codebook import codebook_sum, codebook_tables
 from engine.fast.kernels.snake import snake, snake_params
 
 PRECISIONS = ("bf16", "tf32", "fp32")
-_PRECISION_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
+# The dtypes a codec may be loaded in for each precision (the first is the one to load it in).
+PRECISION_DTYPES: dict[str, tuple[torch.dtype, ...]] = {
     "bf16": (torch.bfloat16,),
     "tf32": (torch.float32,),
     "fp32": (torch.float32, torch.float64),
@@ -133,9 +134,9 @@ class FastCodecDecoder:
             raise TypeError(f"FastCodecDecoder wraps a CodecDecoder, got {type(decoder).__name__}")
         if precision not in PRECISIONS:
             raise ValueError(f"unknown codec precision {precision!r}; choose one of {PRECISIONS}")
-        if decoder.dtype not in _PRECISION_DTYPES[precision]:
+        if decoder.dtype not in PRECISION_DTYPES[precision]:
             raise ValueError(
-                f"codec precision {precision!r} needs a decoder in {_PRECISION_DTYPES[precision]}, got "
+                f"codec precision {precision!r} needs a decoder in {PRECISION_DTYPES[precision]}, got "
                 f"{decoder.dtype}: load the codec with the matching dtype"
             )
         self.decoder = decoder
