@@ -18,6 +18,7 @@ from torch import Tensor
 
 from engine.codec.config import MODEL_TYPE, CodecConfig
 from engine.codec.model import CodecDecoder
+from engine.tensor_table import table_problems
 
 PREFIX = "decoder."
 IGNORED_PREFIXES = ("encoder.",)
@@ -61,35 +62,15 @@ def load_codec(
         raise FileNotFoundError(f"codec weights missing: {weights_file}")
     expected = expected_codec_tensor_table(config)
 
-    tensors: dict[str, Tensor] = {}
-    unexpected: list[str] = []
-    wrong_shape: list[str] = []
-    misshapen: set[str] = set()
     with safe_open(str(weights_file), framework="pt", device="cpu") as handle:
-        for key in handle.keys():  # noqa: SIM118 (safe_open is not a mapping)
-            if key.startswith(IGNORED_PREFIXES):
-                continue
-            if key not in expected:
-                unexpected.append(key)
-                continue
-            shape = tuple(handle.get_slice(key).get_shape())
-            if shape != expected[key]:
-                wrong_shape.append(f"{key}: file {shape}, expected {expected[key]}")
-                misshapen.add(key)
-                continue
-            tensors[key[len(PREFIX) :]] = handle.get_tensor(key).to(device=device, dtype=dtype)
-    missing = sorted(k for k in expected if k[len(PREFIX) :] not in tensors and k not in misshapen)
-    problems = []
-    if missing:
-        problems.append(f"{len(missing)} missing tensor(s): {_preview(missing)}")
-    if wrong_shape:
-        problems.append(f"{len(wrong_shape)} tensor(s) with the wrong shape: {_preview(wrong_shape)}")
-    if unexpected:
-        problems.append(f"{len(unexpected)} unexpected tensor(s): {_preview(unexpected)}")
-    if problems:
-        raise ValueError(
-            f"{weights_file} does not match the codec config in {codec_dir}: " + "; ".join(problems)
-        )
+        found = {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()  # noqa: SIM118
+                 if not key.startswith(IGNORED_PREFIXES)}  # fmt: skip
+        problems = table_problems(expected, found)
+        if problems:
+            raise ValueError(
+                f"{weights_file} does not match the codec config in {codec_dir}: " + "; ".join(problems)
+            )
+        tensors = {key[len(PREFIX) :]: handle.get_tensor(key).to(device=device, dtype=dtype) for key in found}
 
     with torch.device("meta"):
         decoder = CodecDecoder(config)
@@ -162,7 +143,3 @@ def _is_transposed_conv(name: str) -> bool:
         name.startswith("decoder.") and ".block.1.conv." in name
     )
 
-
-def _preview(items: list[str], limit: int = 8) -> str:
-    shown = ", ".join(items[:limit])
-    return shown + (f", ... (+{len(items) - limit} more)" if len(items) > limit else "")

@@ -26,6 +26,7 @@ from engine.model.config import ModelConfig, load_config, preset
 from engine.model.layers import RotaryEmbedding
 from engine.model.presets import PRESETS
 from engine.model.qwen3_tts import Qwen3TTS
+from engine.tensor_table import table_problems
 from engine.text.tokenizer import TextTokenizer
 
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
@@ -174,11 +175,11 @@ def _weight_files(root: Path) -> list[Path]:
 def _load_checkpoint(model: Qwen3TTS, root: Path) -> None:
     targets = dict(model.checkpoint_tensors())
     files = _weight_files(root)
-    found: dict[str, tuple[Path, tuple[int, ...]]] = {}
+    found: dict[str, tuple[int, ...]] = {}
     for path in files:
         with safe_open(str(path), framework="pt") as handle:
             for key in handle.keys():  # noqa: SIM118 (safe_open is not a mapping)
-                found[key] = (path, tuple(handle.get_slice(key).get_shape()))
+                found[key] = tuple(handle.get_slice(key).get_shape())
     _check_table({k: tuple(t.shape) for k, t in targets.items()}, found, root)
     device = next(iter(targets.values())).device
     for path in files:
@@ -188,28 +189,11 @@ def _load_checkpoint(model: Qwen3TTS, root: Path) -> None:
 
 
 def _check_table(
-    expected: dict[str, tuple[int, ...]], found: dict[str, tuple[Path, tuple[int, ...]]], root: Path
+    expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], root: Path
 ) -> None:
-    missing = sorted(set(expected) - set(found))
-    extra = sorted(set(found) - set(expected))
-    wrong = sorted(
-        f"{k}: file {found[k][1]}, expected {expected[k]}"
-        for k in set(expected) & set(found)
-        if found[k][1] != expected[k]
-    )
-    problems = []
-    if missing:
-        problems.append(f"{len(missing)} missing tensor(s): {_preview(missing)}")
-    if wrong:
-        problems.append(f"{len(wrong)} tensor(s) with the wrong shape: {_preview(wrong)}")
-    if extra:
-        problems.append(f"{len(extra)} unexpected tensor(s): {_preview(extra)}")
+    problems = table_problems(expected, found)
     if problems:
         raise CheckpointError(
             f"{root / WEIGHTS_FILE} does not match {root / 'config.json'}: " + "; ".join(problems)
         )
 
-
-def _preview(items: list[str], limit: int = 8) -> str:
-    shown = ", ".join(items[:limit])
-    return shown + (f", ... (+{len(items) - limit} more)" if len(items) > limit else "")
