@@ -13,6 +13,7 @@
 import { LiveClient, clientTimeMs, defaultSocketUrl } from './live-client.js';
 import { OpusStream, opusSupported } from './opus-stream.js';
 import { Player } from './player.js';
+import { fnv1aInt16 } from './pcm-hash.js';
 import { drawTimeline } from './timeline.js';
 
 const REPORT_EVERY_MS = 200;
@@ -65,19 +66,6 @@ let activeId = null; // the context the Stop button acts on
 const player = new Player({ onTrackEvent: onTrackEvent, onState: onPlayerState });
 
 // ---------------------------------------------------------------- state helpers
-
-function fnv1aInt16(hash, samples, from, to) {
-  // Same hash as the worklet's: FNV-1a over int16 little-endian bytes.
-  let h = hash >>> 0;
-  for (let i = from; i < to; i++) {
-    let v = Math.round(samples[i] * 32768);
-    v = v > 32767 ? 32767 : v < -32768 ? -32768 : v;
-    const u = v & 0xffff;
-    h = Math.imul(h ^ (u & 0xff), 0x01000193) >>> 0;
-    h = Math.imul(h ^ (u >>> 8), 0x01000193) >>> 0;
-  }
-  return h;
-}
 
 function newContext(id, mode, format) {
   return {

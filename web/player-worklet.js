@@ -35,21 +35,11 @@
  * prove bit-exact playback of PCM16 against what the server sent.
  */
 
+import { fnv1aInt16 } from './pcm-hash.js';
+
 const AUDIBLE = 1 / 1024; // -60 dBFS: the first sample at or above it counts as "heard"
 const STATE_EVERY_BLOCKS = 10; // 10 x 128 samples = 53 ms at 24 kHz
 const RECORD_LIMIT = 24000 * 120; // keep at most 120 s of rendered audio per track when recording
-
-function fnv1aInt16(hash, samples, from, to) {
-  let h = hash >>> 0;
-  for (let i = from; i < to; i++) {
-    let v = Math.round(samples[i] * 32768);
-    v = v > 32767 ? 32767 : v < -32768 ? -32768 : v;
-    const u = v & 0xffff;
-    h = Math.imul(h ^ (u & 0xff), 0x01000193) >>> 0;
-    h = Math.imul(h ^ (u >>> 8), 0x01000193) >>> 0;
-  }
-  return h;
-}
 
 class Track {
   constructor(id, targetSamples, record) {
