@@ -43,9 +43,19 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def gateway_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("gateway") / "gateway.log"
+
+
+def log_tail(log_path: Path, chars: int = 6000) -> str:
+    """What the gateway and its engine logged last: the reason behind a failed request (tracebacks)."""
+    return "\n--- gateway log (tail) ---\n" + log_path.read_text(errors="replace")[-chars:]
+
+
+@pytest.fixture(scope="module")
+def gateway_url(gateway_log: Path) -> Iterator[str]:
     port = free_port()
-    log_path = tmp_path_factory.mktemp("gateway") / "gateway.log"
+    log_path = gateway_log
     with log_path.open("w") as log:
         child = subprocess.Popen(
             [
@@ -95,7 +105,7 @@ def gateway_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 @pytest.mark.parametrize("transport", ["http", "ws"])
 def test_ten_second_two_rps_smoke_is_complete_and_error_free(
-    gateway_url: str, transport: str, tmp_path: Path
+    gateway_url: str, gateway_log: Path, transport: str, tmp_path: Path
 ) -> None:
     out = tmp_path / transport
     args = [
@@ -135,7 +145,7 @@ def test_ten_second_two_rps_smoke_is_complete_and_error_free(
         "ok": measured,
         "failed": 0,
         "warmup": len(expected) - measured,
-    }, summary["errors"]
+    }, f"{summary['errors']}{log_tail(gateway_log)}"
     assert summary["errors"] == {"total": 0, "by_kind": {}, "examples": {}}
     for name in ("ttfa_ms", "first_playable_ms", "ttfb_ms", "e2e_ms", "leading_silence_ms", "connect_ms"):
         dist = summary["latency_ms"][name.removesuffix("_ms")]

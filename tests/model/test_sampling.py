@@ -87,6 +87,23 @@ def test_draws_follow_the_processed_distribution():
     torch.testing.assert_close(counts[:3], torch.tensor([0.5, 0.3, 0.2]), atol=0.03, rtol=0)
 
 
+def test_every_uniform_bit_pattern_is_exact_and_strictly_inside_the_unit_interval():
+    # A uniform of exactly 1.0 made -log(u) zero, so a zero-probability token scored 0/0 = NaN and
+    # argmax drew it: a masked control id reached the codec as a code (a CI failure, 2026-11-29).
+    bits = torch.arange(1 << 23, dtype=torch.int64)
+    u = rng.bits_to_uniform(bits)
+    assert float(u.min()) > 0.0 and float(u.max()) < 1.0
+    assert torch.equal(u.to(torch.float64), (bits.to(torch.float64) + 0.5) / 2**23)  # no rounding at all
+    assert bool((-torch.log(u) > 0).all())  # so p / -log(u) is finite and zero-probability tokens score 0
+
+
+def test_a_zero_probability_token_is_never_drawn_even_at_the_largest_uniform():
+    probs = torch.zeros(1, 4)
+    probs[0, 1] = 1.0
+    top = rng.bits_to_uniform(torch.tensor([[(1 << 23) - 1] * 4]))
+    assert int((probs / -torch.log(top)).argmax(-1)) == 1
+
+
 def test_uniforms_are_in_the_open_unit_interval_and_seeds_wrap_modulo_2_64():
     u = rng.uniforms(rng.seed_tensor([0, -1, 2**70], "cpu"), torch.tensor([0, 1, 2]), 0, 4096)
     assert u.min() > 0 and u.max() < 1
