@@ -15,8 +15,9 @@ gets an engine-wide id here and a `Route` back to (link, gateway id).
 Shutdown (SIGTERM via `request_shutdown`, or a Shutdown record): new Submits are refused, running
 requests get until the grace deadline to finish, the rest fail with Error("shutdown"); then `serve`
 returns 0. A link that dies has its requests cancelled and their slots freed at once. A plan whose
-executor raises fails its rows (Error "internal"); `MAX_FAILED_STEPS` failures in a row mean the device is
-broken, and `serve` raises so the process exits non-zero.
+executor raises fails its rows (Error "internal"; a codec batch first reruns each row alone, so only rows
+that fail by themselves fail); `MAX_FAILED_STEPS` failures in a row mean the device is broken, and `serve`
+raises so the process exits non-zero.
 """
 
 from __future__ import annotations
@@ -249,7 +250,7 @@ class EngineLoop:
             if self._failed_steps >= MAX_FAILED_STEPS:
                 raise RuntimeError(f"{self._failed_steps} steps failed in a row; the device looks broken") from error
             message = f"{KIND_NAMES[plan.kind]} step failed: {type(error).__name__}: {error}"
-            result = StepResult(Outcome(failed={row.request_id: message for row in plan.rows}))
+            result = self._rerun_rows_alone(plan, message)
         for request_id, pcm in result.audio.items():  # before complete(): it advances samples_published
             state, route = self._inputs[request_id].state, self._routes[request_id]
             if len(pcm):
@@ -258,6 +259,29 @@ class EngineLoop:
         self.scheduler.complete(plan, result.outcome, self.clock())
         self.stats.record(plan, (time.perf_counter() - started) * 1000)
         self.lifetime_max_batch[plan.kind] = max(self.lifetime_max_batch.get(plan.kind, 0), len(plan.rows))
+
+    def _rerun_rows_alone(self, plan: Plan, message: str) -> StepResult:
+        """A failed batch fails only the rows that fail on their own. Codec chunks only: the eager codec
+        writes a stream's state after its forward pass, so a failed batch changed nothing and each row can
+        run again alone. Talker and code-predictor steps move KV caches and counters mid-step: no rerun."""
+        if plan.kind is not WorkKind.CODEC_CHUNK or len(plan.rows) == 1:
+            return StepResult(Outcome(failed={row.request_id: message for row in plan.rows}))
+        failed: dict[int, str] = {}
+        samples: dict[int, int] = {}
+        audio = {}
+        for row in plan.rows:
+            alone = dataclasses.replace(plan, rows=(row,), padded_batch=1)
+            try:
+                result = self.executors.run(alone, self._inputs)
+            except Exception as error:  # noqa: BLE001 - this row alone fails
+                log.exception("codec_chunk of request %d failed on its own", row.request_id)
+                failed[row.request_id] = f"codec_chunk step failed: {type(error).__name__}: {error}"
+                continue
+            samples.update(result.outcome.samples)
+            audio.update(result.audio)
+        if len(failed) < len(plan.rows):
+            self._failed_steps = 0  # the device works: the failure belongs to the rows that failed alone
+        return StepResult(Outcome(samples=samples, failed=failed), audio)
 
     def _retire(self) -> None:
         """Answer every request that ended and free what the executors hold for it."""

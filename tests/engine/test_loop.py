@@ -3,6 +3,7 @@ only, the talker waits for streamed text instead of inventing it, and executor f
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from engine.ipc.messages import (
@@ -19,8 +20,8 @@ from engine.ipc.messages import (
 )
 from engine.loop import MAX_FAILED_STEPS, EngineLoop
 from engine.model.qwen3_tts import Qwen3TTS
-from engine.request import Phase, length_model_frames
-from tests.engine.helpers import LINK, make_loop, run_to_completion, submit, text_ids
+from engine.request import Phase, WorkKind, length_model_frames
+from tests.engine.helpers import LINK, SENTENCES, make_loop, reference, run_to_completion, submit, text_ids
 
 
 @pytest.fixture
@@ -114,3 +115,43 @@ def test_a_failing_step_fails_its_rows_and_repeated_failures_stop_the_engine(loo
         for i in range(MAX_FAILED_STEPS):
             loop.handle(LINK, submit(tiny_model, 10 + i, "Hello."), loop.clock())
             loop.step()
+
+
+def test_a_codec_batch_that_fails_on_one_row_fails_only_that_request(loop: EngineLoop, tiny_model: Qwen3TTS) -> None:
+    # One stream's codes go bad (a code id past the codebook, as a broken sampler once produced): its
+    # codec batch raises. The batch is rerun row by row, so only that request fails; the streams that
+    # shared its batch still publish exactly their reference audio.
+    predict = loop.executors.code_predictor.predict
+    codes = loop.executors.codes
+
+    def predict_then_poison_request_1(kv_slots, stream_slots, frame_index):  # type: ignore[no-untyped-def]
+        predict(kv_slots, stream_slots, frame_index)
+        victim = loop.request_state(LINK, 1)
+        for slot, frame in zip(stream_slots, frame_index, strict=True):
+            if victim is not None and slot == victim.codec_slot:
+                codes[slot, frame, 5] = 10**6
+
+    run = loop.executors.run
+    codec_batches: list[tuple[int, ...]] = []
+
+    def recording_run(plan, inputs):  # type: ignore[no-untyped-def]
+        if plan.kind is WorkKind.CODEC_CHUNK:
+            codec_batches.append(plan.request_ids)
+        return run(plan, inputs)
+
+    loop.executors.code_predictor.predict = predict_then_poison_request_1  # type: ignore[method-assign]
+    loop.executors.run = recording_run  # type: ignore[method-assign]
+    msgs = [submit(tiny_model, i, SENTENCES[i], seed=i) for i in (1, 2, 3)]
+    results, _ = run_to_completion(loop, msgs)
+
+    victim_engine_id = min(min(batch) for batch in codec_batches)  # request 1 was admitted first
+    assert any(len(batch) > 1 and victim_engine_id in batch for batch in codec_batches), codec_batches
+    assert results[1].error is not None and results[1].error.code == "internal", results[1].error
+    assert "codec_chunk step failed: IndexError" in results[1].error.message
+    assert results[1].done.reason is DoneReason.ERROR
+    for msg in msgs[1:]:
+        outcome = results[msg.request_id]
+        assert outcome.error is None and outcome.done.reason is DoneReason.COMPLETED
+        _, expected = reference(tiny_model, msg)  # a full decode: the stream matches it within 1 LSB
+        assert len(outcome.samples) == len(expected)
+        assert int(np.abs(outcome.samples.astype(np.int32) - expected).max()) <= 1
