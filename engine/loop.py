@@ -337,10 +337,15 @@ class EngineLoop:
                    and r.frames_generated == 0 and r.text_fed == 0)
 
     def _idle_timeout_s(self) -> float:
-        """Nothing to run: sleep in epoll until input, the next heartbeat, or the shutdown deadline."""
+        """Nothing to run: sleep in epoll until input, the next heartbeat, a paced request's resume time, or
+        the shutdown deadline."""
         wake = self._next_heartbeat - time.monotonic()
+        now = self.clock()
         if self._shutdown_at_ns is not None:
-            wake = min(wake, (self._shutdown_at_ns - self.clock()) / 1e9)
+            wake = min(wake, (self._shutdown_at_ns - now) / 1e9)
+        paced = self.scheduler.next_wake_ns(now)  # a request paced by its max_lead_ms resumes then
+        if paced is not None:
+            wake = min(wake, (paced - now) / 1e9)
         return max(0.0, wake)
 
     def _shutdown_complete(self) -> bool:

@@ -126,6 +126,7 @@ class RequestState:
     last_frame_ns: int | None = None  # when the code predictor last completed one of its frames
     frame_interval_ms: float | None = None  # moving average of the time between its frames (its pace)
     deadline_ns: int | None = None  # owned by the gateway; None: playback assumed to start at first audio
+    max_lead_ms: int = 0  # pacing: no generation while more audio than this lies ahead of the listener; 0 = off
     max_frames: int = 2048  # runaway cap before the text has ended; tightened when it ends
     target_frames: int | None = None  # length model of random-weight models, known once the text ended
     use_length_model: bool = False
@@ -148,6 +149,7 @@ class RequestState:
             text_chars=msg.text_chars,
             text_ended=msg.text_ended,
             deadline_ns=msg.deadline_ns or None,
+            max_lead_ms=msg.max_lead_ms,
         )
 
     # ---------------------------------------------------------------- text
@@ -218,6 +220,17 @@ class RequestState:
         if self.first_audio_ns is None:
             return None
         return self.first_audio_ns + int(self.samples_published * NS_PER_SAMPLE)
+
+    def paced_until_ns(self, now_ns: int) -> int | None:
+        """Pacing: while the listener has more than `max_lead_ms` of audio ahead (published and still to
+        decode), generation waits; -> when it may resume, or None when it need not wait. Before first audio
+        and with pacing off it never waits."""
+        deadline = self.effective_deadline_ns()
+        if self.max_lead_ms <= 0 or deadline is None or self.first_audio_ns is None:
+            return None
+        ahead_ns = deadline - now_ns + int(self.frames_pending * SAMPLES_PER_FRAME * NS_PER_SAMPLE)
+        excess_ns = ahead_ns - self.max_lead_ms * 1_000_000
+        return now_ns + excess_ns if excess_ns > 0 else None
 
     # ---------------------------------------------------------------- resources
 

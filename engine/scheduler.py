@@ -270,6 +270,12 @@ class Scheduler:
         self._planned_ms = PRESSURE_DECAY * self._planned_ms + plan.predicted_ms
         return plan
 
+    def next_wake_ns(self, now_ns: int) -> int | None:
+        """When a paced request may generate again (the loop sleeps no longer than this), or None."""
+        times = [r.paced_until_ns(now_ns) for r in self._requests.values()
+                 if not r.generation_busy and r.phase in PHASE_KIND]
+        return min((t for t in times if t is not None), default=None)
+
     def reset_history(self) -> None:
         """Forget recent load: e.g. after the warm-up synthesis, whose cold first steps say nothing about
         serving."""
@@ -289,6 +295,8 @@ class Scheduler:
         items: list[_Item] = []
         for r in self._requests.values():
             gen_kind = None if r.generation_busy else PHASE_KIND.get(r.phase)
+            if gen_kind is not None and r.paced_until_ns(now_ns) is not None:
+                gen_kind = None  # far enough ahead of its listener: leave the GPU to others for now
             no_chunk = r.codec_busy or r.frames_generated == r.frames_decoded
             chunk = 0 if no_chunk else request_chunk_frames(r, now_ns, self.slack_chunks, self.chunks)
             if gen_kind is None and chunk == 0:

@@ -38,6 +38,7 @@ class Context:
     text: TextStream
     created_ns: int
     instruct_ids: tuple[int, ...] = ()
+    max_lead_ms: int = 0  # pacing (session.update max_lead_ms): audio the engine may run ahead; 0 = unpaced
     request: EngineRequest | None = None
     pump: asyncio.Task[None] | None = None
     opus: OpusPacketizer | None = None
@@ -75,6 +76,7 @@ class Context:
             layout=Layout.STREAMING,
             seed=secrets.randbits(31),
             arrival_ns=self.first_text_ns or self.created_ns,
+            max_lead_ms=self.max_lead_ms,
         )
 
     def frame(self, payload: bytes, samples: int, *, last: bool, advance: int | None = None) -> bytes:

@@ -68,6 +68,10 @@ class ProtocolError(Exception):
 # ---------------------------------------------------------------- client events
 
 
+# Pacing below this would leave no room to generate the next chunk before the listener runs dry.
+MIN_MAX_LEAD_MS = 200
+
+
 @dataclass(frozen=True, slots=True)
 class SessionUpdate:
     event_id: str | None
@@ -249,13 +253,16 @@ def parse_client_event(text: str) -> ClientEvent:
             f.audio_format(),
         )
     if kind == "session.update":
+        max_lead_ms = f.count("max_lead_ms")
+        if max_lead_ms is not None and 0 < max_lead_ms < MIN_MAX_LEAD_MS:
+            raise f._bad("max_lead_ms", f"0 (no pacing) or at least {MIN_MAX_LEAD_MS} (ms)")
         return SessionUpdate(
             event_id,
             f.string("voice"),
             f.string("language"),
             f.string("instructions"),
             f.audio_format(),
-            f.count("max_lead_ms"),
+            max_lead_ms,
         )
     if kind == "ping":
         ping_id = obj.get("id")

@@ -248,6 +248,7 @@ class Session:
             instructions=instructions,
             audio_format=audio_format,
             instruct_ids=instruct_ids,
+            max_lead_ms=self.defaults.max_lead_ms or 0,
             text=TextStream(tokenizer, tokenizer.special_strings),
             created_ns=time.monotonic_ns(),
         )

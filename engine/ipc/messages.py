@@ -74,6 +74,7 @@ class Submit:
     sampling: Sampling = field(default_factory=Sampling)
     deadline_ns: int = 0  # 0: no deadline yet (the engine assumes playback starts at first audio)
     arrival_ns: int = 0  # when the gateway accepted the request (for TTFA accounting)
+    max_lead_ms: int = 0  # pacing: generation pauses while the listener has more audio ahead; 0 = unpaced
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ Every record starts with a 2-byte head; all integers are little-endian, nothing 
                                                                    d repetition_penalty
                                                                    d subtalker_temperature
                                                                    i subtalker_top_k
+                                                                   I max_lead_ms
     2     AppendText   -                                           Q request_id I text_chars    ids text_ids
     3     Flush        -                                           Q request_id
     4     EndText      -                                           Q request_id
@@ -96,7 +97,7 @@ KIND_DONE = 67
 KIND_ERROR = 68
 
 _HEAD = struct.Struct("<BB")
-_SUBMIT = struct.Struct("<QIBQqqdiddi")
+_SUBMIT = struct.Struct("<QIBQqqdiddiI")
 _APPEND = struct.Struct("<QI")
 _ID = struct.Struct("<Q")
 _DEADLINE = struct.Struct("<Qq")
@@ -196,6 +197,7 @@ def _encode_fixed(msg: Inbound | Outbound) -> bytes:
         fixed = _SUBMIT.pack(
             msg.request_id, msg.text_chars, int(msg.layout), msg.seed, msg.deadline_ns, msg.arrival_ns,
             s.temperature, s.top_k, s.repetition_penalty, s.subtalker_temperature, s.subtalker_top_k,
+            msg.max_lead_ms,
         )  # fmt: skip
         return b"".join(
             (_HEAD.pack(KIND_SUBMIT, flags), fixed, _str(msg.speaker), _str(msg.language),
@@ -278,7 +280,7 @@ def _enum(kind: type[Layout] | type[DoneReason], value: int) -> Layout | DoneRea
 
 
 def _submit(r: _Reader, flags: int) -> Submit:
-    (rid, chars, layout, seed, deadline, arrival, temp, top_k, rep, sub_temp, sub_top_k) = r.fixed(_SUBMIT)
+    (rid, chars, layout, seed, deadline, arrival, temp, top_k, rep, sub_temp, sub_top_k, lead) = r.fixed(_SUBMIT)
     speaker, language = r.str(), r.str()
     text_ids, instruct_ids = r.ids(), r.ids()
     sampling = Sampling(
@@ -288,7 +290,7 @@ def _submit(r: _Reader, flags: int) -> Submit:
     return Submit(
         request_id=rid, speaker=speaker, language=language, text_ids=text_ids, text_chars=chars,
         text_ended=bool(flags & 1), instruct_ids=instruct_ids, layout=_enum(Layout, layout), seed=seed,
-        sampling=sampling, deadline_ns=deadline, arrival_ns=arrival,
+        sampling=sampling, deadline_ns=deadline, arrival_ns=arrival, max_lead_ms=lead,
     )  # fmt: skip
 
 

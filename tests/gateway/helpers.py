@@ -140,6 +140,7 @@ class LiveClient:
         self.ws = ws
         self.events: list[dict[str, Any]] = []
         self.frames: list[tuple[int, int, int, int, bytes]] = []  # (flags, stream, sequence, start, payload)
+        self.arrivals: list[float] = []  # time.monotonic() at which each of `frames` arrived
         self.order: list[
             tuple[str, Any]
         ] = []  # ("event", type/context) or ("audio", stream), in arrival order
@@ -163,6 +164,7 @@ class LiveClient:
         if isinstance(message, bytes):
             frame = parse_audio_frame(message)
             self.frames.append(frame)
+            self.arrivals.append(time.monotonic())
             self.order.append(("audio", frame[1]))
             return frame
         event = orjson.loads(message)

@@ -6,6 +6,7 @@ import asyncio
 
 import numpy as np
 import opuslib
+import pytest
 
 from gateway.protocol import FLAG_FIRST, FLAG_LAST, PROTOCOL
 from tests.gateway.helpers import GatewayProcess, LiveClient, expected_samples
@@ -152,3 +153,36 @@ async def test_ping_pong_and_playback_reports_become_deadlines(gateway: GatewayP
     assert after["vivace_client_underruns_total"] - before.get("vivace_client_underruns_total", 0) == 3
     assert after['vivace_deadlines_sent_total{source="report"}'] >= 1
     assert after['vivace_deadlines_sent_total{source="server_model"}'] >= 1
+
+
+async def test_a_paced_session_receives_audio_no_faster_than_its_lead_allows(
+    gateway: GatewayProcess, engine_kind: str
+) -> None:
+    # max_lead_ms: the engine generates only while the listener has less than that much audio ahead, so
+    # the last audio arrives about (audio length - lead) after the first; unpaced, the tiny CPU engine
+    # would send all of it several times faster than real time.
+    if engine_kind == "fake":
+        pytest.skip("the fake engine does not pace")
+    text = "Pacing keeps the engine close to the listener, so stopping costs less."
+    lead_ms = 300
+    async with LiveClient.open(gateway.ws) as client:
+        await client.send(type="session.update", max_lead_ms=lead_ms)
+        assert (await client.until("session.updated"))["max_lead_ms"] == lead_ms
+        await client.send(type="input_text.append", context_id="p", text=text)
+        await client.send(type="input_text.end", context_id="p")
+        created = await client.until("context.created", "p")
+        done = await client.until("context.done", "p", timeout_s=120)
+    assert done["reason"] == "completed" and done["samples"] == expected_samples(len(text))
+    stream = created["stream"]
+    times = [t for f, t in zip(client.frames, client.arrivals, strict=True) if f[1] == stream]
+    audio_s = done["samples"] / 24000
+    assert times[-1] - times[0] >= audio_s - lead_ms / 1000 - 0.25, (times[-1] - times[0], audio_s)
+
+
+async def test_a_lead_too_small_to_pace_by_is_refused(gateway: GatewayProcess) -> None:
+    async with LiveClient.open(gateway.ws) as client:
+        await client.send(type="session.update", max_lead_ms=50, event_id="u1")
+        error = await client.until("error")
+        assert error["error"]["code"] == "invalid_event" and "max_lead_ms" in error["error"]["message"]
+        await client.send(type="session.update", max_lead_ms=0)  # 0 turns pacing off
+        assert (await client.until("session.updated"))["max_lead_ms"] == 0

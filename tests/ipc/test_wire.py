@@ -60,6 +60,7 @@ def _submit(rng: random.Random) -> Submit:
             subtalker_temperature=_float(rng), subtalker_top_k=_int(rng, -(2**31), 2**31 - 1),
         ),
         deadline_ns=_int(rng, I64_MIN, I64_MAX), arrival_ns=_int(rng, I64_MIN, I64_MAX),
+        max_lead_ms=_int(rng, 0, U32),
     )  # fmt: skip
 
 
