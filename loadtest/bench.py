@@ -46,6 +46,7 @@ class RunOptions:
     ws_word_interval_ms: float = 50.0
     playback_reports: bool = False
     playback_report_ms: float = 200.0
+    max_lead_ms: int | None = None  # WS: session.update max_lead_ms before each context (server pacing)
     gpu_hourly_usd: float | None = None
     max_concurrency: int = 4096
     timeout_s: float = 120.0
@@ -65,6 +66,8 @@ def make_transport(options: RunOptions) -> SpeechTransport:
     if options.client not in ("fast", "library"):
         raise ValueError(f"client must be 'fast' or 'library', got {options.client!r}")
     fast = options.client == "fast"
+    if options.max_lead_ms is not None and options.transport != "ws":
+        raise ValueError("max_lead_ms (server pacing) applies to the WS transport only")
     if options.transport == "http":
         http_class = FastHttpSpeechClient if fast else HttpSpeechClient
         return http_class(
@@ -91,6 +94,7 @@ def make_transport(options: RunOptions) -> SpeechTransport:
             playback_report_s=options.playback_report_ms / 1000.0 if options.playback_reports else None,
             timeout_s=options.timeout_s,
             api_key=options.api_key,
+            max_lead_ms=options.max_lead_ms,
         )
     raise ValueError(f"transport must be 'http' or 'ws', got {options.transport!r}")
 

@@ -100,6 +100,12 @@ def _add_load_options(parser: argparse.ArgumentParser, *, needs_url: bool = True
     )
     parser.add_argument("--playback-report-ms", type=_positive(float), default=200.0)
     parser.add_argument(
+        "--max-lead-ms",
+        type=int,
+        default=None,
+        help="WS: ask the server to pace each context this far ahead of its listener (session.update)",
+    )
+    parser.add_argument(
         "--gpu-hourly-usd", type=float, default=None, help="GPU price for cost per 1M characters"
     )
     parser.add_argument(
@@ -142,6 +148,7 @@ def _options(args: argparse.Namespace, rps: float, url: str | None = None) -> Ru
         ws_word_interval_ms=args.ws_word_interval_ms,
         playback_reports=args.playback_reports,
         playback_report_ms=args.playback_report_ms,
+        max_lead_ms=args.max_lead_ms,
         gpu_hourly_usd=args.gpu_hourly_usd,
         max_concurrency=args.max_concurrency,
         timeout_s=args.timeout,

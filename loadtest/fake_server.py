@@ -247,6 +247,9 @@ class _FakeSession:
                 }
             )
             return
+        if kind == "session.update":
+            self.send_json({"type": "session.updated", "max_lead_ms": event.get("max_lead_ms")})
+            return
         if not isinstance(context_id, str):
             self.send_json(
                 {

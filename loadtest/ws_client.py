@@ -73,8 +73,10 @@ class WsSpeechClient:
         playback_report_s: float | None,
         timeout_s: float,
         api_key: str | None = None,
+        max_lead_ms: int | None = None,
     ) -> None:
         self.url = live_url(base_url)
+        self.max_lead_ms = max_lead_ms
         self.voice = voice
         self.language = language
         self.sample_rate = sample_rate
@@ -117,6 +119,8 @@ class WsSpeechClient:
             )
         check_session(await _receive_event(ws), self.sample_rate)
         trace.setup_done = time.monotonic()
+        if self.max_lead_ms is not None:
+            await ws.send(session_update_pacing(self.max_lead_ms))
         await ws.send(context_create(context_id, self.voice, self.language))
 
         trace.dispatch = time.monotonic()
@@ -229,6 +233,11 @@ def context_create(context_id: str, voice: str, language: str | None) -> str:
     if language:
         create["language"] = language
     return json.dumps(create)
+
+
+def session_update_pacing(max_lead_ms: int) -> str:
+    """`session.update` asking the server to pace contexts created afterwards (`--max-lead-ms`)."""
+    return json.dumps({"type": "session.update", "max_lead_ms": max_lead_ms})
 
 
 def append_event(context_id: str, text: str) -> str:

@@ -31,6 +31,7 @@ from loadtest.ws_client import (
     new_context_id,
     parse_event,
     playback_report,
+    session_update_pacing,
     split_words,
 )
 from loadtest.wsframes import (
@@ -155,7 +156,9 @@ class FastWsSpeechClient:
         playback_report_s: float | None,
         timeout_s: float,
         api_key: str | None = None,
+        max_lead_ms: int | None = None,
     ) -> None:
+        self.max_lead_ms = max_lead_ms
         url = urlsplit(live_url(base_url))
         if not url.hostname:
             raise ValueError(f"no host in {base_url!r}")
@@ -217,6 +220,8 @@ class FastWsSpeechClient:
             connection.transport.write((self.request_head + f"Sec-WebSocket-Key: {key}\r\n\r\n").encode())
             await _first(session, connection.failed)
             trace.setup_done = time.monotonic()
+            if self.max_lead_ms is not None:
+                connection.send_text(session_update_pacing(self.max_lead_ms))
             connection.send_text(context_create(context_id, self.voice, self.language))
             trace.dispatch = time.monotonic()
             helpers.append(asyncio.create_task(self._send_text(connection, context_id, text, trace)))

@@ -120,6 +120,23 @@ async def test_playback_reports_are_sent_and_consistent(fake_url: str) -> None:
     assert after.get("playback_report_errors", 0) == before.get("playback_report_errors", 0)
 
 
+@pytest.mark.parametrize("client", ["fast", "library"])
+async def test_max_lead_asks_for_pacing_once_per_socket_before_its_context(fake_url: str, client: str) -> None:
+    before = stats(fake_url)
+    options = RunOptions(
+        url=fake_url, rps=4.0, duration_s=1.0, warmup_s=0.0, transport="ws", client=client,
+        arrival="constant", max_lead_ms=1500,
+    )  # fmt: skip
+    summary = await run_benchmark(options, echo=False)
+    after = stats(fake_url)
+    assert summary["requests"]["ok"] == 4, summary["errors"]
+    updates = after.get("ws session.update", 0) - before.get("ws session.update", 0)
+    creates = after.get("ws context.create", 0) - before.get("ws context.create", 0)
+    assert updates == creates == 4
+    with pytest.raises(ValueError, match="WS transport only"):
+        await run_benchmark(RunOptions(url=fake_url, rps=1.0, duration_s=0.1, max_lead_ms=1500), echo=False)
+
+
 async def test_arrivals_do_not_wait_for_completions() -> None:
     # Every response takes over 2 s to start; 12 arrivals in 1.5 s must still leave on schedule.
     child, url = start_fake_server(FakeVoice(ttfa_ms=2000.0, speed=20.0))
