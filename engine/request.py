@@ -68,9 +68,22 @@ class FinishReason(Enum):
     RUNAWAY = "runaway"  # the frame cap for this text was reached; the loop reports Error("runaway")
 
 
+FRAMES_PER_SECOND = 12.5
+LENGTH_MODEL_CHARS_PER_SECOND = 14.0
+RUNAWAY_BASE_FRAMES = 64
+RUNAWAY_FRAMES_PER_TOKEN = 8  # 640 ms per text token: about twice the slowest normal speech
+
+
 def length_model_frames(chars: int) -> int:
-    """Frames a random-weight model speaks for `chars` characters: about 14 characters per second."""
-    return max(1, math.ceil(12.5 * chars / 14))
+    """Frames a random-weight model speaks for `chars` characters: ceil(12.5 * chars / 14), at least 1."""
+    return max(1, math.ceil(FRAMES_PER_SECOND * chars / LENGTH_MODEL_CHARS_PER_SECOND))
+
+
+def runaway_frame_cap(text_tokens: int, base: int = RUNAWAY_BASE_FRAMES,
+                      per_token: int = RUNAWAY_FRAMES_PER_TOKEN) -> int:
+    """Frames after which a real-weight model that never said EOS is stopped as a runaway: 64 + 8 per
+    text token. One rule for the engine (scheduler) and the reference loop (`engine.model.generate`)."""
+    return base + per_token * text_tokens
 
 
 class SlotPool:

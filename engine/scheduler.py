@@ -31,7 +31,6 @@ Input: append_text / end_text / flush / cancel / set_deadline at any time. No to
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -50,6 +49,7 @@ from engine.request import (
     SlotPool,
     WorkKind,
     length_model_frames,
+    runaway_frame_cap,
 )
 from engine.scheduling_config import Policy, SchedulerConfig, bucket, capture_sizes, next_size
 
@@ -239,7 +239,7 @@ class Scheduler:
 
     def _close_text(self, r: RequestState) -> None:
         cfg = self.config
-        cap = max(cfg.runaway_min_frames, math.ceil(cfg.runaway_frames_per_char * r.text_chars))
+        cap = runaway_frame_cap(len(r.text_ids), cfg.runaway_base_frames, cfg.runaway_frames_per_token)
         r.max_frames = min(cfg.max_frames, cap)
         if r.use_length_model:
             r.target_frames = length_model_frames(r.text_chars)

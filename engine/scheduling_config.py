@@ -36,8 +36,8 @@ class SchedulerConfig:
     max_pressure: float = 0.7  # admission: refuse while more recent GPU time went to urgent streams
     admission_control: bool = True  # False: only slot and shape limits (the simulator's baselines)
     max_frames: int = 2048  # runaway cap (164 s) while the text is open
-    runaway_frames_per_char: float = 3.0  # cap once the text ended: speech is ~0.9 frames per character
-    runaway_min_frames: int = 50
+    runaway_base_frames: int = 64  # cap once the text ended: base + per_token * text tokens
+    runaway_frames_per_token: int = 8  # (engine.request.runaway_frame_cap, as the reference loop)
     min_frames_before_eos: int = 2  # official min_new_tokens
     length_model: bool = False  # random weights: stop at length_model_frames(chars), never at EOS
     policy: Policy = Policy.DEADLINE

@@ -8,11 +8,11 @@ The plain, readable twin of the engine's executors (reference section 6):
                         h_{k+1}, logits = talker(e_k);  c_{k+1}^0 = draw(logits);  stop on EOS
 
 Stopping. Real checkpoints stop when codebook 0 is EOS (never within the first 2 tokens); the token
-that stops is never emitted. Runaway guard: without EOS after `runaway_frame_cap(T)` = 64 + 8*T
+that stops is never emitted. Runaway guard: without EOS after `runaway_frame_cap(T)` = 64 + 8*T (the engine's rule too)
 frames for T text tokens (8 frames = 640 ms per token, about twice the slowest normal speech) the
 request fails with `RunawayError` instead of talking forever. Random-weight models (presets, dummy
 loads) never sample EOS (it is noise there); they stop after the length model's
-`frames_for_text(chars)` = ceil(12.5 * chars / 14) frames, i.e. 14 characters per second of audio.
+`length_model_frames(chars)` = ceil(12.5 * chars / 14) frames, i.e. 14 characters per second of audio.
 An explicit `max_frames` caps any request quietly at that many frames (the official
 `max_new_tokens=N` emits N-1 frames: N-1 here equals it).
 
@@ -23,7 +23,6 @@ request's frames equal those of `generate_codes` on it alone.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -35,23 +34,12 @@ from engine.model import sampling as sampler
 from engine.model.kv_cache import TalkerKVCache
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.model.rng import seed_tensor
+from engine.request import FRAMES_PER_SECOND, length_model_frames, runaway_frame_cap
 from engine.text.prompt import Prefill, build_prefill
-
-FRAMES_PER_SECOND = 12.5
-LENGTH_MODEL_CHARS_PER_SECOND = 14.0
 
 
 class RunawayError(RuntimeError):
     """The model did not end the utterance within the frame cap derived from the text length."""
-
-
-def frames_for_text(chars: int) -> int:
-    """Length model of random-weight models: ceil(12.5 * chars / 14) frames (at least one)."""
-    return max(1, math.ceil(FRAMES_PER_SECOND * chars / LENGTH_MODEL_CHARS_PER_SECOND))
-
-
-def runaway_frame_cap(text_tokens: int) -> int:
-    return 64 + 8 * text_tokens
 
 
 # ---------------------------------------------------------------- prompt embeddings
@@ -342,7 +330,7 @@ def _frame_limit(
     if model.config.random_weights:
         if chars is None or chars < 1:
             raise ValueError("random-weight models need text_chars >= 1: their length is ceil(12.5*chars/14)")
-        target = frames_for_text(chars)
+        target = length_model_frames(chars)
         return (target if max_frames is None else min(target, max_frames)), True
     if max_frames is not None:
         return max_frames, True

@@ -63,3 +63,36 @@ def test_end_of_speech_stops_a_real_weight_model_where_the_reference_stops(tiny_
     lengths = [results[m.request_id].done.frames for m in msgs]
     assert all(n >= 2 for n in lengths) and len(set(lengths)) > 1, f"EOS did not vary the lengths: {lengths}"
     _check_against_reference(model, msgs, results, frames)
+
+
+def test_a_model_that_never_ends_is_stopped_where_the_reference_stops_it(tiny_model: Qwen3TTS) -> None:
+    # A "real-weight" model whose EOS can never win: the engine's runaway guard and the reference's stop
+    # after the same 64 + 8 * text-token frames; the engine still delivers the audio made up to there.
+    from engine.model.generate import RunawayError, generate_codes
+    from engine.request import runaway_frame_cap
+    from engine.text.prompt import build_prefill
+
+    model = copy.deepcopy(tiny_model)
+    model.config = dataclasses.replace(model.config, random_weights=False)
+    eos = model.config.talker.codec_eos_id
+    head = model.talker.codec_head
+    biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    with torch.no_grad():
+        biased.weight.copy_(head.weight)
+        biased.bias.zero_()
+        biased.bias[eos] = -1e4  # EOS loses for every hidden state
+    model.talker.codec_head = biased
+    msg = submit(model, 1, "Hi there.", seed=3, sampling=GREEDY)
+    cap = runaway_frame_cap(len(msg.text_ids))
+    prefill = build_prefill(model.config.prompt_ids, speaker=msg.speaker, language=msg.language,
+                            text_ids=msg.text_ids, streaming=True)
+    with pytest.raises(RunawayError, match=f"after {cap} frames"):
+        generate_codes(model, prefill, msg.sampling, msg.seed)
+
+    results, frames = run_to_completion(make_loop(model), [msg])
+    result = results[1]
+    assert result.error is not None and result.error.code == "runaway", result.error
+    assert result.done.reason is DoneReason.ERROR and result.done.frames == cap
+    expected = generate_codes(model, prefill, msg.sampling, msg.seed, max_frames=cap)
+    assert torch.equal(frames[1], expected)
+    assert result.done.samples == len(result.samples) > 0

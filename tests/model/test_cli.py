@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.model.generate import frames_for_text
+from engine.request import length_model_frames
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,7 +32,7 @@ def test_cli_writes_a_valid_24khz_mono_16bit_wav(tmp_path):
     assert "RTF" in result.stdout
     with wave.open(str(out)) as wav:
         assert (wav.getnchannels(), wav.getsampwidth(), wav.getframerate()) == (1, 2, 24000)
-        assert wav.getnframes() == frames_for_text(len(text)) * 1920
+        assert wav.getnframes() == length_model_frames(len(text)) * 1920
         samples = np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2")
     assert samples.std() > 100  # audible signal, not silence
 

@@ -14,15 +14,14 @@ from engine.ipc.messages import Sampling
 from engine.model.generate import (
     RunawayError,
     decode_codes,
-    frames_for_text,
     generate_batch,
     generate_codes,
-    runaway_frame_cap,
     synthesize,
     teacher_forced_probs,
 )
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.model.weights import load_model
+from engine.request import length_model_frames, runaway_frame_cap
 from engine.text.prompt import Prefill, build_prefill
 
 
@@ -70,7 +69,7 @@ def test_same_seed_same_frames_and_other_seed_other_frames(tiny_model):
 @pytest.mark.parametrize("text", ["Hi", "Hello world, how are you today?", "x" * 29])
 def test_random_weight_models_follow_the_length_model(tiny_model, text):
     expected = math.ceil(12.5 * len(text) / 14)
-    assert frames_for_text(len(text)) == expected
+    assert length_model_frames(len(text)) == expected
     for streaming in (True, False):
         codes = generate_codes(
             tiny_model, _prefill(tiny_model, text, streaming=streaming), Sampling(), 0, text_chars=len(text)
@@ -89,7 +88,7 @@ def test_random_weight_models_need_the_character_count(tiny_model):
 
 def test_synthesize_returns_1920_samples_per_frame(tiny_model):
     pcm = synthesize(tiny_model, "Good morning.", seed=3)
-    assert pcm.dtype == np.float32 and pcm.shape == (frames_for_text(13) * 1920,)
+    assert pcm.dtype == np.float32 and pcm.shape == (length_model_frames(13) * 1920,)
     assert 0 < np.abs(pcm).max() <= 1.0
     with pytest.raises(ValueError, match="speaker"):
         synthesize(tiny_model, "Hi", speaker="nobody")

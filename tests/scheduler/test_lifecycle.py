@@ -92,7 +92,7 @@ def test_eos_on_a_masked_row_fails_the_request():
 
 
 def test_runaway_cap_ends_generation_and_still_delivers_the_audio():
-    scheduler = make_scheduler(length_model=False, runaway_min_frames=20, runaway_frames_per_char=0.1)
+    scheduler = make_scheduler(length_model=False, runaway_base_frames=14, runaway_frames_per_token=2)
     r = admit(scheduler, make_request(1, tokens=3, chars=12))
     run(scheduler, 0, lambda: r.is_ended)
     assert r.finish_reason is FinishReason.RUNAWAY and r.frames_generated == 20
