@@ -234,16 +234,13 @@ class RequestState:
             return None
         return self.first_audio_ns + int(self.samples_published * NS_PER_SAMPLE)
 
-    def paced_until_ns(self, now_ns: int) -> int | None:
-        """Pacing: while the listener has more than `max_lead_ms` of audio ahead (published and still to
-        decode), generation waits; -> when it may resume, or None when it need not wait. Before first audio
-        and with pacing off it never waits."""
+    def lead_ns(self, now_ns: int) -> int | None:
+        """Pacing: audio ahead of the listener at `now_ns` (published and not yet played, plus generated frames
+        still to decode); None for an unpaced request or one without audio yet (nothing holds it back)."""
         deadline = self.effective_deadline_ns()
         if self.max_lead_ms <= 0 or deadline is None or self.first_audio_ns is None:
             return None
-        ahead_ns = deadline - now_ns + int(self.frames_pending * SAMPLES_PER_FRAME * NS_PER_SAMPLE)
-        excess_ns = ahead_ns - self.max_lead_ms * 1_000_000
-        return now_ns + excess_ns if excess_ns > 0 else None
+        return deadline - now_ns + int(self.frames_pending * SAMPLES_PER_FRAME * NS_PER_SAMPLE)
 
     # ---------------------------------------------------------------- resources
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from enum import Enum
 
 from engine import capacity
 from engine.capacity import batch_ms
@@ -73,6 +74,28 @@ class _Item:
     kind: WorkKind
     key: tuple[float, ...]  # smaller is more pressing
     shape: int = 0  # compatibility: prefill token bucket, codec frames
+    filler: bool = False  # may join a batch, never anchor one (a paced stream within its lead)
+
+
+class Pace(Enum):
+    """Generation of a paced request (Submit.max_lead_ms), by the audio its listener has ahead."""
+
+    FREE = "free"  # unpaced, no audio yet, or at most half the lead ahead: schedules like any stream
+    FILLER = "filler"  # between half the lead and the lead: joins other streams' batches, starts none
+    HELD = "held"  # the whole lead ahead: no generation until the listener catches up
+
+
+def _pace(r: RequestState, now_ns: int) -> tuple[Pace, int | None]:
+    """-> (r's pace, when it becomes FREE). The half-lead band lets paced streams gather into shared
+    batches instead of each running its own small step the moment it falls below its lead."""
+    lead = r.lead_ns(now_ns)
+    if lead is None:
+        return Pace.FREE, None
+    limit = r.max_lead_ms * 1_000_000
+    refill = limit // 2
+    if lead <= refill:
+        return Pace.FREE, None
+    return (Pace.HELD if lead >= limit else Pace.FILLER), now_ns + lead - refill
 
 
 # ---------------------------------------------------------------- scheduler
@@ -255,9 +278,10 @@ class Scheduler:
     def plan(self, now_ns: int) -> Plan | None:
         """The next batch to run, or None when nothing is ready (wait for input or a completion)."""
         items = self._ready_items(now_ns)
-        if not items:
-            return None
-        anchor = self._anchor(items)
+        anchors = [i for i in items if not i.filler]
+        if not anchors:
+            return None  # nothing, or only paced streams that may join a batch but not start one
+        anchor = self._anchor(anchors)
         cohort = sorted((i for i in items if i.kind is anchor.kind and _fits(anchor, i)), key=lambda i: i.key)
         cohort.remove(anchor)
         cohort.insert(0, anchor)
@@ -271,10 +295,20 @@ class Scheduler:
         return plan
 
     def next_wake_ns(self, now_ns: int) -> int | None:
-        """When a paced request may generate again (the loop sleeps no longer than this), or None."""
-        times = [r.paced_until_ns(now_ns) for r in self._requests.values()
+        """When a paced request may start a batch of its own again (the loop sleeps no longer than this)."""
+        if not self.pacing_allowed:
+            return None
+        times = [_pace(r, now_ns)[1] for r in self._requests.values()
                  if not r.generation_busy and r.phase in PHASE_KIND]
         return min((t for t in times if t is not None), default=None)
+
+    @property
+    def pacing_allowed(self) -> bool:
+        """Pacing keeps a stream's KV and codec slots until its audio is nearly played; when slots run short,
+        paced streams generate at full speed instead, so they finish and make room for newcomers."""
+        share = self.config.pacing_min_free_share
+        return (self.kv_slots.free_count >= share * self.kv_slots.size
+                and self.codec_slots.free_count >= share * self.codec_slots.size)
 
     def reset_history(self) -> None:
         """Forget recent load: e.g. after the warm-up synthesis, whose cold first steps say nothing about
@@ -293,12 +327,15 @@ class Scheduler:
         cp_ms, decode_ms = costs.ms(WorkKind.CODE_PREDICT, batch), costs.ms(WorkKind.TALKER_DECODE, batch)
         codec_ms = self._codec_row_ms
         items: list[_Item] = []
+        pacing = self.pacing_allowed
         for r in self._requests.values():
             gen_kind = None if r.generation_busy else PHASE_KIND.get(r.phase)
-            if gen_kind is not None and r.paced_until_ns(now_ns) is not None:
+            pace = _pace(r, now_ns)[0] if pacing and r.phase in PHASE_KIND else Pace.FREE
+            if pace is Pace.HELD:
                 gen_kind = None  # far enough ahead of its listener: leave the GPU to others for now
             no_chunk = r.codec_busy or r.frames_generated == r.frames_decoded
-            chunk = 0 if no_chunk else request_chunk_frames(r, now_ns, self.slack_chunks, self.chunks)
+            chunk = 0 if no_chunk else request_chunk_frames(r, now_ns, self.slack_chunks, self.chunks,
+                                                            paced=pace is not Pace.FREE)
             if gen_kind is None and chunk == 0:
                 continue  # also every ended request: it has no phase to run and nothing to decode
             # Slack: buffered audio minus the time to produce the next audio (decode the pending frames,
@@ -313,7 +350,7 @@ class Scheduler:
             if gen_kind is not None:
                 prefill = gen_kind is WorkKind.TALKER_PREFILL
                 shape = bucket(cfg.prefill_token_buckets, r.prefill_len) if prefill else 0
-                items.append(_Item(r, gen_kind, self._key(r, gen_kind, slack), shape))
+                items.append(_Item(r, gen_kind, self._key(r, gen_kind, slack), shape, pace is Pace.FILLER))
             if chunk:
                 items.append(_Item(r, WorkKind.CODEC_CHUNK, self._key(r, WorkKind.CODEC_CHUNK, slack), chunk))
         return items

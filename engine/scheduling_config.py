@@ -39,6 +39,7 @@ class SchedulerConfig:
     runaway_base_frames: int = 64  # cap once the text ended: base + per_token * text tokens
     runaway_frames_per_token: int = 8  # (engine.request.runaway_frame_cap, as the reference loop)
     min_frames_before_eos: int = 2  # official min_new_tokens
+    pacing_min_free_share: float = 0.25  # pacing (max_lead_ms) applies only while this share of slots is free
     length_model: bool = False  # random weights: stop at length_model_frames(chars), never at EOS
     policy: Policy = Policy.DEADLINE
     merge_startup: bool = False  # let a newcomer wait one step so split phases merge (see Scheduler._anchor)

@@ -120,6 +120,7 @@ class Workload:
     client_buffer_ms: float = 0.0  # client jitter buffer before playback starts
     layout: Layout = Layout.STREAMING
     jitter: float = 0.0  # relative spread of step times around the cost model (uniform)
+    max_lead_ms: int = 0  # pacing of every stream (the session's max_lead_ms); 0 = unpaced
 
 
 def _arrivals(load: Workload, prompts: list[str]) -> list[tuple[int, int, str, object]]:
@@ -173,8 +174,9 @@ def simulate(load: Workload, config: SchedulerConfig, costs: CostModel, prompts:
             _apply(heapq.heappop(events), scheduler, listeners, result, load)
         plan = scheduler.plan(now)
         if plan is None:
-            if events:
-                now = events[0][0]
+            wakes = [t for t in (events[0][0] if events else None, scheduler.next_wake_ns(now)) if t is not None]
+            if wakes:
+                now = max(now + 1, min(wakes))  # the next input, or a paced stream's resume time
                 continue
             assert scheduler.active_count == 0, "simulation stuck: requests wait for input that never comes"
             break
@@ -207,6 +209,7 @@ def _apply(event: tuple[int, int, str, object], scheduler: Scheduler, listeners:
         result.offered += 1
         prefill = 10 if load.layout is Layout.STREAMING else 11 + n_tokens
         state = RequestState(rid, at, load.layout, prefill, [0] * n_tokens, chars, ended)
+        state.max_lead_ms = load.max_lead_ms
         if scheduler.admit(state, at).ok:
             listeners[rid] = Listener(at)
         else:
@@ -274,6 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--merge-startup", action="store_true", help="newcomers may wait a step to merge")
     parser.add_argument("--no-admission", action="store_true", help="only slot limits refuse work")
     parser.add_argument("--jitter", type=float, default=0.0, help="relative spread of step times")
+    parser.add_argument("--max-lead-ms", type=int, default=0, help="pace every stream this far ahead (0: unpaced)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prompts", type=Path, default=PROMPTS)
     args = parser.parse_args(argv)
@@ -289,12 +293,13 @@ def main(argv: list[str] | None = None) -> None:
     mean_frames = sum(length_model_frames(len(p)) for p in prompts) / len(prompts)
     layout = Layout.STREAMING if args.layout == "streaming" else Layout.NON_STREAMING
     print(f"costs {costs.name} | policy {args.policy} | chunks {args.chunks} | text {args.text} | layout {args.layout} | "
+          f"max lead {args.max_lead_ms or 'unpaced'} | "
           f"{len(prompts)} prompts, mean {mean_frames:.1f} frames | capacity "
           f"{capacity_rps(config, costs, mean_frames):.0f} rps | duration {args.duration:g} s | seed {args.seed}")
     print(HEADER)
     for rps in args.rps:
         load = Workload(rps, args.duration, args.seed, args.text, args.words_per_s, args.client_buffer_ms,
-                        layout, args.jitter)
+                        layout, args.jitter, args.max_lead_ms)
         print(format_row(simulate(load, config, costs, prompts, chunk_policy(args.chunks, config))), flush=True)
 
 

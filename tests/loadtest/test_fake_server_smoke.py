@@ -58,7 +58,10 @@ async def test_both_transports_measure_the_fake_servers_known_latency(
     # true TTFA is 20 + 20 = 40 ms; allow for a loaded CI machine but not for a missing component
     assert 39.0 <= ttfa["p50"] <= 150.0
     assert ttfa["p50"] == pytest.approx(summary["latency_ms"]["first_playable"]["p50"] + 20.0, abs=1.0)
-    assert summary["underruns"]["requests_with_underruns"] == 0
+    # The fake streams 8x faster than real time, so it never underruns; a starved generator can still see
+    # one (chunks timestamped late), which its own event-loop lag then shows at least as large.
+    u, lag = summary["underruns"], summary["client"]["loop_lag_ms"]
+    assert u["requests_with_underruns"] == 0 or u["max_stall_ms"] <= (lag["max"] or 0.0) + 5.0, (u, lag)
     assert summary["rtf"]["p50"] < 0.5  # the fake produces 8x realtime
     if transport == "ws":
         assert summary["latency_ms"]["input_ingress"]["count"] == requests["ok"]

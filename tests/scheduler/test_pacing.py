@@ -66,3 +66,14 @@ def test_pacing_never_delays_first_audio():
         admit(scheduler, r)
         _serve(scheduler, r, 0, lambda r=r: r.first_audio_ns is not None)
     assert paced.first_audio_ns == unpaced.first_audio_ns
+
+
+def test_pacing_is_suspended_while_slots_run_short_so_streams_finish_and_free_them():
+    scheduler = make_scheduler(max_requests=4, max_codec_streams=4)
+    paced = [make_request(i, tokens=40, chars=300) for i in (1, 2, 3, 4)]
+    for r in paced:
+        r.max_lead_ms = 1000
+        admit(scheduler, r)
+    assert not scheduler.pacing_allowed  # no slot free: nobody is held back
+    _, now, sleeps = _serve(scheduler, paced[0], 0, lambda: all(r.generation_finished for r in paced))
+    assert sleeps == 0 and scheduler.next_wake_ns(now) is None
