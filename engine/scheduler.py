@@ -33,7 +33,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import Enum
 
 from engine import capacity
 from engine.capacity import batch_ms
@@ -41,6 +40,7 @@ from engine.chunk_sizing import SlackChunkPolicy, request_chunk_frames
 from engine.codec.chunking import ChunkPolicy
 from engine.costmodel import CostModel
 from engine.ipc.messages import Layout
+from engine.pacing import Pace, pace_of
 from engine.plan import Admission, Outcome, Plan, PlanRow
 from engine.request import (
     SAMPLES_PER_FRAME,
@@ -75,27 +75,6 @@ class _Item:
     key: tuple[float, ...]  # smaller is more pressing
     shape: int = 0  # compatibility: prefill token bucket, codec frames
     filler: bool = False  # may join a batch, never anchor one (a paced stream within its lead)
-
-
-class Pace(Enum):
-    """Generation of a paced request (Submit.max_lead_ms), by the audio its listener has ahead."""
-
-    FREE = "free"  # unpaced, no audio yet, or at most half the lead ahead: schedules like any stream
-    FILLER = "filler"  # between half the lead and the lead: joins other streams' batches, starts none
-    HELD = "held"  # the whole lead ahead: no generation until the listener catches up
-
-
-def _pace(r: RequestState, now_ns: int) -> tuple[Pace, int | None]:
-    """-> (r's pace, when it becomes FREE). The half-lead band lets paced streams gather into shared
-    batches instead of each running its own small step the moment it falls below its lead."""
-    lead = r.lead_ns(now_ns)
-    if lead is None:
-        return Pace.FREE, None
-    limit = r.max_lead_ms * 1_000_000
-    refill = limit // 2
-    if lead <= refill:
-        return Pace.FREE, None
-    return (Pace.HELD if lead >= limit else Pace.FILLER), now_ns + lead - refill
 
 
 # ---------------------------------------------------------------- scheduler
@@ -298,7 +277,7 @@ class Scheduler:
         """When a paced request may start a batch of its own again (the loop sleeps no longer than this)."""
         if not self.pacing_allowed:
             return None
-        times = [_pace(r, now_ns)[1] for r in self._requests.values()
+        times = [pace_of(r, now_ns)[1] for r in self._requests.values()
                  if not r.generation_busy and r.phase in PHASE_KIND]
         return min((t for t in times if t is not None), default=None)
 
@@ -330,7 +309,7 @@ class Scheduler:
         pacing = self.pacing_allowed
         for r in self._requests.values():
             gen_kind = None if r.generation_busy else PHASE_KIND.get(r.phase)
-            pace = _pace(r, now_ns)[0] if pacing and r.phase in PHASE_KIND else Pace.FREE
+            pace = pace_of(r, now_ns)[0] if pacing and r.phase in PHASE_KIND else Pace.FREE
             if pace is Pace.HELD:
                 gen_kind = None  # far enough ahead of its listener: leave the GPU to others for now
             no_chunk = r.codec_busy or r.frames_generated == r.frames_decoded
