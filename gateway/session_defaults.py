@@ -22,7 +22,7 @@ class SessionDefaults:
         self.language = "auto"
         self.instructions = ""
         self.audio_format = "pcm16"
-        self.max_lead_ms: int | None = None
+        self.max_lead_ms: int | None = state.settings.max_lead_ms or None  # the server's --max-lead-ms
 
     def update(self, event: p.SessionUpdate) -> None:
         voice, language, audio_format = self.resolve(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.limits import Limits
+from gateway.protocol import MIN_MAX_LEAD_MS
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +37,7 @@ class Settings:
     engine_start_timeout_s: float = 1800.0  # load + graph capture + warm-up of a real model
     engine_heartbeat_timeout_s: float = 10.0  # no heartbeat for this long: the engine is hung, restart it
     drain_timeout_s: float = 30.0  # SIGTERM: how long live contexts may take to finish
+    max_lead_ms: int = 0  # every session's default pacing (session.update max_lead_ms); 0 = unpaced
     web_dir: Path = REPO_ROOT / "web"
     log_level: str = "info"
 
@@ -120,6 +122,13 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         default=float(env("drain-timeout", "30") or 30),
         help="on SIGTERM, seconds live contexts may take to finish before their sockets close 1001",
     )
+    parser.add_argument(
+        "--max-lead-ms",
+        type=int,
+        default=int(env("max-lead-ms", "0") or 0),
+        help="pace every WebSocket session this far ahead of its listener by default (0: unpaced; clients "
+        "may change it with session.update; at least 200)",
+    )
     parser.add_argument("--log-level", default=env("log-level", "info"))
     # Hidden: for tests and the gateway overhead benchmark only.
     parser.add_argument(
@@ -137,6 +146,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     args = parser.parse_args(list(argv))
     if args.engines < 1:
         parser.error("--engines must be at least 1")
+    if 0 < args.max_lead_ms < MIN_MAX_LEAD_MS or args.max_lead_ms < 0:
+        parser.error(f"--max-lead-ms must be 0 (unpaced) or at least {MIN_MAX_LEAD_MS}")
     try:
         limits = Limits.parse_overrides(args.limit)
     except ValueError as exc:
@@ -157,5 +168,6 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         engine_args=tuple(args.engine_arg),
         engine_start_timeout_s=args.engine_start_timeout,
         drain_timeout_s=args.drain_timeout,
+        max_lead_ms=args.max_lead_ms,
         log_level=args.log_level,
     )

@@ -177,12 +177,15 @@ def test_limits_and_settings_come_from_flags_and_environment() -> None:
     settings = parse_settings(
         ["--limit", "max_contexts=3", "--engines", "2"],
         {"VIVACE_PORT": "9001", "VIVACE_API_KEY": "k", "VIVACE_LIMIT": "idle_timeout_s=5,appends_per_second=7.5",
-         "VIVACE_ALLOWED_ORIGINS": "https://a.example/, https://b.example"},
+         "VIVACE_ALLOWED_ORIGINS": "https://a.example/, https://b.example", "VIVACE_MAX_LEAD_MS": "1500"},
     )  # fmt: skip
     assert settings.port == 9001 and settings.api_key == "k" and settings.engines == 2
+    assert settings.max_lead_ms == 1500
     assert settings.limits == Limits(max_contexts=3, idle_timeout_s=5.0, appends_per_second=7.5)
     assert settings.allowed_origins == ("https://a.example", "https://b.example")
     assert settings.engine_command("py")[:3] == ["py", "-m", "engine"]
+    with pytest.raises(SystemExit):
+        parse_settings(["--max-lead-ms", "50"], {})  # too little lead to pace by
     with pytest.raises(ValueError, match="unknown limit"):
         Limits.parse_overrides(["max_bananas=3"])
     with pytest.raises(ValueError, match="positive"):

@@ -9,7 +9,7 @@ import opuslib
 import pytest
 
 from gateway.protocol import FLAG_FIRST, FLAG_LAST, PROTOCOL
-from tests.gateway.helpers import GatewayProcess, LiveClient, expected_samples
+from tests.gateway.helpers import GatewayProcess, LiveClient, expected_samples, start_gateway
 
 WORDS = ["Streaming", "text", "arrives", "word", "by", "word", "from", "a", "language", "model", "while", "the", "listener", "already", "hears", "the", "first", "part", "of", "the", "answer", "without", "waiting", "for", "the", "rest", "of", "it", "to", "be", "written"]  # fmt: skip
 
@@ -155,28 +155,44 @@ async def test_ping_pong_and_playback_reports_become_deadlines(gateway: GatewayP
     assert after['vivace_deadlines_sent_total{source="server_model"}'] >= 1
 
 
+PACED_TEXT = "Pacing keeps the engine close to the listener, so stopping costs less."
+
+
+async def _speak_paced(client: LiveClient, lead_ms: int) -> None:
+    """One context on a session paced at `lead_ms`: the last audio arrives about (audio length - lead) after
+    the first; unpaced, the tiny CPU engine sends all of it several times faster than real time."""
+    await client.send(type="input_text.append", context_id="p", text=PACED_TEXT)
+    await client.send(type="input_text.end", context_id="p")
+    created = await client.until("context.created", "p")
+    done = await client.until("context.done", "p", timeout_s=120)
+    assert done["reason"] == "completed" and done["samples"] == expected_samples(len(PACED_TEXT))
+    times = [t for f, t in zip(client.frames, client.arrivals, strict=True) if f[1] == created["stream"]]
+    audio_s = done["samples"] / 24000
+    assert times[-1] - times[0] >= audio_s - lead_ms / 1000 - 0.25, (times[-1] - times[0], audio_s)
+
+
 async def test_a_paced_session_receives_audio_no_faster_than_its_lead_allows(
     gateway: GatewayProcess, engine_kind: str
 ) -> None:
-    # max_lead_ms: the engine generates only while the listener has less than that much audio ahead, so
-    # the last audio arrives about (audio length - lead) after the first; unpaced, the tiny CPU engine
-    # would send all of it several times faster than real time.
     if engine_kind == "fake":
         pytest.skip("the fake engine does not pace")
-    text = "Pacing keeps the engine close to the listener, so stopping costs less."
-    lead_ms = 300
     async with LiveClient.open(gateway.ws) as client:
-        await client.send(type="session.update", max_lead_ms=lead_ms)
-        assert (await client.until("session.updated"))["max_lead_ms"] == lead_ms
-        await client.send(type="input_text.append", context_id="p", text=text)
-        await client.send(type="input_text.end", context_id="p")
-        created = await client.until("context.created", "p")
-        done = await client.until("context.done", "p", timeout_s=120)
-    assert done["reason"] == "completed" and done["samples"] == expected_samples(len(text))
-    stream = created["stream"]
-    times = [t for f, t in zip(client.frames, client.arrivals, strict=True) if f[1] == stream]
-    audio_s = done["samples"] / 24000
-    assert times[-1] - times[0] >= audio_s - lead_ms / 1000 - 0.25, (times[-1] - times[0], audio_s)
+        assert client.created["defaults"]["max_lead_ms"] is None  # unpaced unless asked
+        await client.send(type="session.update", max_lead_ms=300)
+        assert (await client.until("session.updated"))["max_lead_ms"] == 300
+        await _speak_paced(client, 300)
+
+
+async def test_the_servers_max_lead_paces_every_session_by_default(engine_kind: str) -> None:
+    if engine_kind == "fake":
+        pytest.skip("the fake engine does not pace")
+    server = start_gateway("--max-lead-ms=300", engine=engine_kind)
+    try:
+        async with LiveClient.open(server.ws) as client:
+            assert client.created["defaults"]["max_lead_ms"] == 300
+            await _speak_paced(client, 300)
+    finally:
+        server.stop()
 
 
 async def test_a_lead_too_small_to_pace_by_is_refused(gateway: GatewayProcess) -> None:
