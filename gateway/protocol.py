@@ -72,6 +72,11 @@ class ProtocolError(Exception):
 MIN_MAX_LEAD_MS = 200
 
 
+def valid_max_lead_ms(value: int) -> bool:
+    """0 (unpaced) or at least MIN_MAX_LEAD_MS: the rule for session.update and --max-lead-ms alike."""
+    return value == 0 or value >= MIN_MAX_LEAD_MS
+
+
 @dataclass(frozen=True, slots=True)
 class SessionUpdate:
     event_id: str | None
@@ -254,7 +259,7 @@ def parse_client_event(text: str) -> ClientEvent:
         )
     if kind == "session.update":
         max_lead_ms = f.count("max_lead_ms")
-        if max_lead_ms is not None and 0 < max_lead_ms < MIN_MAX_LEAD_MS:
+        if max_lead_ms is not None and not valid_max_lead_ms(max_lead_ms):
             raise f._bad("max_lead_ms", f"0 (no pacing) or at least {MIN_MAX_LEAD_MS} (ms)")
         return SessionUpdate(
             event_id,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.limits import Limits
-from gateway.protocol import MIN_MAX_LEAD_MS
+from gateway.protocol import MIN_MAX_LEAD_MS, valid_max_lead_ms
 
 DEFAULT_MODEL = "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -146,7 +146,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     args = parser.parse_args(list(argv))
     if args.engines < 1:
         parser.error("--engines must be at least 1")
-    if 0 < args.max_lead_ms < MIN_MAX_LEAD_MS or args.max_lead_ms < 0:
+    if not valid_max_lead_ms(args.max_lead_ms):
         parser.error(f"--max-lead-ms must be 0 (unpaced) or at least {MIN_MAX_LEAD_MS}")
     try:
         limits = Limits.parse_overrides(args.limit)

@@ -8,9 +8,10 @@ The plain, readable twin of the engine's executors (reference section 6):
                         h_{k+1}, logits = talker(e_k);  c_{k+1}^0 = draw(logits);  stop on EOS
 
 Stopping. Real checkpoints stop when codebook 0 is EOS (never within the first 2 tokens); the token
-that stops is never emitted. Runaway guard: without EOS after `runaway_frame_cap(T)` = 64 + 8*T (the engine's rule too)
-frames for T text tokens (8 frames = 640 ms per token, about twice the slowest normal speech) the
-request fails with `RunawayError` instead of talking forever. Random-weight models (presets, dummy
+that stops is never emitted. Runaway guard: without EOS after `runaway_frame_cap(T)` = 64 + 8*T
+frames for T text tokens (8 frames = 640 ms per token, about twice the slowest normal speech; the
+engine's scheduler applies the same rule) the request fails with `RunawayError` instead of talking
+forever. Random-weight models (presets, dummy
 loads) never sample EOS (it is noise there); they stop after the length model's
 `length_model_frames(chars)` = ceil(12.5 * chars / 14) frames, i.e. 14 characters per second of audio.
 An explicit `max_frames` caps any request quietly at that many frames (the official
