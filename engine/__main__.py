@@ -60,6 +60,7 @@ def build(settings: EngineSettings) -> EngineLoop:
     from engine.executors import Executors
     from engine.executors.codec import codec_dtype
     from engine.fast.kernels import HAVE_TRITON
+    from engine.gpu_identity import gpu_uuid
     from engine.ipc.messages import Ready, Submit
     from engine.loop import EngineLoop
     from engine.model.presets import PRESETS
@@ -94,7 +95,8 @@ def build(settings: EngineSettings) -> EngineLoop:
              captured - loaded)
     ready = Ready(model_id=settings.model, random_weights=config.random_weights,
                   sample_rate=config.codec.output_sample_rate, speakers=speakers(config.prompt_ids),
-                  languages=languages(config.prompt_ids), device=str(device), max_batch=settings.max_batch)
+                  languages=languages(config.prompt_ids), device=str(device), max_batch=settings.max_batch,
+                  gpu_uuid=gpu_uuid(device))
     loop = EngineLoop(scheduler, executors, ready, heartbeat_s=settings.heartbeat_s,
                       shutdown_grace_ms=settings.shutdown_grace_ms)
     assert model.tokenizer is not None
@@ -102,7 +104,8 @@ def build(settings: EngineSettings) -> EngineLoop:
     voice = ready.speakers[0] if ready.speakers else ""
     steps = loop.warm_up(Submit(request_id=1, speaker=voice, language="auto", text_ids=text_ids,
                                 text_chars=len(WARM_UP_TEXT), text_ended=True))
-    log.info("model %s on %s (%s, %s weights) loaded in %.1f s; warm-up %.1f s (%s)", settings.model, device, dtype,
+    log.info("model %s on %s%s (%s, %s weights) loaded in %.1f s; warm-up %.1f s (%s)", settings.model, device,
+             f" ({ready.gpu_uuid})" if ready.gpu_uuid else "", dtype,
              "random" if config.random_weights else "real", loaded - started, time.perf_counter() - captured,
              ", ".join(f"{kind.name.lower()} x{n}" for kind, n in steps.items()))
     return loop

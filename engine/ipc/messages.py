@@ -122,6 +122,7 @@ class Ready:
     languages: tuple[str, ...]
     device: str
     max_batch: int
+    gpu_uuid: str = ""  # "GPU-…" as nvidia-smi -L prints it (the GPU this engine runs on); "" on CPU
 
 
 @dataclass(frozen=True, slots=True)

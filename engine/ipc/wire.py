@@ -31,10 +31,11 @@ Every record starts with a 2-byte head; all integers are little-endian, nothing 
     5     Cancel       -                                           Q request_id
     6     Deadline     -                                           Q request_id q deadline_ns
     7     Shutdown     -                                           I grace_ms
-    64    Ready        0 random_weights                            I sample_rate I max_batch    str model_id
+    64    Ready        0 random_weights 1 has gpu_uuid             I sample_rate I max_batch    str model_id
                                                                                                 str device
                                                                                                 strs speakers
                                                                                                 strs languages
+                                                                                                [str gpu_uuid]
     65    Heartbeat    -                                           q time_ns I active_requests  per stat: str name,
                                                                    I queued_requests I n_stats  d value0 d value1
     66    Audio        0 first                                     Q request_id q start_sample  pcm bytes
@@ -43,6 +44,10 @@ Every record starts with a 2-byte head; all integers are little-endian, nothing 
                                                                    Q samples Q frames
     68    Error        -                                           Q request_id                 str code
                                                                                                 str message
+
+Optional fields added after a layout was first used come last, each announced by a flag bit, and are
+left out (bit clear) when empty: a record without them is byte-identical to the older layout, and a
+record from an older peer decodes with the field's default. `[str gpu_uuid]` above is one.
 
 A record's length is known from its container (a ring record), so nothing stores it; `decode` checks
 that the body uses exactly the bytes given. Anything malformed raises `WireError`, never a bare
@@ -213,9 +218,11 @@ def _encode_fixed(msg: Inbound | Outbound) -> bytes:
             + stats
         )
     if kind is Ready:
+        flags = (1 if msg.random_weights else 0) | (2 if msg.gpu_uuid else 0)
         return b"".join(
-            (_HEAD.pack(KIND_READY, 1 if msg.random_weights else 0), _READY.pack(msg.sample_rate, msg.max_batch),
-             _str(msg.model_id), _str(msg.device), _strs(msg.speakers), _strs(msg.languages))
+            (_HEAD.pack(KIND_READY, flags), _READY.pack(msg.sample_rate, msg.max_batch),
+             _str(msg.model_id), _str(msg.device), _strs(msg.speakers), _strs(msg.languages),
+             _str(msg.gpu_uuid) if msg.gpu_uuid else b"")
         )  # fmt: skip
     if kind is Shutdown:
         return _HEAD.pack(KIND_SHUTDOWN, 0) + _SHUTDOWN.pack(msg.grace_ms)
@@ -303,9 +310,10 @@ def _ready(r: _Reader, flags: int) -> Ready:
     rate, max_batch = r.fixed(_READY)
     model_id, device = r.str(), r.str()
     speakers, languages = r.strs(), r.strs()
+    gpu_uuid = r.str() if flags & 2 else ""
     return Ready(
         model_id=model_id, random_weights=bool(flags & 1), sample_rate=rate, speakers=speakers,
-        languages=languages, device=device, max_batch=max_batch,
+        languages=languages, device=device, max_batch=max_batch, gpu_uuid=gpu_uuid,
     )  # fmt: skip
 
 

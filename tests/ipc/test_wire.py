@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import random
 import string
+import struct
 from collections.abc import Callable
+from dataclasses import replace
 
 import pytest
 
@@ -76,7 +78,7 @@ def _ready(rng: random.Random) -> Ready:
         model_id=_text(rng), random_weights=rng.random() < 0.5, sample_rate=_int(rng, 0, U32),
         speakers=tuple(_text(rng, 10) for _ in range(rng.randint(0, 12))),
         languages=tuple(_text(rng, 10) for _ in range(rng.randint(0, 12))), device=_text(rng),
-        max_batch=_int(rng, 0, U32),
+        max_batch=_int(rng, 0, U32), gpu_uuid=rng.choice(("", "GPU-" + _text(rng, 36))),
     )  # fmt: skip
 
 
@@ -123,6 +125,23 @@ def test_defaults_round_trip_and_enums_come_back_as_enums() -> None:
     assert isinstance(decoded.layout, Layout)
     done = decode(encode(Done(7, DoneReason.CANCELLED, 1920, 1)))
     assert done.reason is DoneReason.CANCELLED
+
+
+def test_a_ready_without_gpu_uuid_keeps_the_layout_from_before_the_field_existed() -> None:
+    """Version safety both ways: an engine on CPU sends what an older gateway reads, and an older
+    engine's Ready (no flag bit 1, no trailing string) decodes with gpu_uuid == ""."""
+
+    def s(text: str) -> bytes:
+        return struct.pack("<I", len(text.encode())) + text.encode()
+
+    older = (bytes([64, 1]) + struct.pack("<II", 24000, 8) + s("m") + s("cpu")
+             + struct.pack("<I", 1) + s("ryan") + struct.pack("<I", 1) + s("english"))  # fmt: skip
+    ready = Ready("m", True, 24000, ("ryan",), ("english",), "cpu", 8)
+    assert encode(ready) == older
+    assert decode(older) == ready and decode(older).gpu_uuid == ""
+    on_gpu = encode(replace(ready, device="cuda:0", gpu_uuid="GPU-5f1c"))
+    assert on_gpu[1] == 0b11 and on_gpu.endswith(s("GPU-5f1c"))
+    assert decode(on_gpu).gpu_uuid == "GPU-5f1c"
 
 
 def test_audio_pcm_is_its_own_part_and_decoded_as_an_independent_copy() -> None:
