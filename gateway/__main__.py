@@ -12,6 +12,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from gateway.app import create_app, drain
+from gateway.gpus import NotEnoughGpus
 from gateway.model_source import ModelMissing
 from gateway.settings import Settings, parse_settings
 
@@ -59,7 +60,7 @@ def run(settings: Settings) -> int:
     )
     try:
         app = create_app(settings)
-    except ModelMissing as exc:
+    except (ModelMissing, NotEnoughGpus) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     config = uvicorn.Config(

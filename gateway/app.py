@@ -25,6 +25,7 @@ from starlette.websockets import WebSocket
 from gateway import http_api
 from gateway import protocol as p
 from gateway.engines import EnginePool, EngineUnavailable
+from gateway.gpus import engine_gpus
 from gateway.metrics import GatewayMetrics
 from gateway.model_source import locate_model
 from gateway.session import Session
@@ -150,13 +151,15 @@ async def drain(state: GatewayState) -> None:
 
 
 def create_app(settings: Settings) -> Starlette:
-    """Build the app; raises ModelMissing when the model's files are not available."""
+    """Build the app; raises ModelMissing when the model's files are not available, NotEnoughGpus
+    when --engines asks for more GPUs than the server was given."""
     source = locate_model(settings)
+    gpus = engine_gpus(settings)
     metrics = GatewayMetrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        pool = EnginePool(settings, metrics)
+        pool = EnginePool(settings, metrics, gpus)
         app.state.gateway = GatewayState(settings=settings, metrics=metrics, pool=pool, source=source)
         pool.start()
         try:

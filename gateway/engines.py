@@ -18,10 +18,12 @@ import os
 import secrets
 import subprocess
 import time
+from collections.abc import Sequence
 
 from engine.ipc.client import EngineLink, LinkClosed, LinkFull
 from engine.ipc.messages import Cancel, Error, Heartbeat, Inbound, Outbound, Ready, Shutdown, Submit
 from engine.ipc.process import spawn_engine
+from gateway.gpus import engine_gpus
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
 
@@ -80,10 +82,13 @@ class EngineRequest:
 class EngineSlot:
     """One engine process and its link, restarted by `supervise()` whenever it dies."""
 
-    def __init__(self, index: int, settings: Settings, metrics: GatewayMetrics, socket_prefix: str) -> None:
+    def __init__(
+        self, index: int, settings: Settings, metrics: GatewayMetrics, socket_prefix: str, gpu: str | None = None
+    ) -> None:
         self.index = index
         self.label = str(index)
         self.settings = settings
+        self.gpu = gpu  # this engine's CUDA_VISIBLE_DEVICES (gateway/gpus.py); None: the server's own
         self.metrics = metrics
         # Abstract namespace ("@"): no file to leak, gone with the listener.
         self.socket_path = f"{socket_prefix}-{index}"
@@ -138,10 +143,11 @@ class EngineSlot:
     async def _run_once(self) -> str:
         """Spawn, connect, serve until the engine goes away; returns why it went away."""
         env = dict(os.environ)
-        if self.settings.engines > 1 and self.settings.device != "cpu" and not self.settings.fake_engine:
-            env["CUDA_VISIBLE_DEVICES"] = str(self.index)
+        if self.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = self.gpu
         argv = self.settings.engine_command()
-        log.info("starting engine %d: %s --socket %s", self.index, " ".join(argv), self.socket_path)
+        on_gpu = "" if self.gpu is None else f"CUDA_VISIBLE_DEVICES={self.gpu} "
+        log.info("starting engine %d: %s%s --socket %s", self.index, on_gpu, " ".join(argv), self.socket_path)
         self.process = spawn_engine(argv, self.socket_path, env)
         try:
             link = await self._connect()
@@ -152,6 +158,8 @@ class EngineSlot:
             if not await self._await_ready(link):
                 return "did not become ready in time" if not link.closed.done() else "closed before ready"
             self._set_ready(True)
+            log.info("engine %d ready on %s%s", self.index, self.info.device,
+                     f" ({self.info.gpu_uuid})" if self.info.gpu_uuid else "")  # fmt: skip
             return await self._serve(link)
         finally:
             self._set_ready(False)
@@ -248,10 +256,14 @@ async def _wait_exit(process: subprocess.Popen[bytes], timeout_s: float) -> None
 class EnginePool:
     """All engine slots; the gateway's one entry point to the engines."""
 
-    def __init__(self, settings: Settings, metrics: GatewayMetrics) -> None:
+    def __init__(
+        self, settings: Settings, metrics: GatewayMetrics, gpus: Sequence[str | None] | None = None
+    ) -> None:
+        """`gpus`: each engine's CUDA_VISIBLE_DEVICES (default `engine_gpus(settings)`, which may raise)."""
         self.settings = settings
         prefix = f"@vivace-{os.getpid()}-{secrets.token_hex(4)}"
-        self.slots = [EngineSlot(i, settings, metrics, prefix) for i in range(settings.engines)]
+        gpus = engine_gpus(settings) if gpus is None else gpus
+        self.slots = [EngineSlot(i, settings, metrics, prefix, gpus[i]) for i in range(settings.engines)]
         self._tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:

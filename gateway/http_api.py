@@ -389,7 +389,14 @@ async def health(request: Request) -> Response:
 async def ready(request: Request) -> Response:
     state = gateway_state(request)
     engines = [
-        {"engine": slot.index, "ready": slot.ready, "restarts": slot.restarts} for slot in state.pool.slots
+        {
+            "engine": slot.index,
+            "ready": slot.ready,
+            "restarts": slot.restarts,
+            "gpu": slot.gpu,  # its CUDA_VISIBLE_DEVICES; null: the server's own
+            "gpu_uuid": (slot.info.gpu_uuid or None) if slot.info is not None else None,
+        }
+        for slot in state.pool.slots
     ]
     is_ready = state.pool.ready and not state.draining
     status = "ready" if is_ready else ("draining" if state.draining else "not_ready")

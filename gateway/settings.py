@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.gpus import visible_gpus
 from gateway.limits import Limits
 from gateway.protocol import MIN_MAX_LEAD_MS, valid_max_lead_ms
 
@@ -28,6 +29,8 @@ class Settings:
     load_format: str = "auto"
     device: str = "auto"
     engines: int = 1
+    # The GPUs the server was given: CUDA_VISIBLE_DEVICES's entries; None when unset (every GPU of the host).
+    gpus: tuple[str, ...] | None = None
     api_key: str | None = None
     # Browser origins allowed on the WebSocket. Empty: localhost and same-origin only; "*": any.
     allowed_origins: tuple[str, ...] = ()
@@ -161,6 +164,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         load_format=args.load_format,
         device=args.device,
         engines=args.engines,
+        gpus=visible_gpus(environ.get("CUDA_VISIBLE_DEVICES")),
         api_key=args.api_key or None,
         allowed_origins=origins,
         limits=limits,

@@ -1,9 +1,12 @@
 """A stand-in engine that speaks the real link protocol, for gateway tests and overhead benchmarks.
 
-    python -m engine.ipc.fake_engine --socket PATH [--delay-ms N] [--ms-per-frame N]
+    python -m engine.ipc.fake_engine --socket PATH [--delay-ms N] [--ms-per-frame N] [--heartbeat-s S]
+                                     [--gpu-uuid UUID]
 
-It behaves on the wire like `python -m engine` with random weights: Ready at once to every link,
-Heartbeat every second, and for each Submit a quiet 220 Hz int16 tone whose length follows the
+It behaves on the wire like `python -m engine` with random weights: Ready at once to every link (naming
+`--gpu-uuid` as its GPU, none by default), Heartbeat every `--heartbeat-s` (1 s) whose step figures say
+that each request got a frame every `--ms-per-frame` ("talker_decode": (requests generating, ms); left
+out when no frame was generated since the last beat, or frames take no time), and for each Submit a quiet 220 Hz int16 tone whose length follows the
 random-weight length model, frames = ceil(12.5 * chars / 14), 1920 samples (80 ms at 24 kHz) per frame.
 Until EndText arrives it only generates the frames the text so far pays for (floor of the same formula),
 i.e. it waits for text instead of inventing it. Frames appear `--delay-ms` after Submit and then one
@@ -107,13 +110,19 @@ class FakeRequest:
 
 
 class FakeEngine:
-    def __init__(self, endpoint: EngineEndpoint, *, delay_ms: float, ms_per_frame: float) -> None:
+    def __init__(
+        self, endpoint: EngineEndpoint, *, delay_ms: float, ms_per_frame: float, heartbeat_s: float = HEARTBEAT_S,
+        gpu_uuid: str = "",
+    ) -> None:  # fmt: skip
         self.endpoint = endpoint
         self.delay_ns = int(delay_ms * 1e6)
         self.frame_ns = int(ms_per_frame * 1e6)
+        self.heartbeat_s = heartbeat_s
+        self.gpu_uuid = gpu_uuid
         self.requests: dict[tuple[int, int], FakeRequest] = {}
         self.shutdown_at_ns: int | None = None
-        self.next_heartbeat = time.monotonic() + HEARTBEAT_S
+        self.next_heartbeat = time.monotonic() + heartbeat_s
+        self.generating: set[tuple[int, int]] = set()  # requests that got a frame since the last heartbeat
 
     def run(self) -> None:
         while True:
@@ -130,9 +139,15 @@ class FakeEngine:
                 self._handle(link_id, msg)
             self._advance(time.monotonic_ns())
             if time.monotonic() >= self.next_heartbeat:
-                self.next_heartbeat = time.monotonic() + HEARTBEAT_S
-                beat = Heartbeat(time.monotonic_ns(), len(self.requests), 0)
+                self.next_heartbeat = time.monotonic() + self.heartbeat_s
+                beat = Heartbeat(time.monotonic_ns(), len(self.requests), 0, self._step_stats())
                 self.endpoint.send_many((link_id, beat) for link_id in self.endpoint.links())
+
+    def _step_stats(self) -> dict[str, tuple[float, float]]:
+        generating, self.generating = len(self.generating), set()
+        if not generating or not self.frame_ns:
+            return {}
+        return {"talker_decode": (float(generating), self.frame_ns / 1e6)}
 
     def request_shutdown(self, grace_ms: int) -> None:
         deadline = time.monotonic_ns() + grace_ms * 1_000_000
@@ -188,9 +203,12 @@ class FakeEngine:
         out: list[tuple[int, Outbound]] = []
         for key, request in list(self.requests.items()):
             allowed = request.allowed()
+            before = request.generated
             while request.generated < allowed and request.next_frame_ns <= now_ns:
                 request.generated += 1
                 request.next_frame_ns += self.frame_ns
+            if request.generated > before:
+                self.generating.add(key)
             self._publish(request, out)
             if request.text_ended and request.published == allowed:
                 del self.requests[key]
@@ -236,7 +254,8 @@ class FakeEngine:
 
     def _ready(self) -> Ready:
         return Ready(model_id="fake-qwen3-tts", random_weights=True, sample_rate=SAMPLE_RATE, speakers=SPEAKERS,
-                     languages=LANGUAGES, device="cpu", max_batch=64)  # fmt: skip
+                     languages=LANGUAGES, device="cuda" if self.gpu_uuid else "cpu", max_batch=64,
+                     gpu_uuid=self.gpu_uuid)  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -246,13 +265,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True, help='control socket path ("@name": abstract namespace)')
     parser.add_argument("--delay-ms", type=float, default=0.0, help="time from Submit to the first frame")
     parser.add_argument("--ms-per-frame", type=float, default=0.0, help="generation time per 80 ms frame")
+    parser.add_argument("--heartbeat-s", type=float, default=HEARTBEAT_S, help="seconds between heartbeats")
+    parser.add_argument("--gpu-uuid", default="", help="the GPU UUID to report in Ready (default: none, CPU)")
     args = parser.parse_args(argv)
     if args.delay_ms < 0 or args.ms_per_frame < 0:
         parser.error("--delay-ms and --ms-per-frame must be >= 0")
+    if args.heartbeat_s <= 0:
+        parser.error("--heartbeat-s must be > 0")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fake-engine %(levelname)s %(message)s")
     die_with_parent()
     endpoint = EngineEndpoint(args.socket)
-    engine = FakeEngine(endpoint, delay_ms=args.delay_ms, ms_per_frame=args.ms_per_frame)
+    engine = FakeEngine(endpoint, delay_ms=args.delay_ms, ms_per_frame=args.ms_per_frame,
+                        heartbeat_s=args.heartbeat_s, gpu_uuid=args.gpu_uuid)  # fmt: skip
 
     def on_sigterm(signum: int, frame: object) -> None:
         engine.request_shutdown(5000)

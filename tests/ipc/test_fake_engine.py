@@ -181,6 +181,25 @@ async def test_idle_gateway_and_idle_engine_do_not_spin(fake_engine: FakeEngineP
     await link.close()
 
 
+async def test_heartbeats_report_the_frame_time_of_the_requests_generating_and_nothing_when_idle(
+    fake_engine: FakeEngineProcess,
+) -> None:
+    link = await _connect(fake_engine, "--ms-per-frame=10", "--heartbeat-s=0.05")
+    beats: list[Heartbeat] = []
+    link.on_engine_message(lambda msg: beats.append(msg) if isinstance(msg, Heartbeat) else None)
+    queues = [link.subscribe(rid) for rid in (1, 2)]
+    for rid in (1, 2):  # 56 chars: 50 frames, 0.5 s at 10 ms per frame
+        link.send(Submit(rid, "ryan", "english", (1,), 56, True))
+    await asyncio.gather(*(_collect(q) for q in queues))
+    busy = [b.step_stats["talker_decode"] for b in beats if b.step_stats]
+    assert busy and max(busy) == (2.0, 10.0) and all(ms == 10.0 for _, ms in busy)
+    count = len(beats)
+    while len(beats) < count + 2:
+        await asyncio.sleep(0.05)
+    assert beats[-1].step_stats == {} and beats[-1].active_requests == 0
+    await link.close()
+
+
 async def test_text_not_yet_sent_is_waited_for_and_flush_publishes_a_partial_chunk(
     fake_engine: FakeEngineProcess,
 ) -> None:
