@@ -4,8 +4,9 @@ One `EngineSlot` per engine process (one per GPU). Its supervisor task runs the 
 in a loop: spawn the process -> connect an `EngineLink` over its Unix socket -> wait for `Ready`
 -> serve until the link closes (the process died or hung) -> fail its in-flight requests (the link
 pushes `Error(engine_died)` into every subscribed queue) -> kill what is left -> restart after a
-back-off. The pool is ready when every engine is; requests go to the least-loaded ready engine,
-so with several engines a dead one fails only its own requests while the others keep serving.
+back-off. The pool is ready when every engine is; requests go to the ready engine where they are
+predicted to wait least (gateway/routing.py), so with several engines a dead one fails only its own
+requests while the others keep serving.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from engine.ipc.messages import Cancel, Error, Heartbeat, Inbound, Outbound, Rea
 from engine.ipc.process import spawn_engine
 from gateway.gpus import engine_gpus
 from gateway.metrics import GatewayMetrics
+from gateway.routing import EngineLoad, choose, smoothed_frame_ms
 from gateway.settings import Settings
 
 log = logging.getLogger("vivace.engines")
@@ -99,6 +101,7 @@ class EngineSlot:
         self.generation = 0
         self.restarts = 0
         self.last_heartbeat: Heartbeat | None = None
+        self.frame_ms: float | None = None  # smoothed frame time from heartbeats (gateway/routing.py)
         self._last_heartbeat_at = 0.0
         self._next_request_id = 1
         self._stopping = False
@@ -107,6 +110,11 @@ class EngineSlot:
     @property
     def ready(self) -> bool:
         return self.link is not None and self.info is not None and not self.link.closed.done()
+
+    @property
+    def load(self) -> EngineLoad:
+        queued = self.last_heartbeat.queued_requests if self.last_heartbeat is not None else 0
+        return EngineLoad(self.in_flight, queued, self.frame_ms)
 
     def submit(self, submit: Submit) -> EngineRequest:
         link = self.link
@@ -206,6 +214,7 @@ class EngineSlot:
         elif isinstance(msg, Heartbeat):
             self.last_heartbeat = msg
             self._last_heartbeat_at = time.monotonic()
+            self.frame_ms = smoothed_frame_ms(self.frame_ms, msg.step_stats)
             self.metrics.engine_active.set(msg.active_requests, self.label)
             self.metrics.engine_queued.set(msg.queued_requests, self.label)
             for kind, (first, second) in msg.step_stats.items():
@@ -295,11 +304,12 @@ class EnginePool:
         return True
 
     def submit(self, submit: Submit) -> EngineRequest:
-        """Route a new request to the least-loaded ready engine (request_id is assigned there)."""
+        """Route a new request to the ready engine of least predicted wait (gateway/routing.py); the
+        request_id is assigned there."""
         candidates = [slot for slot in self.slots if slot.ready]
         if not candidates:
             raise EngineUnavailable("engine_unavailable", "no engine is ready; try again shortly")
-        return min(candidates, key=lambda slot: slot.in_flight).submit(submit)
+        return candidates[choose([slot.load for slot in candidates])].submit(submit)
 
     async def close(self) -> None:
         for slot in self.slots:
