@@ -98,7 +98,8 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "--engines",
         type=int,
         default=int(env("engines", "1") or 1),
-        help="engine processes, one per GPU (default 1)",
+        help="engine processes, one per GPU: engine i runs on the i-th GPU of CUDA_VISIBLE_DEVICES, or of the "
+        "host when that is unset (default 1)",
     )
     parser.add_argument(
         "--api-key",
