@@ -50,8 +50,8 @@ def host_gpu_count(gpus_dir: Path = HOST_GPUS_DIR) -> int | None:
 def engine_gpus(settings: Settings, host_gpus: int | None = None) -> tuple[str | None, ...]:
     """Each engine's `CUDA_VISIBLE_DEVICES`, in engine order; None: inherit the server's environment.
 
-    `host_gpus` (default: `host_gpu_count()`) is consulted only when the server's own
-    `CUDA_VISIBLE_DEVICES` is unset; None there means unknown, and then engine i simply gets GPU i.
+    `host_gpus`, the GPUs of the host (default: `host_gpu_count()`), counts only when the server's own
+    `CUDA_VISIBLE_DEVICES` is unset. When it cannot be told, engine i simply gets GPU i unchecked.
     """
     n = settings.engines
     if n == 1 or settings.device == "cpu" or settings.fake_engine:

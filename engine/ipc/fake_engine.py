@@ -6,10 +6,11 @@
 It behaves on the wire like `python -m engine` with random weights: Ready at once to every link (naming
 `--gpu-uuid` as its GPU, none by default), Heartbeat every `--heartbeat-s` (1 s) whose step figures say
 that each request got a frame every `--ms-per-frame` ("talker_decode": (requests generating, ms); left
-out when no frame was generated since the last beat, or frames take no time), and for each Submit a quiet 220 Hz int16 tone whose length follows the
-random-weight length model, frames = ceil(12.5 * chars / 14), 1920 samples (80 ms at 24 kHz) per frame.
-Until EndText arrives it only generates the frames the text so far pays for (floor of the same formula),
-i.e. it waits for text instead of inventing it. Frames appear `--delay-ms` after Submit and then one
+out when no frame was generated since the last beat, or frames take no time), and for each Submit a
+quiet 220 Hz int16 tone whose length follows the random-weight length model, frames =
+ceil(12.5 * chars / 14), 1920 samples (80 ms at 24 kHz) per frame. Until EndText arrives it only
+generates the frames the text so far pays for (floor of the same formula), i.e. it waits for text
+instead of inventing it. Frames appear `--delay-ms` after Submit and then one
 every `--ms-per-frame` (0: instantly), and are published in chunks of 2 frames first, then 4; Flush
 publishes whatever is generated, EndText lets it finish with the rest and Done(COMPLETED). Cancel
 answers Done(CANCELLED); Deadline is accepted and ignored. A bad request gets Error(bad_request) then
