@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from engine.ipc.messages import Sampling
+from engine.model.host_copy import device_ids
 from engine.model.rng import seed_tensor
 from engine.model.sampling import RowSettings
 
@@ -85,7 +86,7 @@ class GenerationSlots:
         self.predictor.set(slot, sampling.subtalker_greedy, sampling.subtalker_temperature, sampling.subtalker_top_k)
 
     def index(self, slots: list[int]) -> Tensor:
-        return torch.tensor(slots, dtype=torch.int64, device=self.device)
+        return device_ids(slots, self.device)
 
 
 def check_sampling(sampling: Sampling) -> None:
