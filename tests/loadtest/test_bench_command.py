@@ -19,6 +19,7 @@ from tools.benchkit.points import Point, loadtest_args, parse_points
 from tools.benchkit.report import table
 
 REPO = Path(__file__).resolve().parents[2]
+SHORT_PROMPTS = ("Hello there.", "It is a fine day.", "See you soon.")
 
 BEFORE = """# HELP vivace_requests_total Requests.
 # TYPE vivace_requests_total counter
@@ -91,11 +92,15 @@ def test_table_shows_gpu_seconds_by_kind_when_exported() -> None:
 @pytest.mark.slow
 def test_whole_run_on_cpu_with_the_tiny_model(tmp_path: Path) -> None:
     out = tmp_path / "out"
+    prompts = tmp_path / "short.jsonl"  # short sentences: the tiny model on a shared CPU core is slow
+    prompts.write_text(
+        "".join(f'{{"id": "{n}", "text": "{text}"}}\n' for n, text in enumerate(SHORT_PROMPTS))
+    )
     command = [
         sys.executable, "tools/bench_h200.py", "--out", str(out), "--raw-dir", str(tmp_path / "raw"),
         "--points", "http:1@3,ws:1@3", "--warmup", "1", "--cooldown", "0", "--request-timeout", "30",
         "--budget", "150", "--ready-timeout", "120", "--model", "tiny", "--device", "cpu",
-        "--load-format", "auto", "--", "--log-level", "warning",
+        "--load-format", "auto", "--loadtest-args", f"--prompts {prompts}", "--", "--log-level", "warning",
     ]  # fmt: skip
     run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=180)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
@@ -115,6 +120,7 @@ def test_whole_run_on_cpu_with_the_tiny_model(tmp_path: Path) -> None:
         assert any(k.startswith("vivace_engine_step_seconds") for k in point["metrics"]["gauges"])
         assert (tmp_path / "raw" / point["name"] / "summary.json").exists()
     assert "--playback-reports" in record["points"][1]["loadtest_command"]
+    assert record["config"]["loadtest_args"] == f"--prompts {prompts}"
     assert (out / "gateway.log").exists() and (out / "bench.md").exists()
 
     last = run.stdout.rstrip().splitlines()[-4:]
