@@ -25,7 +25,7 @@ WHEELS=(
   "orjson==${ORJSON:-3.13.0}"
 )
 
-git check-ignore -q "$DEST/x.whl" || echo "/$DEST/" >>.git/info/exclude
+git check-ignore -q "$DEST/x.whl" || echo "/$DEST/" >>"$(git rev-parse --git-path info/exclude)"
 mkdir -p "$DEST"
 for spec in "${WHEELS[@]}"; do
   rm -f "$DEST/${spec%%==*}"-*.whl  # keep one version of each
