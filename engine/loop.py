@@ -29,6 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from torch.profiler import record_function
+
 from engine.executors import Executors, RequestInputs, StepResult
 from engine.executors.inflight import DeviceTimeline, InFlight
 from engine.ipc.messages import (
@@ -125,6 +127,7 @@ class EngineLoop:
         self._next_heartbeat = 0.0
         self.max_in_flight = max_in_flight
         self.on_turn = on_turn
+        self.on_close: Callable[[], None] | None = None  # at the end of `serve` (the profiler's summary)
         self.timeline = DeviceTimeline()  # launched plans until their end events fire; device time per kind
         self.host_plan_s = 0.0  # host time planning and launching (cumulative)
         self.turns = 0
@@ -145,6 +148,8 @@ class EngineLoop:
         self._fail_all("shutdown", "the engine shut down before the request finished")
         self._flush(endpoint)
         self._wait_for_backlog(endpoint, timeout_s=1.0)
+        if self.on_close is not None:
+            self.on_close()
         return 0
 
     def step(self) -> bool:
@@ -274,7 +279,8 @@ class EngineLoop:
     def _launch(self, plan: Plan) -> None:
         started = time.perf_counter()
         try:
-            step = self.executors.launch(plan, self._inputs)
+            with record_function(f"plan:{plan.kind.label}"):  # the profiler's per-kind attribution; ~free otherwise
+                step = self.executors.launch(plan, self._inputs)
             self._failed_steps = 0
         except Exception as error:  # noqa: BLE001 - the rows fail with the reason; repeated failure is fatal
             self._failed_steps += 1

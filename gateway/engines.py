@@ -94,6 +94,7 @@ class EngineSlot:
         self.generation = 0
         self.restarts = 0
         self.last_heartbeat: Heartbeat | None = None
+        self._cumulative: dict[str, tuple[float, float]] = {}  # last engine totals per heartbeat key
         self._last_heartbeat_at = 0.0
         self._next_request_id = 1
         self._stopping = False
@@ -205,11 +206,30 @@ class EngineSlot:
                     pool = kind.removeprefix("slots.")
                     self.metrics.engine_slots_free.set(first, self.label, pool)
                     self.metrics.engine_slots_total.set(second, self.label, pool)
+                elif kind.startswith(("gpu.", "host.", "codec.")):  # cumulative since the engine started
+                    self._count_cumulative(kind, first, second)
                 else:
                     self.metrics.engine_batch_size.set(first, self.label, kind)
                     self.metrics.engine_step_seconds.set(second / 1000.0, self.label, kind)
         elif isinstance(msg, Error):
             log.error("engine %d reported %s: %s", self.index, msg.code, msg.message)
+
+    def _count_cumulative(self, key: str, count: float, seconds: float) -> None:
+        """Engine totals since its start -> gateway counters (a restarted engine starts again from zero)."""
+        previous = self._cumulative.get(key, (0.0, 0.0))
+        if count < previous[0] or seconds < previous[1]:
+            previous = (0.0, 0.0)
+        self._cumulative[key] = (count, seconds)
+        delta_count, delta_seconds = count - previous[0], seconds - previous[1]
+        group, name = key.split(".", 1)
+        m = self.metrics
+        if group == "gpu":
+            m.engine_gpu_seconds_total.inc(self.label, name, amount=delta_seconds)
+            m.engine_plans_total.inc(self.label, name, amount=delta_count)
+        elif group == "host":
+            m.engine_host_seconds_total.inc(self.label, name, amount=delta_seconds)
+        elif name == "over_budget":
+            m.engine_codec_over_budget_total.inc(self.label, amount=delta_count)
 
     def _set_ready(self, ready: bool) -> None:
         self.metrics.engine_ready.set(1.0 if ready else 0.0, self.label)

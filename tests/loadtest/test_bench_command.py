@@ -118,6 +118,9 @@ def test_whole_run_on_cpu_with_the_tiny_model(tmp_path: Path) -> None:
         assert point["gpu"] is None and point["gpu_util_mean"] is None  # no GPU here
         assert point["metrics"]["interval_s"] == pytest.approx(3.0, abs=1.0)
         assert any(k.startswith("vivace_engine_step_seconds") for k in point["metrics"]["gauges"])
+        # Device time per work kind (the wall time of CPU work here) grows over the window.
+        gpu = {k: v for k, v in point["metrics"]["counters"].items() if k.startswith("vivace_engine_gpu_seconds")}
+        assert any('kind="code_predict"' in k and v > 0 for k, v in gpu.items()), gpu
         assert (tmp_path / "raw" / point["name"] / "summary.json").exists()
     assert "--playback-reports" in record["points"][1]["loadtest_command"]
     assert record["config"]["loadtest_args"] == f"--prompts {prompts}"
