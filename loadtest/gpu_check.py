@@ -62,9 +62,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     cache = model.talker.new_cache(slots_n, args.context + 8)
     codes = new_code_buffer(slots_n, 64, model.device)
     t0 = time.perf_counter()
-    fast_talker = TalkerGraphs(
-        model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256)
-    )
+    fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256))
     fast_cp = CodePredictorGraphs(model, slots, codes, BATCHES)
     fast_talker.decode_steps.capture()
     fast_cp.capture()
@@ -135,13 +133,9 @@ def check_twins(env: dict[str, Any]) -> dict[str, float | bool]:
     cache.kv.copy_(saved[0])
     restore(slots, saved[1])
     cache.lengths[:] = saved[2]
-    env["plain_talker"].decode(
-        rows, lengths, [3] * b, [1000 + i for i in rows], [False] * b, read_tokens=False
-    )
+    env["plain_talker"].decode(rows, lengths, [3] * b, [1000 + i for i in rows], [False] * b, read_tokens=False)
     out["talker_decode_hidden"] = relative_l2(fast_hidden, slots.hidden[:b])
-    out["talker_decode_logits"] = relative_l2(
-        model.talker.logits(fast_hidden), model.talker.logits(slots.hidden[:b])
-    )
+    out["talker_decode_logits"] = relative_l2(model.talker.logits(fast_hidden), model.talker.logits(slots.hidden[:b]))
     out["talker_decode_kv"] = relative_l2(fast_kv, cache.kv[:, :, :b])
     if env["prefill_error"] is None:
         out.update(check_prefill(env))
@@ -155,10 +149,7 @@ def check_prefill(env: dict[str, Any]) -> dict[str, float]:
     model, slots, fast_talker = env["model"], env["slots"], env["fast_talker"]
     out: dict[str, float] = {}
     rows = [0, 1, 2, 3]
-    embeds = [
-        torch.randn(n, model.config.talker.hidden_size, device=DEVICE, dtype=model.dtype)
-        for n in (40, 64, 33, 51)
-    ]
+    embeds = [torch.randn(n, model.config.talker.hidden_size, device=DEVICE, dtype=model.dtype) for n in (40, 64, 33, 51)]
     samplings, seeds = [Sampling()] * 4, [1, 2, 3, 4]
     fast_talker.prefill(rows[:4], embeds, samplings, seeds)
     fast_hidden, fast_code0 = slots.hidden[:4].clone(), slots.code0[:4].clone()
@@ -215,30 +206,18 @@ def check_code_predictor(env: dict[str, Any], lengths: list[int]) -> dict[str, f
 def measure(env: dict[str, Any], context: int) -> dict[str, Any]:
     model, cache = env["model"], env["cache"]
     fast_talker, fast_cp = env["fast_talker"], env["fast_cp"]
-    kv_per_position = (
-        2
-        * model.config.talker.num_layers
-        * model.config.talker.num_kv_heads
-        * model.config.talker.head_dim
-        * 2
-    )
-    talker_weights = (
-        nbytes(model.talker.model.layers) + nbytes(model.talker.model.norm) + nbytes(model.talker.codec_head)
-    )
+    kv_per_position = 2 * model.config.talker.num_layers * model.config.talker.num_kv_heads * model.config.talker.head_dim * 2
+    talker_weights = nbytes(model.talker.model.layers) + nbytes(model.talker.model.norm) + nbytes(model.talker.codec_head)
     cp = model.code_predictor
     groups = cp.config.num_code_groups - 1
     cp_bytes = groups * (nbytes(cp.model.layers) + nbytes(cp.small_to_mtp_projection) + nbytes(cp.lm_head[0]))
     gen = torch.Generator().manual_seed(1)
     result: dict[str, Any] = {"talker_decode": {}, "code_predict": {}, "talker_prefill": {}}
     for b in BATCHES:
-        lengths = torch.randint(
-            context // 2, context, (b,), generator=gen
-        ).tolist()  # mixed, up to the context
+        lengths = torch.randint(context // 2, context, (b,), generator=gen).tolist()  # mixed, up to the context
         fill_state(env, lengths + [0] * (max(BATCHES) - b))
         rows = list(range(b))
-        fast_talker.inputs.load(
-            b, kv_slot=rows, position=lengths, text=[1000] * b, frame=[2] * b, eos_never=[1] * b
-        )
+        fast_talker.inputs.load(b, kv_slot=rows, position=lengths, text=[1000] * b, frame=[2] * b, eos_never=[1] * b)
         ms = cuda_median_ms(lambda b=b: fast_talker.decode_steps.replay(b), repeats=50, warmup=5)
         floor = (talker_weights + kv_per_position * sum(lengths)) / COPY_BANDWIDTH * 1e3
         result["talker_decode"][b] = {"ms": ms, "floor_ms": floor, "mean_context": sum(lengths) / b}
@@ -261,24 +240,16 @@ def cost_table(timings: dict[str, Any], codec: dict[str, Any] | None, commit: st
     return {
         "name": "h200_fast",
         "description": "Fast path (fused Triton kernels, CUDA graphs) on one H200, Qwen3-TTS-12Hz-1.7B, bf16, "
-        "random weights; written by loadtest/gpu_check.py from its own measurements.",
+                       "random weights; written by loadtest/gpu_check.py from its own measurements.",
         "sources": {
             "talker_decode": f"gpu_check, graph replay medians, mixed per-request context up to 512 (commit {commit})",
             "code_predict": f"gpu_check, one graph per frame (15 steps + sampling), medians (commit {commit})",
             "talker_prefill": f"gpu_check, prefill graphs per (batch, bucket), total padded tokens (commit {commit})",
-            "codec_chunk": "gpu_check codec section"
-            if codec
-            else "copied from h200_plain.json (codec not measured here)",
+            "codec_chunk": "gpu_check codec section" if codec else "copied from h200_plain.json (codec not measured here)",
         },
         "step_overhead_ms": plain.get("step_overhead_ms", 0.1),
-        "talker_decode": {
-            "batch": list(BATCHES),
-            "ms": [round(timings["talker_decode"][b]["ms"], 4) for b in BATCHES],
-        },
-        "code_predict": {
-            "batch": list(BATCHES),
-            "ms": [round(timings["code_predict"][b]["ms"], 4) for b in BATCHES],
-        },
+        "talker_decode": {"batch": list(BATCHES), "ms": [round(timings["talker_decode"][b]["ms"], 4) for b in BATCHES]},
+        "code_predict": {"batch": list(BATCHES), "ms": [round(timings["code_predict"][b]["ms"], 4) for b in BATCHES]},
         "talker_prefill": {"tokens": [t for t, _ in prefill], "ms": [round(m, 4) for _, m in prefill]},
         "codec_chunk": (codec or {}).get("codec_chunk", plain["codec_chunk"]),
     }
@@ -301,12 +272,7 @@ def table(timings: dict[str, Any]) -> str:
 
 def git_commit() -> str:
     try:
-        return (
-            subprocess.run(
-                ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
-            ).stdout.strip()
-            or "unknown"
-        )
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
     except OSError:
         return "unknown"
 
@@ -348,9 +314,7 @@ def dry_run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="gpu_check.json", help="raw JSON results")
-    p.add_argument(
-        "--costs", default=None, help="write the cost-model JSON here (e.g. engine/costs/h200_fast.json)"
-    )
+    p.add_argument("--costs", default=None, help="write the cost-model JSON here (e.g. engine/costs/h200_fast.json)")
     p.add_argument("--context", type=int, default=512, help="largest talker context of the decode timings")
     p.add_argument("--skip-talker", action="store_true")
     p.add_argument("--skip-codec", action="store_true")
@@ -391,9 +355,7 @@ def main(argv: list[str] | None = None) -> int:
             talker_section(args, section)
             ok = not section["failures"]
             if args.costs:
-                Path(args.costs).write_text(
-                    json.dumps(cost_table(section["timings"], codec, commit), indent=2) + "\n"
-                )
+                Path(args.costs).write_text(json.dumps(cost_table(section["timings"], codec, commit), indent=2) + "\n")
         except Exception:  # noqa: BLE001
             section["error"] = traceback.format_exc()
             ok = False
