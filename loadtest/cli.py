@@ -229,12 +229,18 @@ def build_parser() -> argparse.ArgumentParser:
     soak.add_argument("--duration", type=parse_duration, default=60.0, help="load time (default 60s)")
     soak.add_argument("--warmup", type=parse_duration, default=15.0, help="before the baseline (default 15s)")
     soak.add_argument(
-        "--rate", type=_positive(float), default=1.0, help="clients started per second (default 1)"
+        "--rate", type=_positive(float), default=0.5, help="clients started per second (default 0.5)"
     )
     soak.add_argument("--max-clients", type=_positive(int), default=32, help="in-flight cap")
-    soak.add_argument("--timeout", type=parse_duration, default=60.0, help="per-client limit")
+    soak.add_argument("--timeout", type=parse_duration, default=120.0, help="per-client limit (default 120s)")
     soak.add_argument("--seed", type=int, default=0)
     soak.add_argument("--out", type=Path, default=None, help="JSON report with every sample")
+    soak.add_argument(
+        "--malloc",
+        choices=("fixed", "default"),
+        default="fixed",
+        help="fixed: glibc malloc thresholds pinned in the server (default; see loadtest/soak.py)",
+    )
     soak.add_argument(
         "--server-arg",
         action="append",
@@ -298,6 +304,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 server_args=tuple(args.server_arg),
                 out=args.out,
+                malloc=args.malloc,
             )
         )
     raise AssertionError(args.command)

@@ -14,6 +14,12 @@ when:
   - any slot of any pool is not free `--settle` (5 s) after the load stopped;
   - the server does not exit 0 on SIGTERM.
 It prints a table of the figures and writes them, with every sample, to `--out` as JSON.
+
+glibc: by default the server runs with fixed malloc thresholds (`GLIBC_FIXED`). With glibc's dynamic mmap
+threshold a CPU engine's heap keeps freed tensor memory, so its RSS climbs to a high-water mark of
+fragmentation that hides or fakes a leak; fixed thresholds return freed memory, so what still grows is
+memory still referenced. `--malloc default` measures the server exactly as deployed (docs/reliability.md
+has both figures).
 """
 
 from __future__ import annotations
@@ -50,19 +56,21 @@ MIX: dict[str, int] = {
     "ws_slow": 1,
 }
 REPO = Path(__file__).resolve().parent.parent
+GLIBC_FIXED = {"MALLOC_MMAP_THRESHOLD_": "131072", "MALLOC_TRIM_THRESHOLD_": "131072"}
 
 
 @dataclass(frozen=True)
 class SoakOptions:
     duration_s: float = 60.0
     warmup_s: float = 15.0
-    rate: float = 1.0  # clients started per second (open loop, Poisson)
+    rate: float = 0.5  # clients started per second (open loop, Poisson): within a 2-core CPU's means
     max_clients: int = 32  # arrivals beyond this many in flight are skipped (and counted)
-    timeout_s: float = 60.0  # per client
+    timeout_s: float = 120.0  # per client
     settle_s: float = 5.0
     max_rss_growth: float = 0.10
     slack: int = 2  # descriptors and threads may differ from the baseline by this much
     seed: int = 0
+    malloc: str = "fixed"  # "fixed": GLIBC_FIXED in the server's environment; "default": glibc as it is
     max_chars: int = 90  # prompts are cut to this many characters (whole words)
     server_args: tuple[str, ...] = ()
     out: Path | None = None
@@ -92,7 +100,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(extra: tuple[str, ...], ready_within_s: float = 300.0) -> Server:
+def start_server(extra: tuple[str, ...], env_extra: dict[str, str], ready_within_s: float = 300.0) -> Server:
     port = _free_port()
     fd, log_name = tempfile.mkstemp(prefix="vivace-soak-", suffix=".log")
     command = [
@@ -107,7 +115,7 @@ def start_server(extra: tuple[str, ...], ready_within_s: float = 300.0) -> Serve
         "cpu",
         *extra,
     ]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VIVACE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VIVACE_")} | env_extra
     with os.fdopen(fd, "wb") as log:
         proc = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
     server = Server(proc, port, Path(log_name))
@@ -305,6 +313,7 @@ async def _soak(options: SoakOptions, server: Server) -> dict[str, Any]:
         "final": {k: asdict(v) for k, v in final.items() if v is not None},
         "peak_private": _peaks(samples, "private_bytes"),
         "outcomes": _count(load.outcomes),
+        "seconds": _durations(load.outcomes),
         "failures": [asdict(o) | {"phase": p} for p, o in load.outcomes if o.failed][:50],
         "clients": len(load.outcomes),
         "skipped_arrivals": load.skipped,
@@ -332,6 +341,17 @@ def _count(outcomes: list[tuple[str, sc.Outcome]]) -> dict[str, dict[str, int]]:
     for _, outcome in outcomes:
         table.setdefault(outcome.kind, Counter())[outcome.result] += 1
     return {kind: dict(counter) for kind, counter in sorted(table.items())}
+
+
+def _durations(outcomes: list[tuple[str, sc.Outcome]]) -> dict[str, dict[str, float]]:
+    """Per client kind: median and longest time from start to the final answer, in seconds."""
+    by_kind: dict[str, list[float]] = {}
+    for _, outcome in outcomes:
+        by_kind.setdefault(outcome.kind, []).append(outcome.seconds)
+    return {
+        kind: {"p50": round(sorted(values)[len(values) // 2], 2), "max": round(max(values), 2)}
+        for kind, values in sorted(by_kind.items())
+    }
 
 
 def check(report: dict[str, Any], options: SoakOptions) -> list[str]:
@@ -366,7 +386,8 @@ def check(report: dict[str, Any], options: SoakOptions) -> list[str]:
 def render(report: dict[str, Any], problems: list[str]) -> str:
     mib = 1 << 20
     lines = [
-        f"soak: {report['load_seconds']} s of load at {report['options']['rate']} clients/s, "
+        f"soak: {report['load_seconds']} s of load at {report['options']['rate']} clients/s "
+        f"(glibc malloc {report['options']['malloc']}), "
         f"{report['clients']} clients ({report['skipped_arrivals']} arrivals skipped at the in-flight cap)",
         "",
         "| process | private RSS after warm-up | at end | peak | fds | threads | shm resident | mapped /dev/shm |",
@@ -381,9 +402,11 @@ def render(report: dict[str, Any], problems: list[str]) -> str:
             f"| {before['rss_shmem_bytes'] / mib:.1f} -> {after.get('rss_shmem_bytes', 0) / mib:.1f} MiB "
             f"| {before['shm_bytes'] / mib:.1f} -> {after.get('shm_bytes', 0) / mib:.1f} MiB |"
         )
-    lines += ["", "| client | results |", "|---|---|"]
+    lines += ["", "| client | results | seconds p50 / max |", "|---|---|---|"]
     for kind, results in report["outcomes"].items():
-        lines.append(f"| {kind} | {', '.join(f'{r} {n}' for r, n in sorted(results.items()))} |")
+        took = report["seconds"][kind]
+        counts = ", ".join(f"{r} {n}" for r, n in sorted(results.items()))
+        lines.append(f"| {kind} | {counts} | {took['p50']:.1f} / {took['max']:.1f} |")
     settled = report["settled_seconds"]
     lines += [
         "",
@@ -395,7 +418,7 @@ def render(report: dict[str, Any], problems: list[str]) -> str:
 
 
 def run_soak(options: SoakOptions) -> int:
-    server = start_server(options.server_args)
+    server = start_server(options.server_args, GLIBC_FIXED if options.malloc == "fixed" else {})
     try:
         report = asyncio.run(_soak(options, server))
     finally:

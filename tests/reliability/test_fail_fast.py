@@ -67,7 +67,8 @@ def test_a_real_engine_that_cannot_start_stops_the_server_with_its_error() -> No
         assert 200 not in seen
         assert log.count("starting engine 0") == 3, log
         summary = log[log.index("error: engine 0 failed to start 3 times") :]
-        assert "unrecognized arguments: --no-such-flag" in summary, summary  # the engine's own words, repeated
+        # the engine's own words, repeated
+        assert "unrecognized arguments: --no-such-flag" in summary, summary
         assert not engines_of(server.proc.pid)
     finally:
         server.stop()
