@@ -29,6 +29,7 @@ from collections.abc import Callable
 from engine.ipc.client import ENGINE_DIED, LINK_CLOSED, EngineLink, LinkClosed, LinkFull
 from engine.ipc.messages import Cancel, Error, Heartbeat, Inbound, Outbound, Ready, Shutdown, Submit
 from engine.ipc.process import spawn_engine
+from engine.ipc.segment import SharedMemoryFull
 from gateway.engine_stderr import StderrTail
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
@@ -136,6 +137,7 @@ class EngineSlot:
         self.last_heartbeat: Heartbeat | None = None
         self._last_heartbeat_at = 0.0
         self._next_request_id = 1
+        self._connect_error: str | None = None  # why the last link could not be made, if not "not listening"
         self._stopping = False
         self.ready_changed = asyncio.Event()
 
@@ -205,7 +207,7 @@ class EngineSlot:
         try:
             link = await self._connect()
             if link is None:
-                return "exited before accepting a link", served
+                return self._connect_error or "exited before accepting a link", served
             self.link = link
             link.on_engine_message(self._on_engine_message)
             if not await self._await_ready(link):
@@ -222,11 +224,15 @@ class EngineSlot:
     async def _connect(self) -> EngineLink | None:
         deadline = time.monotonic() + self.settings.engine_start_timeout_s
         assert self.process is not None
+        self._connect_error = None
         while time.monotonic() < deadline and not self._stopping:
             if self.process.poll() is not None:
                 return None
             try:
                 return await EngineLink.connect(self.socket_path)
+            except SharedMemoryFull as error:  # retrying will not help; a failed start
+                self._connect_error = f"could not link to it: {error.strerror}"
+                return None
             except OSError:  # not listening yet (or a handshake cut short by a dying engine)
                 await asyncio.sleep(CONNECT_RETRY_S)
         return None
