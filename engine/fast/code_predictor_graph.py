@@ -24,7 +24,7 @@ layers round); off the GPU every kernel runs its PyTorch twin.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +33,7 @@ from torch import Tensor, nn
 from engine.executors.slots import GenerationSlots
 from engine.fast.decoder import fuse_layers, rope_tables, run_layers
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
-from engine.fast.kernels import use_triton
+from engine.fast.kernels import INTERPRET, use_triton
 from engine.fast.kernels.cp_attention import cp_attention
 from engine.fast.kernels.decode_attention import decode_attention
 from engine.fast.kernels.gemv import GemvConfig, gemv
@@ -168,9 +168,14 @@ class CodePredictorGraphs:
         k = self.kernels
         rows = index.shape[0] if index is not None else x.shape[0]
         small = rows <= k.gemv_max_rows
+        config = k.gemv.get(name, GemvConfig())
+        # The interpreter runs programs one by one in Python: there, one program per product (same code).
+        if INTERPRET:
+            columns = weight.shape[0] // (2 if silu_mul else 1)
+            config = replace(config, block_n=max(config.block_n, 1 << (columns - 1).bit_length()))
         if not use_triton(x) or (small and (norm is None or rows <= k.prologue_max_rows)):
             y, total = gemv(x, weight, index=index, residual=residual, norm_weight=norm, eps=eps, bias=bias,
-                            silu_mul=silu_mul, config=k.gemv.get(name))  # fmt: skip
+                            silu_mul=silu_mul, config=config)  # fmt: skip
             return y, (x if total is None else total) if norm is not None else None
         if index is not None:
             x = x[index]
@@ -178,7 +183,7 @@ class CodePredictorGraphs:
         if norm is not None:
             x, total = rms_norm(x.contiguous(), norm, eps, residual)
         if small:
-            y, _ = gemv(x, weight, bias=bias, silu_mul=silu_mul, config=k.gemv.get(name))
+            y, _ = gemv(x, weight, bias=bias, silu_mul=silu_mul, config=config)
         else:
             y = F.linear(x, weight, bias)
             y = swiglu(y) if silu_mul else y

@@ -36,10 +36,17 @@ if HAVE_TRITON:
     def _norm_rope(x, x_rot, w, w_rot, c, s, eps, d, D: tl.constexpr, DTYPE: tl.constexpr):
         """Heads [GP, D] (and their rotate-half partners) -> normed, rotated heads, rounded as the plain ops."""
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps)  # [GP]
-        n = round_to(w[None, :] * round_to(x * rstd[:, None], DTYPE), DTYPE)
-        n_rot = round_to(w_rot[None, :] * round_to(x_rot * rstd[:, None], DTYPE), DTYPE)
+        n = w[None, :] * (
+            x * rstd[:, None]
+        )  # fp32 twins: no rounding (and no nested calls in the interpreter)
+        n_rot = w_rot[None, :] * (x_rot * rstd[:, None])
+        if DTYPE != tl.float32:  # noqa: SIM300
+            n = round_to(w[None, :] * round_to(x * rstd[:, None], DTYPE), DTYPE)
+            n_rot = round_to(w_rot[None, :] * round_to(x_rot * rstd[:, None], DTYPE), DTYPE)
         n_rot = tl.where(d[None, :] < D // 2, -n_rot, n_rot)  # rotate_half: [-x2, x1]
-        return round_to(round_to(n * c[None, :], DTYPE) + round_to(n_rot * s[None, :], DTYPE), DTYPE)
+        if DTYPE != tl.float32:  # noqa: SIM300
+            return round_to(round_to(n * c[None, :], DTYPE) + round_to(n_rot * s[None, :], DTYPE), DTYPE)
+        return n * c[None, :] + n_rot * s[None, :]
 
     @triton.jit
     def _cp_attention_kernel(

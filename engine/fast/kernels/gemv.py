@@ -40,20 +40,11 @@ if HAVE_TRITON:
     from engine.fast.kernels.snake import TRITON_DTYPES, round_to
 
     @triton.jit
-    def _load_rows(x_rows, res_rows, kk, mask, HAS_RESIDUAL: tl.constexpr, DTYPE: tl.constexpr):
-        """[BLOCK_R, BLOCK_K] of x (+ residual, rounded like the plain add), fp32."""
-        x = tl.load(x_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32)
-        if HAS_RESIDUAL:
-            x = round_to(x + tl.load(res_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32), DTYPE)
-        return x
-
-    @triton.jit
-    def _product(x, w, USE_DOT: tl.constexpr, DTYPE: tl.constexpr, PRECISION: tl.constexpr):
-        """x [BR,BK] fp32 (values exact in DTYPE), w [BN,BK] -> x @ w^T [BR,BN] fp32."""
-        if USE_DOT:
-            return tl.dot(x.to(DTYPE), tl.trans(w.to(DTYPE)), out_dtype=tl.float32, input_precision=PRECISION)
-        else:
-            return tl.sum(x[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+    def _rounded(v, DTYPE: tl.constexpr):
+        """fp32 values rounded to DTYPE where the plain ops round (no call at all for fp32 twins)."""
+        if DTYPE != tl.float32:  # noqa: SIM300
+            v = round_to(v, DTYPE)
+        return v
 
     @triton.jit
     def _gemv_kernel(
@@ -81,7 +72,11 @@ if HAVE_TRITON:
             for k0 in tl.static_range(0, K, BLOCK_K):
                 kk = k0 + tl.arange(0, BLOCK_K)
                 mask = r_mask[:, None] & (kk < K)[None, :]
-                s = _load_rows(x_rows, res_rows, kk, mask, HAS_RESIDUAL, DTYPE)
+                s = tl.load(x_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32)
+                if HAS_RESIDUAL:  # rounded like the plain add
+                    s = _rounded(
+                        s + tl.load(res_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32), DTYPE
+                    )
                 if HAS_RESIDUAL:  # noqa: SIM102 (constexpr, then a runtime condition)
                     if pid == 0:
                         tl.store(sum_ptr + r[:, None] * K + kk[None, :], s.to(DTYPE), mask=mask)
@@ -94,20 +89,31 @@ if HAVE_TRITON:
             kk = k0 + tl.arange(0, BLOCK_K)
             k_mask = kk < K
             mask = r_mask[:, None] & k_mask[None, :]
-            x = _load_rows(x_rows, res_rows, kk, mask, HAS_RESIDUAL, DTYPE)
+            x = tl.load(x_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32)
+            if HAS_RESIDUAL:
+                x = _rounded(x + tl.load(res_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32), DTYPE)
             if HAS_NORM:
                 weight = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-                x = round_to(weight[None, :] * round_to(x * rstd[:, None], DTYPE), DTYPE)
+                x = _rounded(weight[None, :] * _rounded(x * rstd[:, None], DTYPE), DTYPE)
             w_mask = n_mask[:, None] & k_mask[None, :]
             w = tl.load(w_rows + kk[None, :], mask=w_mask, other=0.0)
-            acc += _product(x, w, USE_DOT, DTYPE, PRECISION)
             if SILU_MUL:
                 w_up = tl.load(w_rows + n_out * K + kk[None, :], mask=w_mask, other=0.0)
-                acc_up += _product(x, w_up, USE_DOT, DTYPE, PRECISION)
+            if USE_DOT:  # x holds values exact in DTYPE: the cast back is lossless
+                acc += tl.dot(
+                    x.to(DTYPE), tl.trans(w.to(DTYPE)), out_dtype=tl.float32, input_precision=PRECISION
+                )
+                if SILU_MUL:
+                    acc_up += tl.dot(x.to(DTYPE), tl.trans(w_up.to(DTYPE)), out_dtype=tl.float32,
+                                     input_precision=PRECISION)  # fmt: skip
+            else:
+                acc += tl.sum(x[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+                if SILU_MUL:
+                    acc_up += tl.sum(x[:, None, :] * w_up.to(tl.float32)[None, :, :], axis=2)
 
         if SILU_MUL:  # silu(gate) rounded, times up (each GEMM output rounded first), as `silu_mul`
-            gate = round_to(acc, DTYPE)
-            y = round_to(gate / (1.0 + tl.exp(-gate)), DTYPE) * round_to(acc_up, DTYPE)
+            gate = _rounded(acc, DTYPE)
+            y = _rounded(gate / (1.0 + tl.exp(-gate)), DTYPE) * _rounded(acc_up, DTYPE)
         elif HAS_BIAS:
             y = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
         else:
