@@ -71,3 +71,31 @@ def test_the_fused_sampler_draws_only_inside_the_top_k_and_reaches_all_of_it() -
     for k in (1, 3, 5):
         drawn = {rank for rank, row_k in zip(ranks, top_k, strict=True) if row_k == k}
         assert drawn == set(range(k)), f"top_k {k}: ranks drawn {sorted(drawn)}"
+
+
+FRAME_PATHS = """
+import copy, json, torch
+from engine.executors.code_predictor import CodePredictorExecutor
+from engine.executors.slots import new_code_buffer
+from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
+from engine.model.weights import load_model
+from tests.fast.test_code_predictor_graph import _slots
+torch.set_num_threads(1)
+model = load_model("tiny")
+plain_slots = _slots(model, 4)
+fast_slots = copy.deepcopy(plain_slots)
+plain_codes, fast_codes = new_code_buffer(4, 2, model.device), new_code_buffer(4, 2, model.device)
+# 2 frame rows: the first step's 4 token rows go to cuBLAS with the norm kernel, later steps' 2 rows to
+# gemv with the norm apart; the default frame covers the norm prologue.
+kernels = FrameKernels(gemv_max_rows=2, prologue_max_rows=1)
+CodePredictorGraphs(model, fast_slots, fast_codes, (2,), kernels=kernels).predict([3, 1], [0, 2], [1, 0])
+CodePredictorExecutor(model, plain_slots, plain_codes, max_batch=2).predict([3, 1], [0, 2], [1, 0])
+print(json.dumps({"codes": bool(torch.equal(fast_codes, plain_codes)), "written": bool(fast_codes.ne(0).any()),
+                  "embed": float((fast_slots.frame_embed - plain_slots.frame_embed).abs().max())}))
+"""
+
+
+def test_the_fused_frame_with_norms_apart_and_cublas_products_equals_the_plain_executor() -> None:
+    result = _interpreted(FRAME_PATHS)
+    assert result["codes"] and result["written"]
+    assert result["embed"] < 1e-5
