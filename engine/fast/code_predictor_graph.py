@@ -59,7 +59,7 @@ class FrameKernels:
     gemv_max_rows: int = 64  # up to here products run in `gemv`; above, cuBLAS
     prologue_max_rows: int = 16  # up to here the RMSNorm runs inside the product; above, its own kernel
     gemv: Mapping[str, GemvConfig] = field(default_factory=lambda: dict(DEFAULT_GEMV))
-    radix_bits: int = 4  # the sampler's top-k search: 32 / radix_bits counting passes
+    radix_bits: int = 2  # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates
 
 
 class CodePredictorGraphs:

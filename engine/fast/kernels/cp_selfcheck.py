@@ -112,7 +112,7 @@ def check_cp_kernels(
     embed = rand(vocab, input_size)
     for r in rows:
         mismatches, acc_error = 0, 0.0
-        for group in (1, 8, 15):
+        for group, radix_bits in ((1, 2), (8, 4), (15, 3)):  # every group with its own search width
             scores = rand(r, vocab, scale=2.0)
             scores[:, 5:9] = scores[:, 5:6]  # a tie that some thresholds fall on
             row = torch.arange(r, device=device)
@@ -125,7 +125,7 @@ def check_cp_kernels(
             acc = torch.randn(r, input_size, generator=gen).to(device)
             acc_ref = acc.clone()
             sample(scores, greedy, temperature, top_k, top_k_cap, seeds, frames, group, out=codes[:, group],
-                   table=embed, acc=acc)  # fmt: skip
+                   table=embed, acc=acc, radix_bits=radix_bits)  # fmt: skip
             tokens = sample_reference(scores, greedy, temperature, top_k, top_k_cap, seeds, frames, group,
                                       table=embed, acc=acc_ref)  # fmt: skip
             mismatches += int((codes[:, group] != tokens).sum())

@@ -188,7 +188,9 @@ def gemv(
     block_r = max(16 if use_dot else 1, triton.next_power_of_2(rows))
     block_n = max(16, config.block_n) if use_dot else config.block_n
     block_k = min(config.block_k, triton.next_power_of_2(k))
-    if not use_dot:  # the broadcast product holds BR*BN*BK values: keep it near 64 per thread
+    if use_dot:  # the x tile [BR, BK] is loaded as fp32 before the cast: keep it near 64 values per thread
+        block_k = max(16, min(block_k, 64 * 32 * config.num_warps // block_r))
+    else:  # the broadcast product holds BR*BN*BK values: keep it near 64 per thread
         block_k = max(16, min(block_k, 64 * 32 * config.num_warps // (block_r * block_n)))
     _gemv_kernel[(triton.cdiv(n_out, block_n),)](
         x, index if index is not None else x, residual if residual is not None else x,

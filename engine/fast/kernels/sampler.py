@@ -56,19 +56,21 @@ if HAVE_TRITON:
         warped = tl.where(valid, warped, float("-inf"))
 
         # Order-preserving int image of fp32: negative values get their magnitude bits flipped; -0.0 joins +0.0.
+        # Keys stay int32 (the counting passes are [2^bits, V] compares); bounds and candidates are int64.
         bits = warped.to(tl.int32, bitcast=True)
-        key = (bits ^ ((bits >> 31) & 0x7FFFFFFF)).to(tl.int64)
+        key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
         key = tl.where(warped == 0.0, 0, key)
         limited = (top_k > 0) & (top_k <= tl.minimum(vocab, CAP))
         # Invariant: count(key >= lo) >= k and count(key > hi) < k; lo ends on the k-th largest key.
-        lo = tl.min(tl.where(valid, key, 2147483647), axis=0)
-        hi = tl.max(tl.where(valid, key, -2147483648), axis=0)
+        lo = tl.min(tl.where(valid, key, 2147483647), axis=0).to(tl.int64)
+        hi = tl.max(tl.where(valid, key, -2147483647), axis=0).to(tl.int64)
         if limited:
             digits = tl.arange(0, 1 << RADIX_BITS).to(tl.int64)  # candidate j: lo + ceil(j * width / 2^bits)
             for _ in tl.static_range((32 + RADIX_BITS - 1) // RADIX_BITS):
                 width = hi - lo + 1
                 cand = lo + ((digits * width + (1 << RADIX_BITS) - 1) >> RADIX_BITS)  # [2^bits], ascending
-                above = (key[None, :] >= cand[:, None]) & valid[None, :]
+                # every candidate <= hi + 1 <= key(+inf) + 1 fits int32: compare in 32 bits
+                above = (key[None, :] >= cand.to(tl.int32)[:, None]) & valid[None, :]
                 ok = tl.sum(above.to(tl.int32), axis=1) >= top_k  # true for j = 0, then monotone
                 next_hi = tl.min(tl.where(ok, hi, cand - 1), axis=0)
                 lo = tl.max(tl.where(ok, cand, lo), axis=0)
@@ -123,7 +125,7 @@ def sample_reference(
 def sample(
     scores: Tensor, greedy: Tensor, temperature: Tensor, top_k: Tensor, cap: int, seeds: Tensor,
     frames: Tensor, group: int, *, out: Tensor | None = None, table: Tensor | None = None,
-    acc: Tensor | None = None, radix_bits: int = 4,
+    acc: Tensor | None = None, radix_bits: int = 2,
 ) -> Tensor:  # fmt: skip
     """scores [B,V] (last dim contiguous), greedy [B] bool, temperature [B,1] fp32, top_k/seeds/frames [B]
     int64 -> tokens [B] int64 (written into `out` [B] int64, any stride, when given). With `table` [V',H]
