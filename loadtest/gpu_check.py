@@ -30,6 +30,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -134,9 +135,11 @@ def fp32_reference(env: dict[str, Any]) -> dict[str, Any]:
     c = model.config.talker
     slots = GenerationSlots(max(BATCHES), c.hidden_size, c.vocab_size, device=model.device, dtype=torch.float32)
     cache = talker32.new_cache(max(BATCHES), env["cache"].max_len)
-    model32 = copy.copy(model)  # shares config and code predictor; only the talker is fp32
-    model32.talker = talker32
-    return dict(talker=talker32, slots=slots, cache=cache, executor=TalkerExecutor(model32, slots, cache))
+    # What TalkerExecutor reads of a model: its talker and config (a shallow copy of the nn.Module would share
+    # its submodule table, and replacing the talker there would replace the bf16 model's too).
+    model32 = SimpleNamespace(talker=talker32, config=model.config)
+    return dict(talker=talker32, slots=slots, cache=cache,
+                executor=TalkerExecutor(model32, slots, cache))  # type: ignore[arg-type]
 
 
 def load_reference(ref: dict[str, Any], saved: tuple[Any, ...]) -> None:

@@ -35,9 +35,9 @@ class TalkerExecutor:
 
     def prefill(self, kv_slots: list[int], embeds: list[Tensor], samplings: list[Sampling], seeds: list[int]) -> None:
         """embeds[i] [L_i,H]: the prompt rows of request i (`generate.embed_prefill`), into slot kv_slots[i]."""
-        for slot, sampling, seed in zip(kv_slots, samplings, seeds, strict=True):
+        for slot in kv_slots:
             self.cache.reset(slot)
-            self.slots.start(slot, sampling, seed)
+        self.slots.start_many(kv_slots, samplings, seeds)
         lengths = [e.shape[0] for e in embeds]
         x = torch.nn.utils.rnn.pad_sequence(embeds, batch_first=True)  # [B,Lmax,H], zero rows after each prompt
         hidden = self.talker(x, self.cache, self.cache.prefill_batch(kv_slots, lengths))  # [B,Lmax,H]

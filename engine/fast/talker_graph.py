@@ -107,9 +107,9 @@ class TalkerGraphs:
         bucket = padded_size(max(lengths), self.buckets)
         if min(lengths) < 1 or len(lengths) != len(kv_slots):
             raise ValueError("a prefill needs one non-empty prompt per KV slot")
-        for slot, sampling, seed in zip(kv_slots, samplings, seeds, strict=True):
+        for slot in kv_slots:
             self.cache.reset(slot)
-            self.slots.start(slot, sampling, seed)
+        self.slots.start_many(kv_slots, samplings, seeds)
         check_top_k([s.top_k for s in samplings], self.top_k_cap, self.config.vocab_size)
         for part in split_cohort(len(kv_slots), self.prefill_sizes):
             size = padded_size(len(part), self.prefill_sizes)

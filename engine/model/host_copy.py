@@ -17,7 +17,11 @@ from torch import Tensor
 def device_ids(values: Sequence[int] | Sequence[bool], device: torch.device | str,
                dtype: torch.dtype = torch.int64) -> Tensor:  # fmt: skip
     """values [n] -> a [n] tensor of `dtype` on `device`; on CUDA the copy is queued, not waited for."""
-    host = torch.tensor(values, dtype=dtype)
+    return to_device(torch.tensor(values, dtype=dtype), device)
+
+
+def to_device(host: Tensor, device: torch.device | str) -> Tensor:
+    """A host tensor -> `device`, through pinned memory and a non-blocking copy on CUDA."""
     if torch.device(device).type != "cuda":
         return host.to(device)
     return host.pin_memory().to(device, non_blocking=True)
