@@ -105,6 +105,7 @@ class EngineSettings:
     heartbeat_s: float = 1.0
     shutdown_grace_ms: int = 5000
     log_level: str = "info"
+    cp_kernels: str = "layers"  # code-predictor fast path: layers (fused layer stack) | fused (frame kernels)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
     codec_stream: bool = True  # CUDA: codec chunks on a stream of their own, beside the generation steps
     sync_debug: str = "off"  # CUDA: "warn" logs every host-device synchronisation (torch sync debug mode)
@@ -140,6 +141,7 @@ class EngineSettings:
         if self.max_in_flight < 1 or self.profile_steps < 1 or self.profile_after_s < 0:
             raise ValueError("max_in_flight and profile_steps must be >= 1, profile_after_s >= 0")
         _check_choice("sync_debug", self.sync_debug, ("off", "warn"))
+        _check_choice("cp_kernels", self.cp_kernels, ("layers", "fused"))
         SilenceConfig(threshold_dbfs=self.silence_threshold_dbfs, max_trim_ms=self.max_trim_ms)  # validates
 
     # ------------------------------------------------------------ derived sizes
@@ -300,6 +302,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-in-flight", type=int, default=d.max_in_flight,
                    help="plans queued on the GPU before the host waits for the oldest (host planning of step k+1 "
                         "overlaps the GPU's step k)")
+    p.add_argument("--cp-kernels", default=d.cp_kernels, choices=("layers", "fused"),
+                   help="code-predictor fast path: layers (the fused layer stack, cuBLAS products) or fused (about "
+                        "28 kernels per step: Triton products with folded norms, short attention, one-kernel "
+                        "sampler; longer start-up while Triton compiles)")
     p.add_argument("--no-codec-stream", dest="codec_stream", action="store_false",
                    help="run codec chunks on the generation stream instead of a CUDA stream of their own")
     p.add_argument("--sync-debug", default=d.sync_debug, choices=("off", "warn"),

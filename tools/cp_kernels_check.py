@@ -356,6 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=170.0, help="stop starting new work after this long")
     p.add_argument("--repeats", type=int, default=30, help="timed replays per frame measurement")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny fp32 model, twins: checks only")
+    p.add_argument("--skip-kernels", action="store_true", help="skip section 1 (its compiles take minutes)")
+    p.add_argument("--skip-sweep", action="store_true", help="skip section 3")
+    p.add_argument("--variants", type=int, default=0, help="time only the first N frame variants (0: all)")
     args = p.parse_args(argv)
     clock = Clock(args.budget_s)
     device = "cpu" if args.dry_run else "cuda"
@@ -369,8 +372,9 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[str] = []
     sections: list[str] = []
     try:
-        report["kernels"] = check_kernels(device)
-        failures += report["kernels"]["failures"]
+        if not args.skip_kernels:
+            report["kernels"] = check_kernels(device)
+            failures += report["kernels"]["failures"]
     except Exception:  # noqa: BLE001
         report["kernels"] = {"error": traceback.format_exc()[-3000:]}
         failures.append("kernels section crashed")
@@ -382,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
                        for p in m.parameters())  # fmt: skip
         report["floor_ms"] = (cp.config.num_code_groups - 1) * per_step / COPY_BANDWIDTH * 1e3
         kernels = variants({})
+        if args.variants:
+            kernels = dict(list(kernels.items())[: args.variants])
         if device == "cpu":
             from engine.fast.code_predictor_graph import CodePredictorGraphs
 
@@ -398,20 +404,21 @@ def main(argv: list[str] | None = None) -> int:
             failures.append("teacher-forced section crashed")
         if device == "cuda":
             report["frames"] = frames(env, graphs, args.repeats)
-            try:  # optional: what the tile shapes would give, with whatever time is left
-                result = sweep(env, clock, budget_s=min(40.0, clock.left() - 30))
-                best = result.pop("_best")
-                report["sweep"] = result
-                extra = {k: v for k, v in variants(best).items() if k not in kernels}
-                more, captured = capture(env, extra, clock, deadline_s=args.budget_s - 15)
-                report["capture"].update(captured)
-                timed = frames(env, {"layers (previous)": graphs["layers (previous)"], **more}, args.repeats)
-                for name in more:
-                    report["frames"]["ms"][name] = timed["ms"][name]
-                    report["frames"]["codes_agree_with_layers"][name] = timed["codes_agree_with_layers"][name]
-            except Exception:  # noqa: BLE001
-                report["sweep"] = {"error": traceback.format_exc()[-3000:]}
-                sections.append("sweep")
+            if not args.skip_sweep:
+                try:
+                    result = sweep(env, clock, budget_s=min(40.0, clock.left() - 30))
+                    best = result.pop("_best")
+                    report["sweep"] = result
+                    extra = {k: v for k, v in variants(best).items() if k not in kernels}
+                    more, captured = capture(env, extra, clock, deadline_s=args.budget_s - 15)
+                    report["capture"].update(captured)
+                    timed = frames(env, {"layers (previous)": graphs["layers (previous)"], **more}, args.repeats)
+                    for name in more:
+                        report["frames"]["ms"][name] = timed["ms"][name]
+                        report["frames"]["codes_agree_with_layers"][name] = timed["codes_agree_with_layers"][name]
+                except Exception:  # noqa: BLE001
+                    report["sweep"] = {"error": traceback.format_exc()[-3000:]}
+                    sections.append("sweep")
     report["failures"] = failures + [f"{s} section crashed" for s in sections]
     report["elapsed_s"] = clock.elapsed()
     Path(args.out).write_text(json.dumps(report, indent=1, default=str) + "\n")

@@ -60,10 +60,12 @@ class Executors:
     def __init__(self, model: Qwen3TTS, *, kv_slots: int, streams: int, max_context: int, max_frames: int,
                  max_batch: int, silence: SilenceConfig, fast: FastPath = FastPath(),  # noqa: B008
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
-                 top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True) -> None:  # fmt: skip
+                 top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True,
+                 cp_kernels: str = "layers") -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
         `codec_precision` must match the dtype the codec was loaded in (`executors.codec.codec_dtype`);
-        `codec_stream`: on CUDA, codec chunks run on a stream of their own, beside the generation steps."""
+        `codec_stream`: on CUDA, codec chunks run on a stream of their own, beside the generation steps;
+        `cp_kernels`: the code predictor's fast path, "layers" or "fused" (engine/fast/code_predictor_graph.py)."""
         if model.codec is None:
             raise ValueError("the engine needs a model loaded with its codec")
         if fast.any and shapes is None:
@@ -82,7 +84,7 @@ class Executors:
         self.codec_stream = torch.cuda.Stream(model.device) if cuda and codec_stream else self.generation_stream
         # Imported here: engine.fast.talker_graph and code_predictor_graph import engine.executors.slots, so a
         # module-level import would be circular for whoever imports engine.fast first.
-        from engine.fast.code_predictor_graph import CodePredictorGraphs
+        from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
         from engine.fast.talker_graph import TalkerGraphs
 
         self.talker: TalkerExecutor | TalkerGraphs
@@ -97,7 +99,8 @@ class Executors:
         if fast.code_predictor:
             assert shapes is not None
             self.code_predictor = CodePredictorGraphs(model, self.generation, self.codes, shapes.batch,
-                                                      top_k_cap=top_k_cap)  # fmt: skip
+                                                      top_k_cap=top_k_cap,
+                                                      kernels=FrameKernels(fused=cp_kernels == "fused"))  # fmt: skip
         else:
             self.code_predictor = CodePredictorExecutor(model, self.generation, self.codes, max_batch)
         codec_shapes = (shapes.codec_batch, shapes.codec_frames) if fast.codec and shapes is not None else None
