@@ -1,13 +1,17 @@
-"""The engine loop: drain the inbound rings, schedule, execute, publish. One thread, one step at a time.
+"""The engine loop: drain the inbound rings, schedule, execute, publish. One thread, one plan at a time.
 
     while serving:
         1. drain    every inbound record: Submit -> admit, text/flush/cancel/deadline -> scheduler
-                    (blocks in the endpoint's epoll only when the last turn had nothing to run)
-        2. plan     scheduler.plan(now): one work kind, a batch of rows
-        3. execute  executors.run(plan): tensors in, Outcome (+ int16 PCM for codec chunks) out
-        4. publish  scheduler.complete(plan, outcome); Audio to the gateway; Done / Error for every request
-                    that ended; a Heartbeat every `heartbeat_s`
+                    (blocks in the endpoint's epoll only when nothing ran and nothing is in flight)
+        2. plan     finish the plans whose device work ended (their end event fired); scheduler.plan(now):
+                    one work kind, a batch of rows
+        3. execute  executors.launch(plan): kernels queued between two CUDA events, nothing waited for;
+                    codec audio and EOS reads come back later through pinned memory (`deferred` plans)
+        4. publish  Audio, then scheduler.complete(plan, outcome); Done / Error for every request that
+                    ended; a Heartbeat every `heartbeat_s`
 
+The host waits for the device only when `max_in_flight` plans are queued (it then blocks on the oldest),
+or when nothing can be planned before a plan in flight ends: host planning of step k+1 overlaps step k.
 The scheduler never touches tensors or the clock, the executors never decide anything, the loop never
 encodes bytes (engine.ipc does). Request ids: the gateway's ids are unique per link only, so each Submit
 gets an engine-wide id here and a `Route` back to (link, gateway id).

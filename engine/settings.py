@@ -99,7 +99,7 @@ class EngineSettings:
     max_trim_ms: float = 2000.0
     skip_silent_first_frame: bool = False
     admission: str = "auto"  # auto: on for cuda, off for cpu (the cost table is measured on a GPU)
-    fast_path: str = "auto"  # auto: code predictor and codec on cuda with Triton, nothing on cpu (fast_path_for)
+    fast_path: str = "auto"  # auto: talker, code predictor and codec on cuda with Triton, nothing on cpu
     codec_precision: str = "tf32"  # bf16: bf16 codec; tf32 / fp32: fp32 codec, TF32 on / off (CUDA only)
     costs: str = "auto"  # auto: the fast-path table when the talker and code-predictor fast paths run
     heartbeat_s: float = 1.0
@@ -286,10 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--admission", default=d.admission, choices=ADMISSION,
                    help="predictive admission control (auto: on for cuda, off for cpu)")
     p.add_argument("--fast-path", default=d.fast_path, choices=FAST_PATHS,
-                   help="GPU fast path (CUDA graphs, Triton kernels). auto: code predictor and codec when the "
-                        "device is CUDA and Triton imports, off on CPU (the talker's bf16 drift is past its bound; "
-                        "docs/engine.md); on: talker too, on any device (CPU runs the kernels' PyTorch twins); off: "
-                        "plain PyTorch")
+                   help="GPU fast path (CUDA graphs, Triton kernels). auto: talker, code predictor and codec when "
+                        "the device is CUDA and Triton imports, nothing on CPU (docs/engine.md); on: all three on "
+                        "any device (CPU runs the kernels' PyTorch twins); off: plain PyTorch")
     p.add_argument("--codec-precision", default=d.codec_precision, choices=CODEC_PRECISIONS,
                    help="codec arithmetic: bf16 (bf16 weights and activations), tf32 (fp32 weights, TF32 convs and "
                         "matmuls on CUDA), fp32 (fp32, TF32 off); on CPU tf32 and fp32 are the same")

@@ -56,7 +56,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     from engine.executors.code_predictor import CodePredictorExecutor
     from engine.executors.slots import GenerationSlots, new_code_buffer
     from engine.executors.talker import TalkerExecutor
-    from engine.fast.code_predictor_graph import CodePredictorGraphs
+    from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
     from engine.fast.talker_graph import TalkerGraphs
     from engine.model.weights import load_model
 
@@ -68,7 +68,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     codes = new_code_buffer(slots_n, 64, model.device)
     t0 = time.perf_counter()
     fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256))
-    fast_cp = CodePredictorGraphs(model, slots, codes, BATCHES)
+    # The engine's default code-predictor path (--cp-kernels layers); tools/cp_kernels_check.py times the fused one.
+    fast_cp = CodePredictorGraphs(model, slots, codes, BATCHES, kernels=FrameKernels(fused=False))
     fast_talker.decode_steps.capture()
     fast_cp.capture()
     prefill_error = None
