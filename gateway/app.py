@@ -12,7 +12,7 @@ import contextlib
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
@@ -24,7 +24,7 @@ from starlette.websockets import WebSocket
 
 from gateway import http_api
 from gateway import protocol as p
-from gateway.engines import EnginePool, EngineUnavailable
+from gateway.engines import EnginePool, EngineStartFailure, EngineUnavailable
 from gateway.gpus import engine_gpus
 from gateway.metrics import GatewayMetrics
 from gateway.model_source import locate_model
@@ -150,16 +150,21 @@ async def drain(state: GatewayState) -> None:
         await asyncio.sleep(0.02)
 
 
-def create_app(settings: Settings) -> Starlette:
+def create_app(
+    settings: Settings, on_engine_failure: Callable[[EngineStartFailure], None] | None = None
+) -> Starlette:
     """Build the app; raises ModelMissing when the model's files are not available, NotEnoughGpus
-    when --engines asks for more GPUs than the server was given."""
+    when --engines asks for more GPUs than the server was given.
+
+    `on_engine_failure` is called when an engine cannot start (see gateway.engines): the server should stop.
+    """
     source = locate_model(settings)
     gpus = engine_gpus(settings)
     metrics = GatewayMetrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        pool = EnginePool(settings, metrics, gpus)
+        pool = EnginePool(settings, metrics, gpus, on_failure=on_engine_failure)
         app.state.gateway = GatewayState(settings=settings, metrics=metrics, pool=pool, source=source)
         pool.start()
         try:

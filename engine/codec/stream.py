@@ -118,7 +118,7 @@ class CodecStatePool:
         slot = self._free.popleft()
         for tensor in self.tensors.values():
             tensor[slot].zero_()
-        self.positions[slot] = 0
+        self.positions[slot : slot + 1].zero_()  # a kernel; a Python scalar written in would sync
         self._host_positions[slot] = 0
         self._allocated[slot] = True
         return slot

@@ -111,6 +111,17 @@ async def test_two_engines_of_unequal_speed_share_requests_by_speed_not_evenly()
 
 
 def test_the_per_frame_kinds_are_step_figures_the_engine_reports() -> None:
-    from engine.loop import KIND_NAMES  # the engine's names for Heartbeat.step_stats
+    from engine.request import WorkKind  # WorkKind.label: the engine's names for Heartbeat.step_stats
 
-    assert set(PER_FRAME_KINDS) <= set(KIND_NAMES.values())
+    assert set(PER_FRAME_KINDS) <= {k.label for k in WorkKind}
+
+
+def test_cumulative_heartbeat_totals_are_not_frame_times() -> None:
+    # "gpu.*" / "host.*" / "codec.*" are totals since the engine started (gateway counters), not step means.
+    totals = {
+        "gpu.talker_decode": (5000.0, 40.0),
+        "gpu.code_predict": (5000.0, 60.0),
+        "host.plan": (9.0, 1.0),
+    }
+    assert frame_ms_sample(totals) is None
+    assert smoothed_frame_ms(12.0, totals) == 12.0
