@@ -27,7 +27,11 @@ from gateway.g711 import alaw_encode, mulaw_encode
 from gateway.resample import ENGINE_RATE, OUTPUT_RATES, Resampler
 
 RAW_CODECS = ("pcm_s16le", "pcm_f32le", "mulaw", "alaw")
-AV_CODECS = {"mp3": ("libmp3lame", "mp3", "s16p"), "aac": ("aac", "adts", "fltp"), "flac": ("flac", "flac", "s16")}
+AV_CODECS = {
+    "mp3": ("libmp3lame", "mp3", "s16p"),
+    "aac": ("aac", "adts", "fltp"),
+    "flac": ("flac", "flac", "s16"),
+}
 CODECS = (*RAW_CODECS, "wav", "opus", *AV_CODECS)
 MEDIA_TYPES = {
     "pcm_s16le": "audio/pcm",
@@ -128,13 +132,13 @@ class OggOpusEncoder:
         except OpusUnavailable as exc:
             raise FormatUnavailable(str(exc)) from None
         self._ogg = OggOpusMuxer(self._opus.pre_skip)
-        self.samples_out = 0  # at 48 kHz, the rate every Opus decoder outputs
+        self.samples_out = 0  # at the 24 kHz input rate (decoders output 48 kHz, twice as many)
 
     def start(self) -> bytes:
         return self._ogg.start()
 
     def audio(self, pcm: bytes) -> bytes:
-        self.samples_out += len(pcm)  # 2 bytes per 24 kHz sample = 2 samples at 48 kHz
+        self.samples_out += len(pcm) // 2
         return self._ogg.pages(self._opus.encode(pcm))
 
     def finish(self) -> bytes:

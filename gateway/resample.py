@@ -19,7 +19,9 @@ class Resampler:
 
     def __init__(self, rate: int, quality: str = "HQ") -> None:
         if rate not in OUTPUT_RATES:
-            raise ValueError(f"unsupported sample rate {rate}; supported: {', '.join(map(str, OUTPUT_RATES))}")
+            raise ValueError(
+                f"unsupported sample rate {rate}; supported: {', '.join(map(str, OUTPUT_RATES))}"
+            )
         self.rate = rate
         self._stream = None
         if rate != ENGINE_RATE:
