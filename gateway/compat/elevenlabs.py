@@ -166,8 +166,10 @@ class ElevenLabsSocket(CompatSocket):
     def _reply_id(self, ctx: CompatContext) -> str | None:
         return ctx.context_id if self.multi else None
 
-    def audio_message(self, ctx: CompatContext, data: bytes, chars: list[CharTiming], start_s: float) -> str:
-        return wire.audio_reply(self._reply_id(ctx), data, chars, start_s)
+    def audio_messages(
+        self, ctx: CompatContext, data: bytes, chars: list[CharTiming], start_s: float
+    ) -> list[str]:
+        return [wire.audio_reply(self._reply_id(ctx), data, chars, start_s)]
 
     def final_messages(self, ctx: CompatContext, data: bytes, chars: list[CharTiming]) -> list[str]:
         replies = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from starlette.routing import Route, WebSocketRoute
 
-from gateway.compat import elevenlabs
+from gateway.compat import cartesia, elevenlabs
 
 _TTS = "/v1/text-to-speech/{voice_id}"
 
@@ -15,4 +15,6 @@ ROUTES: list[Route | WebSocketRoute] = [
     Route(_TTS + "/stream", elevenlabs.convert, methods=["POST"]),
     Route(_TTS + "/stream/with-timestamps", elevenlabs.stream_with_timestamps, methods=["POST"]),
     Route(_TTS + "/with-timestamps", elevenlabs.convert_with_timestamps, methods=["POST"]),
+    WebSocketRoute("/tts/websocket", cartesia.websocket),
+    Route("/tts/bytes", cartesia.tts_bytes, methods=["POST"]),
 ]

@@ -123,9 +123,13 @@ class CompatSynthesis(Synthesis):
         data = ctx.header + ctx.encoder.audio(pcm)
         ctx.header = b""
         chars = ctx.timeline.audio(samples / ENGINE_RATE)
-        message = self.socket.audio_message(ctx, data, chars, start_s) if data or chars else ""
-        if not self.outbox.put(AudioOut(ctx, message.encode(), samples), len(message)):
-            self._on_overflow()
+        messages = self.socket.audio_messages(ctx, data, chars, start_s) if data or chars else []
+        for index, message in enumerate(messages or [""]):  # "" only carries the sample count
+            if not self.outbox.put(
+                AudioOut(ctx, message.encode(), samples if index == 0 else 0), len(message)
+            ):
+                self._on_overflow()
+                return
 
     def _on_done(self, ctx: Context, done: Done) -> None:
         try:
@@ -186,8 +190,10 @@ class CompatSocket:
     def handle(self, text: str) -> None:
         raise NotImplementedError
 
-    def audio_message(self, ctx: CompatContext, data: bytes, chars: list[CharTiming], start_s: float) -> str:
-        """One audio reply: `data` in the context's format, `chars` timed in context seconds, the
+    def audio_messages(
+        self, ctx: CompatContext, data: bytes, chars: list[CharTiming], start_s: float
+    ) -> list[str]:
+        """The replies for one chunk of audio: `data` in the context's format, `chars` timed in context seconds, the
         message's audio starting at `start_s` in the context."""
         raise NotImplementedError
 
