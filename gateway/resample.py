@@ -27,10 +27,13 @@ class Resampler:
         if rate != ENGINE_RATE:
             import soxr  # small wheel; imported here so 24 kHz-only servers never load it
 
-            self._stream = soxr.ResampleStream(ENGINE_RATE, rate, 1, dtype="int16", quality=quality)
+            # float32 inside, rounded here: soxr's own int16 output is dithered (random), and a
+            # stream must give the same samples however it is cut into chunks.
+            self._stream = soxr.ResampleStream(ENGINE_RATE, rate, 1, dtype="float32", quality=quality)
 
     def process(self, pcm: bytes, *, last: bool = False) -> np.ndarray:
         samples = np.frombuffer(pcm, dtype="<i2")
         if self._stream is None:
             return samples
-        return np.asarray(self._stream.resample_chunk(samples, last=last), dtype=np.int16)
+        out = self._stream.resample_chunk(samples.astype(np.float32) / 32768.0, last=last)
+        return np.clip(np.rint(out * 32768.0), -32768, 32767).astype(np.int16)
