@@ -108,8 +108,10 @@ class CartesiaSocket(CompatSocket):
             messages.append(wire.timestamps(ctx.context_id, timed))
         return messages
 
-    def final_messages(self, ctx: CompatContext, data: bytes, chars: list[CharTiming]) -> list[str]:
-        messages = self.audio_messages(ctx, data, chars, ctx.timeline.audio_s)
+    def final_messages(
+        self, ctx: CompatContext, data: bytes, chars: list[CharTiming], start_s: float
+    ) -> list[str]:
+        messages = self.audio_messages(ctx, data, chars, start_s)
         words = self.words.get(ctx.context_id)
         if words is not None and (last := words.finish()):
             messages.append(wire.timestamps(ctx.context_id, last))

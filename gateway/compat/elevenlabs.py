@@ -39,7 +39,6 @@ from gateway.encoders import FormatUnavailable, OutputFormat, make_encoder
 from gateway.engines import EngineUnavailable
 from gateway.http_common import HttpError, check_api_key, error_response, gateway_state
 from gateway.oneshot import EngineFailed, EngineStreamingResponse, PcmStream, build_submit, open_request
-from gateway.resample import ENGINE_RATE
 from gateway.state import GatewayState
 from gateway.voices import UnknownName, resolve_language, resolve_voice
 
@@ -171,12 +170,10 @@ class ElevenLabsSocket(CompatSocket):
     ) -> list[str]:
         return [wire.audio_reply(self._reply_id(ctx), data, chars, start_s)]
 
-    def final_messages(self, ctx: CompatContext, data: bytes, chars: list[CharTiming]) -> list[str]:
-        replies = (
-            [wire.audio_reply(self._reply_id(ctx), data, chars, ctx.timeline.audio_s)]
-            if data or chars
-            else []
-        )
+    def final_messages(
+        self, ctx: CompatContext, data: bytes, chars: list[CharTiming], start_s: float
+    ) -> list[str]:
+        replies = [wire.audio_reply(self._reply_id(ctx), data, chars, start_s)] if data or chars else []
         return [*replies, wire.final_reply(self._reply_id(ctx))]
 
     def error_message(self, error: CompatError) -> str:
@@ -249,10 +246,13 @@ async def _respond(request: Request, with_timestamps: bool, streamed: bool) -> R
     async def chunks() -> AsyncIterator[tuple[bytes, list[CharTiming]]]:
         header = encoder.start()
         async for chunk in pcm:
+            before = encoder.samples_out
             data = header + encoder.audio(chunk)
             header = b""
-            yield data, timeline.audio(len(chunk) / 2 / ENGINE_RATE)
-        yield header + encoder.finish(), timeline.finish()
+            yield data, timeline.audio((encoder.samples_out - before) / output.sample_rate)
+        before = encoder.samples_out
+        data = header + encoder.finish()
+        yield data, timeline.audio((encoder.samples_out - before) / output.sample_rate) + timeline.finish()
 
     if not with_timestamps:
 

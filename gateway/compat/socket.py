@@ -63,6 +63,7 @@ class CompatContext(Context):
 
     encoder: StreamEncoder | None = None
     header: bytes = b""  # the encoder's header bytes, sent with the first audio
+    output_rate: int = ENGINE_RATE  # the rate `encoder.samples_out` counts in
     timeline: CharTimeline = field(default_factory=CharTimeline)
     spoke: bool = False  # whether any non-space text was received (leading spaces are not spoken)
 
@@ -120,9 +121,11 @@ class CompatSynthesis(Synthesis):
             return
         samples = len(pcm) // 2
         start_s = ctx.timeline.audio_s
+        before = ctx.encoder.samples_out
         data = ctx.header + ctx.encoder.audio(pcm)
         ctx.header = b""
-        chars = ctx.timeline.audio(samples / ENGINE_RATE)
+        # Timings follow the audio as sent (a resampler delays its output a little).
+        chars = ctx.timeline.audio((ctx.encoder.samples_out - before) / ctx.output_rate)
         messages = self.socket.audio_messages(ctx, data, chars, start_s) if data or chars else []
         for index, message in enumerate(messages or [""]):  # "" only carries the sample count
             if not self.outbox.put(
@@ -197,7 +200,9 @@ class CompatSocket:
         message's audio starting at `start_s` in the context."""
         raise NotImplementedError
 
-    def final_messages(self, ctx: CompatContext, data: bytes, chars: list[CharTiming]) -> list[str]:
+    def final_messages(
+        self, ctx: CompatContext, data: bytes, chars: list[CharTiming], start_s: float
+    ) -> list[str]:
         """The replies that complete a context: the encoder's tail, the last timings, the end marker."""
         raise NotImplementedError
 
@@ -370,6 +375,7 @@ class CompatSocket:
             created_ns=time.monotonic_ns(),
             max_lead_ms=self.state.settings.max_lead_ms,
             encoder=encoder,
+            output_rate=output.sample_rate,
         )
         self.contexts.next_stream += 1
         self.contexts.add(ctx)
@@ -450,9 +456,12 @@ class CompatSocket:
     def complete(self, ctx: CompatContext) -> None:
         """The engine finished the context: the encoder's tail, the last timings, the final message(s)."""
         assert ctx.encoder is not None
+        start_s = ctx.timeline.audio_s
+        before = ctx.encoder.samples_out
         tail = ctx.header + ctx.encoder.finish()
         ctx.header = b""
-        for message in self.final_messages(ctx, tail, ctx.timeline.finish()):
+        chars = ctx.timeline.audio((ctx.encoder.samples_out - before) / ctx.output_rate)
+        for message in self.final_messages(ctx, tail, chars + ctx.timeline.finish(), start_s):
             self._queue_audio(ctx, message, 0)
         self.metrics.requests_total.inc(self.endpoint, "completed")
         self.contexts.finish(ctx, "completed")
