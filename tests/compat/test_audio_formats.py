@@ -119,9 +119,9 @@ def test_vendor_format_names_map_to_codecs_rates_and_bitrates() -> None:
     for bad in ("pcm_11025", "wav_44100", "mp3_48000_320", ""):
         with pytest.raises(FormatError):
             elevenlabs_format(bad or "nope")
-    assert cartesia_format({"container": "raw", "encoding": "pcm_f32le", "sample_rate": 44100}) == OutputFormat(
-        "pcm_f32le", 44100
-    )
+    assert cartesia_format(
+        {"container": "raw", "encoding": "pcm_f32le", "sample_rate": 44100}
+    ) == OutputFormat("pcm_f32le", 44100)
     assert cartesia_format({"container": "raw", "encoding": "pcm_alaw", "sample_rate": 8000}).codec == "alaw"
     assert cartesia_format({"container": "mp3", "sample_rate": 44100, "bit_rate": 64000}).bitrate == 64000
     for bad in ({"container": "ogg"}, {"encoding": "pcm_s24le"}, {"sample_rate": 11025}, "raw"):

@@ -39,11 +39,15 @@ async def collect(ws: ClientConnection, finals: int, timeout_s: float = 60) -> l
 
 
 def audio_of(messages: list[dict[str, Any]], context_id: str | None) -> bytes:
-    return b"".join(base64.b64decode(m["audio"]) for m in messages if m.get("audio") and m.get("contextId") == context_id)
+    return b"".join(
+        base64.b64decode(m["audio"]) for m in messages if m.get("audio") and m.get("contextId") == context_id
+    )
 
 
 def chars_of(messages: list[dict[str, Any]], context_id: str | None, key: str = "alignment") -> str:
-    return "".join("".join(m[key]["chars"]) for m in messages if m.get(key) and m.get("contextId") == context_id)
+    return "".join(
+        "".join(m[key]["chars"]) for m in messages if m.get(key) and m.get("contextId") == context_id
+    )
 
 
 async def test_multi_stream_contexts_run_concurrently_with_pcm_at_the_asked_rate_and_alignment(
@@ -129,7 +133,9 @@ async def test_close_socket_finishes_every_context_then_closes(gateway: GatewayP
         ("/v1/text-to-speech/ryan/stream-input?inactivity_timeout=never", "invalid_value"),
     ],
 )
-async def test_bad_handshakes_are_refused_with_a_clear_error(gateway: GatewayProcess, path: str, code: str) -> None:
+async def test_bad_handshakes_are_refused_with_a_clear_error(
+    gateway: GatewayProcess, path: str, code: str
+) -> None:
     with pytest.raises(InvalidStatus) as info:
         async with connect(f"ws://127.0.0.1:{gateway.port}{path}"):
             pass
@@ -139,7 +145,9 @@ async def test_bad_handshakes_are_refused_with_a_clear_error(gateway: GatewayPro
 
 def test_http_stream_answers_mp3_at_livekits_default_format(gateway: GatewayProcess) -> None:
     url = gateway.http + "/v1/text-to-speech/ryan/stream?output_format=mp3_22050_32"
-    with httpx.stream("POST", url, json={"text": TEXT, "model_id": "eleven_flash_v2_5"}, timeout=60) as response:
+    with httpx.stream(
+        "POST", url, json={"text": TEXT, "model_id": "eleven_flash_v2_5"}, timeout=60
+    ) as response:
         assert response.status_code == 200 and response.headers["content-type"] == "audio/mpeg"
         data = b"".join(response.iter_bytes())
     with av.open(io.BytesIO(data)) as container:
