@@ -96,9 +96,11 @@ class Synthesis:
     def _on_audio(self, ctx: Context, pcm: bytes) -> None:
         if ctx.cancelled or ctx.finished:
             return
-        samples = len(pcm) // 2
         if ctx.opus is None:
-            self._queue_frame(ctx, pcm, samples, last=False)
+            if ctx.resampler is not None:
+                pcm = ctx.resampler.process(pcm).tobytes()
+            if pcm:
+                self._queue_frame(ctx, pcm, len(pcm) // 2, last=False)
             return
         for packet in ctx.opus.encode(pcm):
             self._queue_frame(ctx, packet, OPUS_PACKET_SAMPLES, last=False, advance=OPUS_PACKET_SAMPLES)
@@ -114,7 +116,8 @@ class Synthesis:
             self.fail(ctx, "engine_error", "the engine could not finish this context", "server_error")
             return
         if ctx.opus is None:
-            self._queue_frame(ctx, b"", 0, last=True)
+            tail = ctx.resampler.process(b"", last=True).tobytes() if ctx.resampler is not None else b""
+            self._queue_frame(ctx, tail, len(tail) // 2, last=True)
         else:
             packets = ctx.opus.finish()
             real_left = ctx.opus.samples_in - ctx.samples_queued
