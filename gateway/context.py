@@ -18,6 +18,7 @@ from engine.ipc.messages import Layout, Submit
 from gateway import protocol as p
 from gateway.audio import OPUS_PACKET_SAMPLES, OpusPacketizer
 from gateway.clock import NS_PER_MS, PlaybackClock
+from gateway.compat.timings import CharTimeline, WordTimeline
 from gateway.engines import EngineRequest
 from gateway.metrics import Gauge
 from gateway.resample import Resampler
@@ -46,6 +47,8 @@ class Context:
     sample_rate: int = p.SAMPLE_RATE  # output rate: every sample count of this context is in its samples
     resampler: Resampler | None = None  # pcm16 at another rate than the engine's 24 kHz
     clock: PlaybackClock = field(default_factory=PlaybackClock)
+    words: WordTimeline | None = None  # word.timing events asked for: the words, and their characters' times
+    char_times: CharTimeline | None = None
     ended: bool = False
     cancelled: bool = False
     finished: bool = False

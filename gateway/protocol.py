@@ -89,6 +89,7 @@ class SessionUpdate:
     audio_format: str | None
     max_lead_ms: int | None
     sample_rate: int | None = None
+    word_timings: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,7 @@ class ContextCreate:
     instructions: str | None
     audio_format: str | None
     sample_rate: int | None = None
+    word_timings: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +225,14 @@ class _Fields:
             )
         return str(fmt)
 
+    def flag(self, name: str) -> bool | None:
+        value = self.obj.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, bool):
+            raise self._bad(name, "true or false")
+        return value
+
     def sample_rate(self) -> int | None:
         audio = self.obj.get("audio")
         rate = audio.get("sample_rate") if isinstance(audio, dict) else None
@@ -275,6 +285,7 @@ def parse_client_event(text: str) -> ClientEvent:
             f.string("instructions"),
             f.audio_format(),
             f.sample_rate(),
+            f.flag("word_timings"),
         )
     if kind == "session.update":
         max_lead_ms = f.count("max_lead_ms")
@@ -288,6 +299,7 @@ def parse_client_event(text: str) -> ClientEvent:
             f.audio_format(),
             max_lead_ms,
             f.sample_rate(),
+            f.flag("word_timings"),
         )
     if kind == "ping":
         ping_id = obj.get("id")
@@ -331,6 +343,16 @@ def audio_description(
 
 def context_created(context_id: str, stream: int, audio: dict[str, Any]) -> dict[str, Any]:
     return {"type": "context.created", "context_id": context_id, "stream": stream, "audio": audio}
+
+
+def word_timing(context_id: str, words: list[tuple[str, int, int]]) -> dict[str, Any]:
+    """Approximate word timings (gateway/compat/timings.py), in samples of the context's timeline."""
+    return {
+        "type": "word.timing",
+        "context_id": context_id,
+        "approximate": True,
+        "words": [{"word": w, "start_sample": start, "end_sample": end} for w, start, end in words],
+    }
 
 
 def context_flushed(context_id: str) -> dict[str, Any]:

@@ -27,9 +27,10 @@ from engine.ipc.messages import EndText, Flush
 from gateway import protocol as p
 from gateway.audio import OpusPacketizer, OpusUnavailable, opus_available
 from gateway.clock import ClockOffset, PlaybackClock
+from gateway.compat.timings import CharTimeline, WordTimeline
 from gateway.context import Context, ContextTable
 from gateway.limits import TokenBucket
-from gateway.outbox import AudioOut, CloseOut, LazyText, Outbox
+from gateway.outbox import AudioOut, CloseOut, ContextText, LazyText, Outbox
 from gateway.resample import Resampler
 from gateway.session_defaults import SessionDefaults
 from gateway.state import GatewayState
@@ -259,6 +260,9 @@ class Session:
             resampler=Resampler(sample_rate) if sample_rate != p.SAMPLE_RATE else None,
             clock=PlaybackClock(sample_rate=sample_rate),
         )
+        word_timings = event.word_timings if event is not None and event.word_timings is not None else None
+        if self.defaults.word_timings if word_timings is None else word_timings:
+            ctx.words, ctx.char_times = WordTimeline(), CharTimeline()
         self.contexts.next_stream += 1
         if audio_format == "opus":
             try:
@@ -306,6 +310,8 @@ class Session:
             ) from None
         if ctx.first_text_ns is None and event.text:
             ctx.first_text_ns = time.monotonic_ns()
+        if ctx.char_times is not None:
+            ctx.char_times.add_text(event.text)
         if piece is not None:
             self.synthesis.send_text(ctx, piece, ended=False)
 
@@ -404,6 +410,9 @@ class Session:
                     await self.ws.send_text(item)
                 elif isinstance(item, LazyText):
                     await self.ws.send_text(item.render())
+                elif isinstance(item, ContextText):
+                    if not item.context.cancelled:
+                        await self.ws.send_text(item.text)
                 else:
                     await self.ws.close(item.code, item.reason)
                     return

@@ -23,6 +23,7 @@ class SessionDefaults:
         self.instructions = ""
         self.audio_format = "pcm16"
         self.sample_rate = p.SAMPLE_RATE
+        self.word_timings = False  # word.timing events (approximate) for new contexts
         self.max_lead_ms: int | None = state.settings.max_lead_ms or None  # the server's --max-lead-ms
 
     def update(self, event: p.SessionUpdate) -> None:
@@ -34,6 +35,8 @@ class SessionDefaults:
         if event.instructions is not None:
             self.check_instructions(event.instructions, event.event_id, None)
             self.instructions = event.instructions
+        if event.word_timings is not None:
+            self.word_timings = event.word_timings
         if event.max_lead_ms is not None:
             self.max_lead_ms = event.max_lead_ms
 
@@ -95,4 +98,5 @@ class SessionDefaults:
                 self.audio_format, samples_per_packet=None, pre_skip=None, sample_rate=self.sample_rate
             ),
             "max_lead_ms": self.max_lead_ms,
+            "word_timings": self.word_timings,
         }

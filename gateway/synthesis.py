@@ -17,7 +17,7 @@ from gateway import protocol as p
 from gateway.audio import OPUS_PACKET_SAMPLES
 from gateway.context import Context, ContextTable
 from gateway.engines import EngineRequest, EngineUnavailable
-from gateway.outbox import AudioOut, LazyText, Outbox
+from gateway.outbox import AudioOut, ContextText, LazyText, Outbox
 from gateway.state import GatewayState
 from gateway.textstream import Piece
 
@@ -101,9 +101,23 @@ class Synthesis:
                 pcm = ctx.resampler.process(pcm).tobytes()
             if pcm:
                 self._queue_frame(ctx, pcm, len(pcm) // 2, last=False)
+        else:
+            for packet in ctx.opus.encode(pcm):
+                self._queue_frame(ctx, packet, OPUS_PACKET_SAMPLES, last=False, advance=OPUS_PACKET_SAMPLES)
+        self._time_words(ctx, len(pcm) // 2, last=False)
+
+    def _time_words(self, ctx: Context, samples: int, *, last: bool) -> None:
+        """word.timing for the words this much more audio completed (or all of them, at the end)."""
+        if ctx.char_times is None or ctx.words is None:
             return
-        for packet in ctx.opus.encode(pcm):
-            self._queue_frame(ctx, packet, OPUS_PACKET_SAMPLES, last=False, advance=OPUS_PACKET_SAMPLES)
+        chars = ctx.char_times.audio(samples / ctx.sample_rate)
+        if last:
+            chars += ctx.char_times.finish()
+        words = ctx.words.add(chars) + (ctx.words.finish() if last else [])
+        if words:
+            rate = ctx.sample_rate
+            timed = [(w.word, round(w.start_s * rate), round(w.end_s * rate)) for w in words]
+            self.outbox.put_control(ContextText(ctx, p.dumps(p.word_timing(ctx.context_id, timed))))
 
     def _on_done(self, ctx: Context, done: Done) -> None:
         if ctx.finished:
@@ -117,8 +131,10 @@ class Synthesis:
             return
         if ctx.opus is None:
             tail = ctx.resampler.process(b"", last=True).tobytes() if ctx.resampler is not None else b""
+            self._time_words(ctx, len(tail) // 2, last=True)
             self._queue_frame(ctx, tail, len(tail) // 2, last=True)
         else:
+            self._time_words(ctx, 0, last=True)
             packets = ctx.opus.finish()
             real_left = ctx.opus.samples_in - ctx.samples_queued
             for i, packet in enumerate(packets):

@@ -47,3 +47,29 @@ async def test_session_update_sets_the_default_rate_and_bad_rates_are_refused(
             type="context.create", context_id="f", audio={"format": "opus", "sample_rate": 48000}
         )
         assert (await client.until("error"))["error"]["code"] == "unsupported_sample_rate"
+
+
+async def test_word_timing_events_when_asked_cover_the_text_in_samples(gateway: GatewayProcess) -> None:
+    async with LiveClient.open(gateway.ws) as client:
+        await client.send(
+            type="context.create",
+            context_id="w",
+            word_timings=True,
+            audio={"format": "pcm16", "sample_rate": 16000},
+        )
+        await client.until("context.created", "w")
+        for piece in ("Counting in ", "other units."):
+            await client.send(type="input_text.append", context_id="w", text=piece)
+        await client.send(type="input_text.end", context_id="w")
+        done = await client.until("context.done", "w")
+        await client.send(type="input_text.append", context_id="plain", text="No timings here.")
+        await client.send(type="input_text.end", context_id="plain")
+        await client.until("context.done", "plain")
+    timings = [e for e in client.events if e["type"] == "word.timing"]
+    assert timings and all(e["context_id"] == "w" and e["approximate"] for e in timings)
+    words = [w for e in timings for w in e["words"]]
+    assert [w["word"] for w in words] == TEXT.split()
+    assert all(w["start_sample"] <= w["end_sample"] <= done["samples"] for w in words)
+    assert [w["start_sample"] for w in words] == sorted(w["start_sample"] for w in words)
+    last_timing = max(i for i, e in enumerate(client.events) if e["type"] == "word.timing")
+    assert last_timing < client.events.index(done)
