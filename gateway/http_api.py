@@ -1,4 +1,4 @@
-"""HTTP endpoints: OpenAI-compatible `POST /v1/audio/speech`, models, voices, health, readiness, metrics.
+"""HTTP endpoints: OpenAI-compatible `POST /v1/audio/speech`, models, voices, health, readiness, metrics, OpenAPI.
 
 `/v1/audio/speech` follows OpenAI's request shape (ecosystem.md 1.4) and streams audio as the
 engine produces it, in every OpenAI `response_format`: mp3 (the default, as at OpenAI), opus (Ogg),
@@ -28,6 +28,7 @@ from gateway.encoders import FormatUnavailable, OutputFormat, StreamEncoder, mak
 from gateway.engines import EngineUnavailable
 from gateway.http_common import HttpError, check_api_key, error_response, gateway_state
 from gateway.oneshot import EngineFailed, EngineStreamingResponse, PcmStream, build_submit, open_request
+from gateway.openapi import document as openapi_document
 from gateway.resample import ENGINE_RATE, OUTPUT_RATES
 from gateway.state import GatewayState
 from gateway.voices import OPENAI_VOICES, UnknownName, default_voice, resolve_language, resolve_voice
@@ -264,6 +265,10 @@ async def ready(request: Request) -> Response:
     is_ready = state.pool.ready and not state.draining
     status = "ready" if is_ready else ("draining" if state.draining else "not_ready")
     return JSONResponse({"status": status, "engines": engines}, status_code=200 if is_ready else 503)
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(openapi_document())
 
 
 async def metrics(request: Request) -> Response:

@@ -1,9 +1,10 @@
-"""The compatible protocols' routes, in one list that gateway/app.py mounts."""
+"""The compatible protocols' routes (and /openapi.json, which describes them), in one list gateway/app.py mounts."""
 
 from __future__ import annotations
 
 from starlette.routing import Route, WebSocketRoute
 
+from gateway import http_api
 from gateway.compat import cartesia, elevenlabs
 
 _TTS = "/v1/text-to-speech/{voice_id}"
@@ -17,4 +18,5 @@ ROUTES: list[Route | WebSocketRoute] = [
     Route(_TTS + "/with-timestamps", elevenlabs.convert_with_timestamps, methods=["POST"]),
     WebSocketRoute("/tts/websocket", cartesia.websocket),
     Route("/tts/bytes", cartesia.tts_bytes, methods=["POST"]),
+    Route("/openapi.json", http_api.openapi),
 ]
