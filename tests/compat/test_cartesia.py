@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import signal
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -14,7 +16,7 @@ import orjson
 import pytest
 import soundfile
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.gateway.helpers import GatewayProcess, expected_samples, start_gateway
 
@@ -186,3 +188,40 @@ def test_x_api_key_is_the_key_when_one_is_configured(engine_kind: str) -> None:
         asyncio.run(handshake({"X-API-Key": "s3cret"}))
     finally:
         server.stop()
+
+
+async def test_sigterm_lets_a_live_context_finish_refuses_new_sockets_then_closes_1001(
+    engine_kind: str,
+) -> None:
+    server = start_gateway("--drain-timeout=30", engine=engine_kind)
+    text = "A context that is still speaking when the server is told to stop. "
+    try:
+        async with connect(ws_url(server), additional_headers=HEADERS) as ws:
+            await send(ws, request("live", text, more=False))
+            while orjson.loads(await asyncio.wait_for(ws.recv(), 60))["type"] != "chunk":
+                pass
+            server.proc.send_signal(signal.SIGTERM)
+            await asyncio.to_thread(server.wait_ready, 5, 503)
+            with pytest.raises(InvalidStatus) as info:
+                async with connect(ws_url(server), additional_headers=HEADERS):
+                    pass
+            assert info.value.response.status_code == 503
+            messages = await until_done(ws, {"live"})
+            assert not [m for m in messages if m["type"] == "error"]
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    await asyncio.wait_for(ws.recv(), 10)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 1001
+        assert await asyncio.to_thread(server.proc.wait, 30) == 0
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _metrics_count_it_and_no_context_leaks(gateway: GatewayProcess) -> Iterator[None]:
+    yield
+    metrics = gateway.metrics()
+    assert metrics["vivace_contexts_active"] == 0 and metrics["vivace_sessions_active"] == 0
+    assert metrics['vivace_requests_total{endpoint="cartesia_ws",outcome="completed"}'] >= 2
+    assert metrics['vivace_ttfa_seconds_count{endpoint="cartesia_ws"}'] >= 2
+    assert metrics['vivace_requests_total{endpoint="cartesia_http",outcome="completed"}'] >= 1

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import io
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import av
@@ -190,3 +191,13 @@ def test_xi_api_key_is_the_key_when_one_is_configured(engine_kind: str) -> None:
         asyncio.run(handshake({"xi-api-key": "s3cret"}))
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _metrics_count_it_and_no_context_leaks(gateway: GatewayProcess) -> Iterator[None]:
+    yield
+    metrics = gateway.metrics()
+    assert metrics["vivace_contexts_active"] == 0 and metrics["vivace_sessions_active"] == 0
+    assert metrics['vivace_requests_total{endpoint="elevenlabs_ws",outcome="completed"}'] >= 2
+    assert metrics['vivace_ttfa_seconds_count{endpoint="elevenlabs_ws"}'] >= 2
+    assert metrics['vivace_requests_total{endpoint="elevenlabs_http",outcome="completed"}'] >= 1
