@@ -86,7 +86,8 @@ def build(settings: EngineSettings) -> EngineLoop:
     executors = Executors(model, kv_slots=settings.kv_slots, streams=settings.streams,
                           max_context=settings.max_context, max_frames=settings.max_frames,
                           max_batch=settings.max_batch, silence=settings.silence_config(), fast=fast,
-                          shapes=settings.capture_shapes, codec_precision=settings.codec_precision)
+                          shapes=settings.capture_shapes, codec_precision=settings.codec_precision,
+                          codec_stream=settings.codec_stream)
     loaded = time.perf_counter()
     executors.capture()  # before the warm-up: capturing writes over slot 0's state
     captured = time.perf_counter()
@@ -96,7 +97,7 @@ def build(settings: EngineSettings) -> EngineLoop:
                   sample_rate=config.codec.output_sample_rate, speakers=speakers(config.prompt_ids),
                   languages=languages(config.prompt_ids), device=str(device), max_batch=settings.max_batch)
     loop = EngineLoop(scheduler, executors, ready, heartbeat_s=settings.heartbeat_s,
-                      shutdown_grace_ms=settings.shutdown_grace_ms)
+                      shutdown_grace_ms=settings.shutdown_grace_ms, max_in_flight=settings.max_in_flight)
     assert model.tokenizer is not None
     text_ids = tuple(model.tokenizer.target_ids(WARM_UP_TEXT))
     voice = ready.speakers[0] if ready.speakers else ""
@@ -105,6 +106,17 @@ def build(settings: EngineSettings) -> EngineLoop:
     log.info("model %s on %s (%s, %s weights) loaded in %.1f s; warm-up %.1f s (%s)", settings.model, device, dtype,
              "random" if config.random_weights else "real", loaded - started, time.perf_counter() - captured,
              ", ".join(f"{kind.name.lower()} x{n}" for kind, n in steps.items()))
+    if settings.profile_dir:
+        from engine.profiling import StepProfiler
+
+        profiler = StepProfiler(settings.profile_dir, start_after_s=settings.profile_after_s,
+                                steps=settings.profile_steps)
+        loop.on_turn = lambda plan: profiler.turn(time.monotonic(), None if plan is None else plan.kind.label)
+        loop.on_close = profiler.close
+        log.info("profiling %d turns, %.0f s after the first request, into %s", settings.profile_steps,
+                 settings.profile_after_s, settings.profile_dir)
+    if settings.sync_debug == "warn" and device.type == "cuda":
+        torch.cuda.set_sync_debug_mode("warn")  # after warm-up: capture and warm-up sync on purpose
     return loop
 
 

@@ -29,7 +29,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from torch.profiler import record_function
+
 from engine.executors import Executors, RequestInputs, StepResult
+from engine.executors.inflight import DeviceTimeline, InFlight
 from engine.ipc.messages import (
     AppendText,
     Audio,
@@ -54,8 +57,7 @@ log = logging.getLogger("engine")
 
 INTERNAL_LINK = 0  # the warm-up request's route: its replies go nowhere
 MAX_FAILED_STEPS = 3
-KIND_NAMES = {WorkKind.TALKER_PREFILL: "talker_prefill", WorkKind.TALKER_DECODE: "talker_decode",
-              WorkKind.CODE_PREDICT: "code_predict", WorkKind.CODEC_CHUNK: "codec_chunk"}
+DEFAULT_MAX_IN_FLIGHT = 2  # plans queued on the device at once: the host plans step k+1 while step k runs
 
 
 class Endpoint(Protocol):
@@ -77,7 +79,7 @@ class Route:
 
 
 class StepStats:
-    """Per-kind batch sizes and step times since the last heartbeat (Heartbeat.step_stats)."""
+    """Per-kind batch sizes and host launch times since the last heartbeat (Heartbeat.step_stats)."""
 
     def __init__(self) -> None:
         self._sums: dict[WorkKind, list[float]] = {}
@@ -92,14 +94,20 @@ class StepStats:
 
     def take(self) -> dict[str, tuple[float, float]]:
         """{kind: (mean batch, mean ms)} since the last call."""
-        stats = {KIND_NAMES[k]: (s[1] / s[0], s[2] / s[0]) for k, s in self._sums.items()}
+        stats = {k.label: (s[1] / s[0], s[2] / s[0]) for k, s in self._sums.items()}
         self._sums = {}
         return stats
 
 
 class EngineLoop:
     def __init__(self, scheduler: Scheduler, executors: Executors, ready: Ready, *, heartbeat_s: float = 1.0,
-                 shutdown_grace_ms: int = 5000, clock: Callable[[], int] = time.monotonic_ns) -> None:
+                 shutdown_grace_ms: int = 5000, clock: Callable[[], int] = time.monotonic_ns,
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, on_turn: Callable[[Plan | None], None] | None = None,
+                 ) -> None:  # fmt: skip
+        """`max_in_flight`: plans the host may have queued on the device before it waits for the oldest;
+        `on_turn(plan)`: called after every turn that ran (a profiler's step hook)."""
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
         self.scheduler = scheduler
         self.executors = executors
         self.ready = ready
@@ -117,6 +125,12 @@ class EngineLoop:
         self._shutdown_at_ns: int | None = None
         self._failed_steps = 0
         self._next_heartbeat = 0.0
+        self.max_in_flight = max_in_flight
+        self.on_turn = on_turn
+        self.on_close: Callable[[], None] | None = None  # at the end of `serve` (the profiler's summary)
+        self.timeline = DeviceTimeline()  # launched plans until their end events fire; device time per kind
+        self.host_plan_s = 0.0  # host time planning and launching (cumulative)
+        self.turns = 0
 
     # ------------------------------------------------------------ the loop
 
@@ -130,18 +144,41 @@ class EngineLoop:
             busy = self.step()  # 2. plan, 3. execute, 4. publish
             self._heartbeat_if_due(endpoint)
             self._flush(endpoint)
+        self.drain_device()
         self._fail_all("shutdown", "the engine shut down before the request finished")
         self._flush(endpoint)
         self._wait_for_backlog(endpoint, timeout_s=1.0)
+        if self.on_close is not None:
+            self.on_close()
         return 0
 
     def step(self) -> bool:
-        """Steps 2-4 once: plan, execute, publish Audio and Done/Error (into `take_replies`). False: idle."""
+        """Steps 2-4 once: finish what the device completed, plan, launch; publish Audio and Done/Error (into
+        `take_replies`). Never waits for the device unless `max_in_flight` plans are queued on it, or nothing
+        can be planned until one of them ends. False: idle (nothing planned, nothing in flight)."""
+        finished = self.timeline.poll()
+        if len(self.timeline) >= self.max_in_flight:  # far enough ahead: let the device catch up first
+            finished += self.timeline.wait_oldest()
+        self._finish(finished)
+        started = time.perf_counter()
         plan = self.scheduler.plan(self.clock())  # 2. plan
         if plan is not None:
-            self._execute(plan)  # 3. execute, 4. publish audio
+            self._launch(plan)  # 3. execute (queued on the device)
+        self.host_plan_s += time.perf_counter() - started
+        if plan is None and len(self.timeline):
+            self._finish(self.timeline.wait_oldest())  # nothing can start before something in flight ends
         self._retire()  # 4. publish Done / Error, free what the request held
-        return plan is not None
+        if plan is not None:
+            self.turns += 1
+            if self.on_turn is not None:
+                self.on_turn(plan)
+        return plan is not None or len(self.timeline) > 0
+
+    def drain_device(self) -> None:
+        """Finish every plan in flight (warm-up, tests, shutdown)."""
+        while len(self.timeline):
+            self._finish(self.timeline.wait_oldest())
+        self._retire()
 
     def take_replies(self) -> list[tuple[int, Outbound]]:
         """(link, record) pairs produced since the last call, in order."""
@@ -239,26 +276,47 @@ class EngineLoop:
 
     # ------------------------------------------------------------ 3. execute, 4. publish
 
-    def _execute(self, plan: Plan) -> None:
+    def _launch(self, plan: Plan) -> None:
         started = time.perf_counter()
         try:
-            result = self.executors.run(plan, self._inputs)
+            with record_function(f"plan:{plan.kind.label}"):  # the profiler's per-kind attribution; ~free otherwise
+                step = self.executors.launch(plan, self._inputs)
             self._failed_steps = 0
         except Exception as error:  # noqa: BLE001 - the rows fail with the reason; repeated failure is fatal
             self._failed_steps += 1
-            log.exception("%s step of %d rows failed", KIND_NAMES[plan.kind], len(plan.rows))
+            log.exception("%s step of %d rows failed", plan.kind.label, len(plan.rows))
             if self._failed_steps >= MAX_FAILED_STEPS:
                 raise RuntimeError(f"{self._failed_steps} steps failed in a row; the device looks broken") from error
-            message = f"{KIND_NAMES[plan.kind]} step failed: {type(error).__name__}: {error}"
-            result = self._rerun_rows_alone(plan, message)
+            message = f"{plan.kind.label} step failed: {type(error).__name__}: {error}"
+            self._complete(plan, self._rerun_rows_alone(plan, message))
+            return
+        step.startup_pending = any(r.first_audio_ns is None for r in self.scheduler.requests)
+        self.timeline.add(step)
+        if not step.deferred:
+            self._complete(plan, step.finish())  # results stay on the device: the next step can follow at once
+        self.stats.record(plan, (time.perf_counter() - started) * 1000)
+        self.lifetime_max_batch[plan.kind] = max(self.lifetime_max_batch.get(plan.kind, 0), len(plan.rows))
+
+    def _finish(self, steps: list[InFlight]) -> None:
+        """Plans whose device work ended: deferred ones now read their results (audio, sampled tokens)."""
+        for step in steps:
+            if not step.deferred:
+                continue
+            try:
+                result = step.finish()
+            except Exception as error:  # noqa: BLE001 - host post-processing of these rows failed
+                log.exception("%s results of %d rows failed", step.plan.kind.label, len(step.plan.rows))
+                message = f"{step.plan.kind.label} step failed: {type(error).__name__}: {error}"
+                result = StepResult(Outcome(failed={row.request_id: message for row in step.plan.rows}))
+            self._complete(step.plan, result)
+
+    def _complete(self, plan: Plan, result: StepResult) -> None:
         for request_id, pcm in result.audio.items():  # before complete(): it advances samples_published
             state, route = self._inputs[request_id].state, self._routes[request_id]
             if len(pcm):
                 audio = Audio(route.request_id, state.samples_published, pcm.tobytes(), state.samples_published == 0)
                 self._send(route, audio)
         self.scheduler.complete(plan, result.outcome, self.clock())
-        self.stats.record(plan, (time.perf_counter() - started) * 1000)
-        self.lifetime_max_batch[plan.kind] = max(self.lifetime_max_batch.get(plan.kind, 0), len(plan.rows))
 
     def _rerun_rows_alone(self, plan: Plan, message: str) -> StepResult:
         """A failed batch fails only the rows that fail on their own. Codec chunks only: the eager codec
@@ -329,6 +387,12 @@ class EngineLoop:
         stats["slots.codec"] = (float(s.codec_slots.free_count), float(s.codec_slots.size))
         pool = self.executors.codec.pool
         stats["slots.codec_state"] = (float(pool.free_slots), float(pool.slots))
+        t = self.timeline
+        for kind, ms in t.gpu_ms.items():  # cumulative since start: (plans finished, device seconds)
+            stats[f"gpu.{kind}"] = (float(t.plans[kind]), ms / 1000)
+        stats["host.plan"] = (float(self.turns), self.host_plan_s)  # planning + launching, cumulative
+        stats["host.wait_gpu"] = (0.0, t.wait_ms / 1000)  # blocked on device events, cumulative
+        stats["codec.over_budget"] = (float(t.codec_over_budget), t.startup_codec_budget_ms)
         return stats
 
     def queued_count(self) -> int:
@@ -371,13 +435,16 @@ class EngineLoop:
             plan = self.scheduler.plan(self.clock())
             if plan is None:
                 break
-            self._execute(plan)
-            self._retire()
+            self._launch(plan)
+            self.drain_device()
             steps[plan.kind] = steps.get(plan.kind, 0) + 1
         self.take_replies()
         if engine_id in self._routes or state.phase is not Phase.DONE or len(steps) < len(WorkKind):
             raise RuntimeError(f"warm-up ended in {state.phase.name} ({state.error}) after steps {steps}")
         self.stats.take()
+        self.timeline = DeviceTimeline()
+        self.host_plan_s = 0.0
+        self.turns = 0
         self.lifetime_max_batch.clear()
         self.scheduler.reset_history()  # cold first steps ran late: they must not count as load at admission
         return steps

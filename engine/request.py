@@ -47,6 +47,11 @@ class WorkKind(IntEnum):
     TALKER_DECODE = auto()
     CODEC_CHUNK = auto()
 
+    @property
+    def label(self) -> str:
+        """The name metrics and heartbeats use: talker_prefill, code_predict, talker_decode, codec_chunk."""
+        return self.name.lower()
+
 
 class Phase(IntEnum):
     WAITING_TEXT = auto()

@@ -4,7 +4,8 @@ The one idea: every request is a cursor in two lanes, generation (prefill -> cod
 decode -> code predictor ...) and codec (frames generated -> PCM). Each call to `plan(now)` picks an
 *anchor*, the most pressing ready item, which decides the work kind; it then *fills* the batch with
 every other ready item of that kind and shape, most pressing first, up to the largest capture size
-and the step budget (`max_step_ms`, so no batch blocks a newcomer for long). The rest waits a turn.
+and the step budget (`max_step_ms`, so no batch blocks a newcomer for long; `startup_codec_ms` for codec
+batches while any request awaits its first audio). The rest waits a turn.
 
 Who is most pressing (policy DEADLINE, the default):
   1. urgent streams: already playing, slack < `urgent_slack_ms`, where
@@ -370,10 +371,16 @@ class Scheduler:
         sizes = capture_sizes(self.config, kind)
         cohort = cohort[: sizes[-1]]
         costs, budget_ms = self.costs, self.config.max_step_ms
+        if kind is WorkKind.CODEC_CHUNK and self._startup_waiting():
+            budget_ms = min(budget_ms, self.config.startup_codec_ms)  # a newcomer must not wait behind it
         while len(cohort) > 1 and batch_ms(costs, kind, next_size(sizes, len(cohort)), shape) > budget_ms:
             smaller = max((s for s in sizes if s < len(cohort)), default=1)
             cohort = cohort[:smaller]
         return cohort
+
+    def _startup_waiting(self) -> bool:
+        """Some admitted request has no audio yet (its first steps are on the TTFA path)."""
+        return any(r.first_audio_ns is None and not r.is_ended for r in self._requests.values())
 
     def _lower(self, kind: WorkKind, shape: int, cohort: list[_Item]) -> Plan:
         """Turn the cohort into rows and mark its lanes busy (text fed by a talker step counts as

@@ -27,6 +27,7 @@ class SchedulerConfig:
     max_requests: int = 256  # talker KV slots (cohorts above the largest capture split)
     max_codec_streams: int = 256  # codec state slots
     max_step_ms: float = 12.0  # a batch is cut so its predicted time stays under this (anchor always runs)
+    startup_codec_ms: float = 4.0  # ... and a codec batch under this while any request awaits its first audio
     urgent_slack_ms: float = 60.0
     first_chunk_frames: int = 1  # 2 when the engine drops the fixed silent first frame
     chunk_margin_ms: float = 40.0  # a chunk must be out this long before its listener would run dry

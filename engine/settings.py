@@ -105,6 +105,12 @@ class EngineSettings:
     heartbeat_s: float = 1.0
     shutdown_grace_ms: int = 5000
     log_level: str = "info"
+    max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
+    codec_stream: bool = True  # CUDA: codec chunks on a stream of their own, beside the generation steps
+    sync_debug: str = "off"  # CUDA: "warn" logs every host-device synchronisation (torch sync debug mode)
+    profile_dir: str = ""  # profile the loop (engine/profiling.py) and write summary tables here
+    profile_after_s: float = 30.0  # ... this long after the first real request
+    profile_steps: int = 300  # ... over this many working turns
 
     def __post_init__(self) -> None:
         _check_choice("device", self.device.split(":")[0], DEVICES)
@@ -131,6 +137,9 @@ class EngineSettings:
                              f"prefill ({self.prefill_token_buckets[-1]}); raise --max-context")
         if self.heartbeat_s <= 0 or self.shutdown_grace_ms < 0:
             raise ValueError("heartbeat_s must be > 0 and shutdown_grace_ms >= 0")
+        if self.max_in_flight < 1 or self.profile_steps < 1 or self.profile_after_s < 0:
+            raise ValueError("max_in_flight and profile_steps must be >= 1, profile_after_s >= 0")
+        _check_choice("sync_debug", self.sync_debug, ("off", "warn"))
         SilenceConfig(threshold_dbfs=self.silence_threshold_dbfs, max_trim_ms=self.max_trim_ms)  # validates
 
     # ------------------------------------------------------------ derived sizes
@@ -288,6 +297,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shutdown-grace-ms", type=int, default=d.shutdown_grace_ms,
                    help="SIGTERM: time in-flight requests get to finish before they fail")
     p.add_argument("--log-level", default=d.log_level, choices=("debug", "info", "warning", "error"))
+    p.add_argument("--max-in-flight", type=int, default=d.max_in_flight,
+                   help="plans queued on the GPU before the host waits for the oldest (host planning of step k+1 "
+                        "overlaps the GPU's step k)")
+    p.add_argument("--no-codec-stream", dest="codec_stream", action="store_false",
+                   help="run codec chunks on the generation stream instead of a CUDA stream of their own")
+    p.add_argument("--sync-debug", default=d.sync_debug, choices=("off", "warn"),
+                   help="warn: log every host-device synchronisation (CUDA; for finding hidden syncs)")
+    p.add_argument("--profile-dir", default=d.profile_dir,
+                   help="profile the loop under load and write summary tables here (engine/profiling.py)")
+    p.add_argument("--profile-after-s", type=float, default=d.profile_after_s,
+                   help="start profiling this long after the first real request")
+    p.add_argument("--profile-steps", type=int, default=d.profile_steps, help="working loop turns to profile")
     return p
 
 

@@ -1,4 +1,9 @@
-"""`python -m gateway`: parse settings, check the model is there, serve until SIGTERM drains us."""
+"""`python -m gateway`: parse settings, check the model is there, serve until SIGTERM drains us.
+
+Exit status: 0 after SIGTERM/SIGINT, 2 when the model's files are missing, 1 when an engine cannot start
+(it exited before Ready `gateway.engines.START_ATTEMPTS` times in a row; its last stderr lines are
+repeated on ours).
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import uvicorn
 from starlette.applications import Starlette
 
 from gateway.app import create_app, drain
+from gateway.engines import EngineStartFailure
 from gateway.model_source import ModelMissing
 from gateway.settings import Settings, parse_settings
 
@@ -57,8 +63,16 @@ def run(settings: Settings) -> int:
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    failures: list[EngineStartFailure] = []
+    server: DrainingServer | None = None
+
+    def engine_failed(failure: EngineStartFailure) -> None:
+        failures.append(failure)
+        if server is not None:
+            server.should_exit = True  # uvicorn's main loop notices within 0.1 s and shuts down
+
     try:
-        app = create_app(settings)
+        app = create_app(settings, on_engine_failure=engine_failed)
     except ModelMissing as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -75,6 +89,9 @@ def run(settings: Settings) -> int:
     )
     server = DrainingServer(config, app)
     server.run()
+    if failures:
+        print(f"error: {failures[0].describe()}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -12,7 +12,7 @@ import contextlib
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
@@ -25,7 +25,7 @@ from starlette.websockets import WebSocket
 from gateway import http_api
 from gateway import protocol as p
 from gateway.compat import routes as compat_routes
-from gateway.engines import EnginePool, EngineUnavailable
+from gateway.engines import EnginePool, EngineStartFailure, EngineUnavailable
 from gateway.metrics import GatewayMetrics
 from gateway.model_source import locate_model
 from gateway.session import Session
@@ -150,14 +150,19 @@ async def drain(state: GatewayState) -> None:
         await asyncio.sleep(0.02)
 
 
-def create_app(settings: Settings) -> Starlette:
-    """Build the app; raises ModelMissing when the model's files are not available."""
+def create_app(
+    settings: Settings, on_engine_failure: Callable[[EngineStartFailure], None] | None = None
+) -> Starlette:
+    """Build the app; raises ModelMissing when the model's files are not available.
+
+    `on_engine_failure` is called when an engine cannot start (see gateway.engines): the server should stop.
+    """
     source = locate_model(settings)
     metrics = GatewayMetrics()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        pool = EnginePool(settings, metrics)
+        pool = EnginePool(settings, metrics, on_engine_failure)
         app.state.gateway = GatewayState(settings=settings, metrics=metrics, pool=pool, source=source)
         pool.start()
         try:

@@ -4,8 +4,14 @@ One `EngineSlot` per engine process (one per GPU). Its supervisor task runs the 
 in a loop: spawn the process -> connect an `EngineLink` over its Unix socket -> wait for `Ready`
 -> serve until the link closes (the process died or hung) -> fail its in-flight requests (the link
 pushes `Error(engine_died)` into every subscribed queue) -> kill what is left -> restart after a
-back-off. The pool is ready when every engine is; requests go to the least-loaded ready engine,
-so with several engines a dead one fails only its own requests while the others keep serving.
+back-off. Requests go to the least-loaded ready engine, so with several engines a dead one fails only
+its own requests while the others keep serving. The pool is ready once every engine has been ready,
+and from then on while at least one is.
+
+Failing fast: an engine process that exits (or times out) before it says Ready is a failed start.
+`START_ATTEMPTS` consecutive failed starts of one engine make the pool give up: it calls `on_failure`
+with the engine's last stderr lines (the engine's stderr passes through `StderrTail` to ours), and the
+server stops with a non-zero status (gateway/__main__.py) instead of restarting forever.
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ import os
 import secrets
 import subprocess
 import time
+from collections.abc import Callable
 
-from engine.ipc.client import EngineLink, LinkClosed, LinkFull
+from engine.ipc.client import ENGINE_DIED, LINK_CLOSED, EngineLink, LinkClosed, LinkFull
 from engine.ipc.messages import Cancel, Error, Heartbeat, Inbound, Outbound, Ready, Shutdown, Submit
 from engine.ipc.process import spawn_engine
+from engine.ipc.segment import SharedMemoryFull
+from gateway.engine_stderr import StderrTail
 from gateway.metrics import GatewayMetrics
 from gateway.settings import Settings
 
@@ -30,6 +39,25 @@ log = logging.getLogger("vivace.engines")
 RESTART_BACKOFF_S = (0.2, 0.5, 1.0, 2.0, 5.0)  # successive failures wait longer, capped at the last value
 CONNECT_RETRY_S = 0.02
 SHUTDOWN_GRACE_MS = 2000
+START_ATTEMPTS = 3  # consecutive starts of one engine that end before Ready: the server gives up
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EngineStartFailure:
+    """Why the pool gave up on an engine: it never became ready in `attempts` consecutive starts."""
+
+    engine: int
+    attempts: int
+    reason: str  # of the last attempt
+    stderr_tail: str  # the last lines the engine wrote to stderr
+
+    def describe(self) -> str:
+        text = f"engine {self.engine} failed to start {self.attempts} times in a row (last: {self.reason})"
+        if self.stderr_tail:
+            text += "; its last output:\n" + "\n".join(
+                "  | " + line for line in self.stderr_tail.splitlines()
+            )
+        return text
 
 
 class EngineUnavailable(RuntimeError):
@@ -80,7 +108,14 @@ class EngineRequest:
 class EngineSlot:
     """One engine process and its link, restarted by `supervise()` whenever it dies."""
 
-    def __init__(self, index: int, settings: Settings, metrics: GatewayMetrics, socket_prefix: str) -> None:
+    def __init__(
+        self,
+        index: int,
+        settings: Settings,
+        metrics: GatewayMetrics,
+        socket_prefix: str,
+        on_failure: Callable[[EngineStartFailure], None] | None = None,
+    ) -> None:
         self.index = index
         self.label = str(index)
         self.settings = settings
@@ -93,9 +128,17 @@ class EngineSlot:
         self.in_flight = 0
         self.generation = 0
         self.restarts = 0
+        self.ever_ready = False  # this engine said Ready at least once
+        self.start_failures = 0  # consecutive starts that ended before Ready
+        self.failure: EngineStartFailure | None = None
+        self.stderr: StderrTail | None = None  # the running engine's stderr
+        self.last_stderr = ""  # the tail of the last engine process's stderr
+        self._on_failure = on_failure
         self.last_heartbeat: Heartbeat | None = None
+        self._cumulative: dict[str, tuple[float, float]] = {}  # last engine totals per heartbeat key
         self._last_heartbeat_at = 0.0
         self._next_request_id = 1
+        self._connect_error: str | None = None  # why the last link could not be made, if not "not listening"
         self._stopping = False
         self.ready_changed = asyncio.Event()
 
@@ -125,9 +168,18 @@ class EngineSlot:
         failures = 0
         while not self._stopping:
             started = time.monotonic()
-            reason = await self._run_once()
+            reason, served = await self._run_once()
             if self._stopping:
                 break
+            if self.process is not None and self.process.returncode is not None:
+                reason += f" (exit status {self.process.returncode})"
+            self.start_failures = 0 if served else self.start_failures + 1
+            if self.start_failures >= START_ATTEMPTS:
+                self.failure = EngineStartFailure(self.index, self.start_failures, reason, self.last_stderr)
+                log.error("giving up: %s", self.failure.describe())
+                if self._on_failure is not None:
+                    self._on_failure(self.failure)
+                return
             self.restarts += 1
             self.metrics.engine_restarts_total.inc(self.label)
             failures = 0 if time.monotonic() - started > 30 else failures + 1
@@ -135,24 +187,37 @@ class EngineSlot:
             log.warning("engine %d stopped (%s); restarting in %.1f s", self.index, reason, backoff)
             await asyncio.sleep(backoff)
 
-    async def _run_once(self) -> str:
-        """Spawn, connect, serve until the engine goes away; returns why it went away."""
+    async def _run_once(self) -> tuple[str, bool]:
+        """Spawn, connect, serve until the engine goes away; returns why, and whether it became ready."""
         env = dict(os.environ)
+        env["VIVACE_ENGINE_INDEX"] = str(self.index)
         if self.settings.engines > 1 and self.settings.device != "cpu" and not self.settings.fake_engine:
             env["CUDA_VISIBLE_DEVICES"] = str(self.index)
         argv = self.settings.engine_command()
         log.info("starting engine %d: %s --socket %s", self.index, " ".join(argv), self.socket_path)
-        self.process = spawn_engine(argv, self.socket_path, env)
+        self.stderr, write_fd = StderrTail.pipe()
+        try:
+            self.process = spawn_engine(argv, self.socket_path, env, stderr=write_fd)
+        except OSError as error:
+            self.process = None
+            await self._dispose()
+            return f"could not be started: {error}", False
+        finally:
+            os.close(write_fd)
+        served = False
         try:
             link = await self._connect()
             if link is None:
-                return f"exited with code {self.process.returncode} before accepting a link"
+                return self._connect_error or "exited before accepting a link", served
             self.link = link
             link.on_engine_message(self._on_engine_message)
             if not await self._await_ready(link):
-                return "did not become ready in time" if not link.closed.done() else "closed before ready"
+                return (
+                    "did not become ready in time" if not link.closed.done() else "closed before ready"
+                ), served
             self._set_ready(True)
-            return await self._serve(link)
+            served = self.ever_ready = True
+            return await self._serve(link), served
         finally:
             self._set_ready(False)
             await self._dispose()
@@ -160,11 +225,15 @@ class EngineSlot:
     async def _connect(self) -> EngineLink | None:
         deadline = time.monotonic() + self.settings.engine_start_timeout_s
         assert self.process is not None
+        self._connect_error = None
         while time.monotonic() < deadline and not self._stopping:
             if self.process.poll() is not None:
                 return None
             try:
                 return await EngineLink.connect(self.socket_path)
+            except SharedMemoryFull as error:  # retrying will not help; a failed start
+                self._connect_error = f"could not link to it: {error.strerror}"
+                return None
             except OSError:  # not listening yet (or a handshake cut short by a dying engine)
                 await asyncio.sleep(CONNECT_RETRY_S)
         return None
@@ -205,11 +274,30 @@ class EngineSlot:
                     pool = kind.removeprefix("slots.")
                     self.metrics.engine_slots_free.set(first, self.label, pool)
                     self.metrics.engine_slots_total.set(second, self.label, pool)
+                elif kind.startswith(("gpu.", "host.", "codec.")):  # cumulative since the engine started
+                    self._count_cumulative(kind, first, second)
                 else:
                     self.metrics.engine_batch_size.set(first, self.label, kind)
                     self.metrics.engine_step_seconds.set(second / 1000.0, self.label, kind)
         elif isinstance(msg, Error):
             log.error("engine %d reported %s: %s", self.index, msg.code, msg.message)
+
+    def _count_cumulative(self, key: str, count: float, seconds: float) -> None:
+        """Engine totals since its start -> gateway counters (a restarted engine starts again from zero)."""
+        previous = self._cumulative.get(key, (0.0, 0.0))
+        if count < previous[0] or seconds < previous[1]:
+            previous = (0.0, 0.0)
+        self._cumulative[key] = (count, seconds)
+        delta_count, delta_seconds = count - previous[0], seconds - previous[1]
+        group, name = key.split(".", 1)
+        m = self.metrics
+        if group == "gpu":
+            m.engine_gpu_seconds_total.inc(self.label, name, amount=delta_seconds)
+            m.engine_plans_total.inc(self.label, name, amount=delta_count)
+        elif group == "host":
+            m.engine_host_seconds_total.inc(self.label, name, amount=delta_seconds)
+        elif name == "over_budget":
+            m.engine_codec_over_budget_total.inc(self.label, amount=delta_count)
 
     def _set_ready(self, ready: bool) -> None:
         self.metrics.engine_ready.set(1.0 if ready else 0.0, self.label)
@@ -229,11 +317,16 @@ class EngineSlot:
                     link.send(Shutdown(grace_ms=SHUTDOWN_GRACE_MS))
             if process is not None and self._stopping:
                 await _wait_exit(process, SHUTDOWN_GRACE_MS / 1000 + 1.0)
-            await link.close()
+            # Not stopping: the engine died or hung; its open requests learn that the engine died.
+            await link.close(LINK_CLOSED if self._stopping else ENGINE_DIED)
         if process is not None and process.poll() is None:
             process.kill()
         if process is not None:
             await _wait_exit(process, 5.0)
+        if self.stderr is not None:
+            await self.stderr.close()
+            self.last_stderr = self.stderr.tail()
+            self.stderr = None
 
     async def stop(self) -> None:
         self._stopping = True
@@ -246,13 +339,29 @@ async def _wait_exit(process: subprocess.Popen[bytes], timeout_s: float) -> None
 
 
 class EnginePool:
-    """All engine slots; the gateway's one entry point to the engines."""
+    """All engine slots; the gateway's one entry point to the engines.
 
-    def __init__(self, settings: Settings, metrics: GatewayMetrics) -> None:
+    `on_failure` is called once, when the first engine fails to start `START_ATTEMPTS` times in a row.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: GatewayMetrics,
+        on_failure: Callable[[EngineStartFailure], None] | None = None,
+    ) -> None:
         self.settings = settings
+        self.failure: EngineStartFailure | None = None
+        self._on_failure = on_failure
         prefix = f"@vivace-{os.getpid()}-{secrets.token_hex(4)}"
-        self.slots = [EngineSlot(i, settings, metrics, prefix) for i in range(settings.engines)]
+        self.slots = [EngineSlot(i, settings, metrics, prefix, self._failed) for i in range(settings.engines)]
         self._tasks: list[asyncio.Task[None]] = []
+
+    def _failed(self, failure: EngineStartFailure) -> None:
+        if self.failure is None:
+            self.failure = failure
+            if self._on_failure is not None:
+                self._on_failure(failure)
 
     def start(self) -> None:
         self._tasks = [
@@ -261,7 +370,10 @@ class EnginePool:
 
     @property
     def ready(self) -> bool:
-        return all(slot.ready for slot in self.slots)
+        """Every engine has been ready (warm) at least once, and one of them is ready now."""
+        if self.failure is not None:
+            return False
+        return all(slot.ever_ready for slot in self.slots) and any(slot.ready for slot in self.slots)
 
     @property
     def info(self) -> Ready | None:
@@ -305,3 +417,6 @@ class EnginePool:
             if slot.process is not None and slot.process.poll() is None:
                 slot.process.kill()
                 slot.process.wait()
+            if slot.stderr is not None:
+                await slot.stderr.close(wait_s=0.1)
+                slot.stderr = None

@@ -32,7 +32,8 @@ class Counter(_Metric):
         super().__init__(prometheus_client.Counter(name, help_text, tuple(labels), registry=None), labels)
 
     def inc(self, *labels: str, amount: float = 1.0) -> None:
-        self._child(labels).inc(amount)
+        """Counters never go down: a negative amount (a source that restarted) counts nothing."""
+        self._child(labels).inc(max(amount, 0.0))
 
 
 class Gauge(_Metric):
@@ -123,6 +124,24 @@ class GatewayMetrics:
         )
         self.engine_step_seconds = Gauge(
             "vivace_engine_step_seconds", "Engine-reported mean step time per work kind.", ("engine", "kind")
+        )
+        self.engine_gpu_seconds_total = Counter(
+            "vivace_engine_gpu_seconds_total",
+            "Device time of finished plans per work kind, from CUDA events around each plan (CPU: wall time).",
+            ("engine", "kind"),
+        )
+        self.engine_plans_total = Counter(
+            "vivace_engine_plans_total", "Plans finished per work kind.", ("engine", "kind")
+        )
+        self.engine_host_seconds_total = Counter(
+            "vivace_engine_host_seconds_total",
+            "Engine host time by activity: plan (scheduling and launching) and wait_gpu (blocked on the device).",
+            ("engine", "activity"),
+        )
+        self.engine_codec_over_budget_total = Counter(
+            "vivace_engine_codec_over_budget_total",
+            "Codec plans whose device time exceeded the startup budget (4 ms) while a request awaited first audio.",
+            ("engine",),
         )
         self.engine_slots_free = Gauge(
             "vivace_engine_slots_free", "Engine-reported free slots per resource pool.", ("engine", "pool")

@@ -129,14 +129,26 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="pace every WebSocket session this far ahead of its listener by default (0: unpaced; clients "
         "may change it with session.update; at least 200)",
     )
+    parser.add_argument(
+        "--heartbeat-timeout-s",
+        type=float,
+        default=float(env("heartbeat-timeout-s", "10") or 10),
+        help="an engine silent this long (no heartbeat; engines send one per second) is taken as hung: "
+        "its requests fail and it is restarted (default 10)",
+    )
     parser.add_argument("--log-level", default=env("log-level", "info"))
     # Hidden: for tests and the gateway overhead benchmark only.
     parser.add_argument(
         "--fake-engine", action="store_true", default=_truthy(env("fake-engine")), help=argparse.SUPPRESS
     )
-    parser.add_argument("--engine-arg", action="append", default=[], metavar="ARG",
-                        help="pass ARG to every engine process (repeatable), e.g. --engine-arg=--kv-slots=32; "
-                             "see python -m engine --help")
+    parser.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="pass ARG to every engine process (repeatable), e.g. --engine-arg=--kv-slots=32; "
+        "see python -m engine --help",
+    )
     parser.add_argument("--engine-start-timeout", type=float, default=1800.0, help=argparse.SUPPRESS)
     return parser
 
@@ -146,6 +158,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
     args = parser.parse_args(list(argv))
     if args.engines < 1:
         parser.error("--engines must be at least 1")
+    if not args.heartbeat_timeout_s > 0:
+        parser.error("--heartbeat-timeout-s must be positive")
     if not valid_max_lead_ms(args.max_lead_ms):
         parser.error(f"--max-lead-ms must be 0 (unpaced) or at least {MIN_MAX_LEAD_MS}")
     try:
@@ -167,6 +181,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         fake_engine=args.fake_engine,
         engine_args=tuple(args.engine_arg),
         engine_start_timeout_s=args.engine_start_timeout,
+        engine_heartbeat_timeout_s=args.heartbeat_timeout_s,
         drain_timeout_s=args.drain_timeout,
         max_lead_ms=args.max_lead_ms,
         log_level=args.log_level,

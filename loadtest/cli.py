@@ -1,10 +1,11 @@
-"""Command line: `python -m loadtest run | sweep | plot | fake-server | selfbench`.
+"""Command line: `python -m loadtest run | sweep | plot | fake-server | selfbench | soak`.
 
 run        one RPS point against a server        -> DIR/summary.json, DIR/requests.jsonl
 sweep      several RPS points, one after another  -> DIR/rps-*/, DIR/sweep.json, DIR/sweep.png
 plot       PNG charts from run or sweep dirs
 fake-server  the PCM-streaming fake used by tests and selfbench
 selfbench  is the generator itself the bottleneck at N RPS on one core?
+soak       a steady mixed load on a server it starts (tiny model); fails on leaks and hangs (loadtest/soak.py)
 """
 
 from __future__ import annotations
@@ -221,6 +222,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_fake_voice_options(selfbench)
     selfbench.set_defaults(duration=30.0, warmup=5.0)
+
+    soak = commands.add_parser(
+        "soak", help="steady mixed load on a tiny-model server; fails on leaks and hangs"
+    )
+    soak.add_argument("--duration", type=parse_duration, default=60.0, help="load time (default 60s)")
+    soak.add_argument("--warmup", type=parse_duration, default=15.0, help="before the baseline (default 15s)")
+    soak.add_argument(
+        "--rate", type=_positive(float), default=0.5, help="clients started per second (default 0.5)"
+    )
+    soak.add_argument("--max-clients", type=_positive(int), default=32, help="in-flight cap")
+    soak.add_argument("--timeout", type=parse_duration, default=120.0, help="per-client limit (default 120s)")
+    soak.add_argument("--seed", type=int, default=0)
+    soak.add_argument("--out", type=Path, default=None, help="JSON report with every sample")
+    soak.add_argument(
+        "--malloc",
+        choices=("fixed", "default"),
+        default="fixed",
+        help="fixed: glibc malloc thresholds pinned in the server (default; see loadtest/soak.py)",
+    )
+    soak.add_argument(
+        "--server-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for python -m gateway (repeatable), e.g. --server-arg=--engines=2",
+    )
     return parser
 
 
@@ -264,4 +291,20 @@ def _dispatch(args: argparse.Namespace) -> int:
         options = _options(args, args.rps, url="http://unused")
         results = run_selfbench(options, transports, _fake_voice(args), Path(args.out) if args.out else None)
         return 0 if all(r["kept_up"] for r in results) else 1
+    if args.command == "soak":
+        from loadtest.soak import SoakOptions, run_soak
+
+        return run_soak(
+            SoakOptions(
+                duration_s=args.duration,
+                warmup_s=args.warmup,
+                rate=args.rate,
+                max_clients=args.max_clients,
+                timeout_s=args.timeout,
+                seed=args.seed,
+                server_args=tuple(args.server_arg),
+                out=args.out,
+                malloc=args.malloc,
+            )
+        )
     raise AssertionError(args.command)

@@ -4,9 +4,10 @@ One run, one section per module: "talker/code predictor" here, "codec" from `eng
 when that module exists. On the full-size model with random bf16 weights (never zeros):
 
 1. kernels: each Triton kernel vs its twin (`engine.fast.kernels.selfcheck`);
-2. twins: fast vs plain forward on identical inputs and caches (hidden states and logits, relative L2
-   <= 2e-2 in bf16), and the graph sampler vs the plain sampler on identical logits and RNG counters
-   (identical tokens);
+2. twins: fast vs plain forward on identical inputs and caches. The talker (28 layers) against an fp32
+   reference: the fused path's relative L2 error may be at most 1.1x the plain bf16 path's; the code
+   predictor against its plain bf16 twin (relative L2 <= 2e-2); the graph sampler vs the plain sampler on
+   identical logits and RNG counters (identical tokens);
 3. timings: CUDA events around graph replays after warm-up, medians; talker decode at context 512 with
    mixed per-request lengths and repetition penalty on; code-predictor frame; talker prefill per bucket;
 4. the cost table (`engine/costs/h200_fast.json` format) and a table with each time's ratio to its floor
@@ -20,13 +21,16 @@ Needs only torch (and Triton) on the GPU machine: no gateway packages.
 from __future__ import annotations
 
 import argparse
+import copy
 import datetime
 import json
+import math
 import subprocess
 import sys
 import time
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -36,6 +40,7 @@ from engine.fast.measure import cuda_median_ms, relative_l2
 COPY_BANDWIDTH = 4255e9  # B/s, measured device-to-device copy on the H200 (h200-floors.md)
 BATCHES = (1, 4, 16, 32, 64, 128)
 BF16_TOLERANCE = 2e-2
+FP32_ERROR_RATIO = 1.1  # fused talker error vs fp32 <= this x the plain bf16 path's error vs fp32 (issue 13)
 DEVICE = "cuda"  # a CPU dry run (--dry-run) swaps these for the tiny fp32 model
 DTYPE = torch.bfloat16
 
@@ -119,6 +124,37 @@ def fill_state(env: dict[str, Any], lengths: list[int]) -> None:
 # ---------------------------------------------------------------- correctness
 
 
+def fp32_reference(env: dict[str, Any]) -> dict[str, Any]:
+    """The plain talker in fp32 on the same (bf16-valued) weights, with its own slots and cache: the reference
+    both bf16 paths are measured against."""
+    from engine.executors.slots import GenerationSlots
+    from engine.executors.talker import TalkerExecutor
+
+    model = env["model"]
+    talker32 = copy.deepcopy(model.talker).float()
+    c = model.config.talker
+    slots = GenerationSlots(max(BATCHES), c.hidden_size, c.vocab_size, device=model.device, dtype=torch.float32)
+    cache = talker32.new_cache(max(BATCHES), env["cache"].max_len)
+    # What TalkerExecutor reads of a model: its talker and config (a shallow copy of the nn.Module would share
+    # its submodule table, and replacing the talker there would replace the bf16 model's too).
+    model32 = SimpleNamespace(talker=talker32, config=model.config)
+    return dict(talker=talker32, slots=slots, cache=cache,
+                executor=TalkerExecutor(model32, slots, cache))  # type: ignore[arg-type]
+
+
+def load_reference(ref: dict[str, Any], saved: tuple[Any, ...]) -> None:
+    """Give the fp32 reference the bf16 run's starting state (values converted by copy_)."""
+    ref["cache"].kv.copy_(saved[0])
+    restore(ref["slots"], saved[1])
+    ref["cache"].lengths[:] = saved[2]
+
+
+def error_ratio(fast: torch.Tensor, plain: torch.Tensor, reference: torch.Tensor) -> tuple[float, float, float]:
+    """-> (fast's error, plain's error, their ratio), each relative L2 against the fp32 reference."""
+    fast_error, plain_error = relative_l2(fast.float(), reference), relative_l2(plain.float(), reference)
+    return fast_error, plain_error, fast_error / max(plain_error, 1e-12)
+
+
 def check_twins(env: dict[str, Any]) -> dict[str, float | bool]:
     model, slots, cache, fast_talker = env["model"], env["slots"], env["cache"], env["fast_talker"]
     out: dict[str, float | bool] = {}
@@ -126,24 +162,37 @@ def check_twins(env: dict[str, Any]) -> dict[str, float | bool]:
     lengths = [100 + 37 * i for i in range(b)]
     fill_state(env, lengths + [0] * (max(BATCHES) - b))
     rows = list(range(b))
-    # Talker decode: fast graph vs plain executor from identical caches and state.
+    args = (rows, lengths, [3] * b, [1000 + i for i in rows], [False] * b)
+    # Talker decode: fast graph, plain bf16 executor and plain fp32 reference from identical caches and state.
     saved = (cache.kv.clone(), snapshot(slots), list(cache.lengths))
-    fast_talker.decode(rows, lengths, [3] * b, [1000 + i for i in rows], [False] * b, read_tokens=False)
+    fast_talker.decode(*args, read_tokens=False)
     fast_hidden, fast_kv = slots.hidden[:b].clone(), cache.kv[:, :, :b].clone()
     cache.kv.copy_(saved[0])
     restore(slots, saved[1])
     cache.lengths[:] = saved[2]
-    env["plain_talker"].decode(rows, lengths, [3] * b, [1000 + i for i in rows], [False] * b, read_tokens=False)
-    out["talker_decode_hidden"] = relative_l2(fast_hidden, slots.hidden[:b])
-    out["talker_decode_logits"] = relative_l2(model.talker.logits(fast_hidden), model.talker.logits(slots.hidden[:b]))
+    env["plain_talker"].decode(*args, read_tokens=False)
+    plain_hidden = slots.hidden[:b]
+    out["talker_decode_hidden"] = relative_l2(fast_hidden, plain_hidden)
+    out["talker_decode_logits"] = relative_l2(model.talker.logits(fast_hidden), model.talker.logits(plain_hidden))
     out["talker_decode_kv"] = relative_l2(fast_kv, cache.kv[:, :, :b])
+    ref = fp32_reference(env)
+    load_reference(ref, saved)
+    ref["executor"].decode(*args, read_tokens=False)
+    ref_hidden = ref["slots"].hidden[:b]
+    (out["talker_decode_hidden_fast_vs_fp32"], out["talker_decode_hidden_plain_vs_fp32"],
+     out["talker_decode_hidden_ratio"]) = error_ratio(fast_hidden, plain_hidden, ref_hidden)
+    (out["talker_decode_logits_fast_vs_fp32"], out["talker_decode_logits_plain_vs_fp32"],
+     out["talker_decode_logits_ratio"]) = error_ratio(
+        ref["talker"].logits(fast_hidden.float()), ref["talker"].logits(plain_hidden.float()),
+        ref["talker"].logits(ref_hidden))  # fmt: skip
     if env["prefill_error"] is None:
-        out.update(check_prefill(env))
+        out.update(check_prefill(env, ref))
+    del ref
     return out | check_code_predictor(env, lengths)
 
 
-def check_prefill(env: dict[str, Any]) -> dict[str, float]:
-    """Talker prefill: B=4, mixed prompt lengths in the 64 bucket."""
+def check_prefill(env: dict[str, Any], ref: dict[str, Any]) -> dict[str, float]:
+    """Talker prefill: B=4, mixed prompt lengths in the 64 bucket; fast and plain bf16 against fp32."""
     from engine.ipc.messages import Sampling
 
     model, slots, fast_talker = env["model"], env["slots"], env["fast_talker"]
@@ -156,6 +205,9 @@ def check_prefill(env: dict[str, Any]) -> dict[str, float]:
     env["plain_talker"].prefill(rows[:4], embeds, samplings, seeds)
     out["talker_prefill_hidden"] = relative_l2(fast_hidden, slots.hidden[:4])
     out["talker_prefill_tokens_agree"] = float((fast_code0 == slots.code0[:4]).float().mean())
+    ref["executor"].prefill(rows[:4], [e.float() for e in embeds], samplings, seeds)
+    (out["talker_prefill_hidden_fast_vs_fp32"], out["talker_prefill_hidden_plain_vs_fp32"],
+     out["talker_prefill_hidden_ratio"]) = error_ratio(fast_hidden, slots.hidden[:4], ref["slots"].hidden[:4])
     return out
 
 
@@ -295,8 +347,11 @@ def talker_section(args: argparse.Namespace, section: dict[str, Any]) -> None:
     twins = section["twins"]
     failures = [k for k, v in section["kernels_bf16"].items() if v > 1e-2]
     failures += [k for k, v in section["kernels_fp32"].items() if v > 1e-4]
-    failures += [k for k in ("talker_decode_hidden", "talker_decode_logits", "talker_prefill_hidden",
-                             "cp_step1_hidden", "cp_step1_logits") if twins.get(k, 1.0) > BF16_TOLERANCE]  # fmt: skip
+    # The talker's fused path may differ from the plain bf16 path by more than 2e-2 after 28 layers, as long as
+    # it is as close to the fp32 reference as the plain path: at most FP32_ERROR_RATIO times the plain error.
+    failures += [k for k in ("talker_decode_hidden_ratio", "talker_decode_logits_ratio",
+                             "talker_prefill_hidden_ratio") if twins.get(k, math.inf) > FP32_ERROR_RATIO]  # fmt: skip
+    failures += [k for k in ("cp_step1_hidden", "cp_step1_logits") if twins.get(k, 1.0) > BF16_TOLERANCE]
     failures += [] if twins.get("sampler_tokens_identical") else ["sampler_tokens_identical"]
     section["failures"] = failures
 

@@ -38,8 +38,18 @@ async def main() -> int:
     ap.add_argument("engine_args", nargs="*")
     args = ap.parse_args()
     socket = f"@vivace-gpu-smoke-{time.monotonic_ns()}"
-    argv = [sys.executable, "-m", "engine", "--model", args.model, "--load-format", "dummy", "--device", "cuda",
-            *args.engine_args]
+    argv = [
+        sys.executable,
+        "-m",
+        "engine",
+        "--model",
+        args.model,
+        "--load-format",
+        "dummy",
+        "--device",
+        "cuda",
+        *args.engine_args,
+    ]
     started = time.monotonic()
     proc = spawn_engine(argv, socket)
     try:
@@ -48,10 +58,13 @@ async def main() -> int:
         link = await EngineLink.connect(socket)
         await asyncio.wait_for(link.ready.wait(), 10)
         tokenizer = TextTokenizer.fallback()
-        results = await asyncio.gather(*(one(link, i + 1, TEXTS[i % len(TEXTS)], tokenizer)
-                                         for i in range(args.requests)))
+        results = await asyncio.gather(
+            *(one(link, i + 1, TEXTS[i % len(TEXTS)], tokenizer) for i in range(args.requests))
+        )
         for rid, ttfa_ms, samples, error in results:
-            print(f"request {rid}: first audio {ttfa_ms:7.1f} ms, audio {samples / 24000:5.2f} s {error or ''}")
+            print(
+                f"request {rid}: first audio {ttfa_ms:7.1f} ms, audio {samples / 24000:5.2f} s {error or ''}"
+            )
         if shutil.which("nvidia-smi"):
             query = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader"]
             print("GPU memory used:", subprocess.run(query, capture_output=True, text=True).stdout.strip())
@@ -62,11 +75,23 @@ async def main() -> int:
         proc.wait(30)
 
 
-async def one(link: EngineLink, rid: int, text: str, tokenizer: TextTokenizer) -> tuple[int, float, int, str | None]:
+async def one(
+    link: EngineLink, rid: int, text: str, tokenizer: TextTokenizer
+) -> tuple[int, float, int, str | None]:
     queue = link.subscribe(rid)
     t0 = time.monotonic_ns()
-    link.send(Submit(rid, "ryan", "english", tuple(tokenizer.target_ids(text)), len(text), True, seed=rid,
-                     arrival_ns=t0))
+    link.send(
+        Submit(
+            rid,
+            "ryan",
+            "english",
+            tuple(tokenizer.target_ids(text)),
+            len(text),
+            True,
+            seed=rid,
+            arrival_ns=t0,
+        )
+    )
     link.send(EndText(rid))
     first: float | None = None
     samples = 0

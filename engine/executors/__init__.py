@@ -20,16 +20,17 @@ state). `run` is the same on either path.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 
 from engine.codec.silence import SilenceConfig, first_frame_skip_applies
 from engine.executors.code_predictor import CodePredictorExecutor
 from engine.executors.codec import CodecExecutor
+from engine.executors.inflight import InFlight, StepResult
 from engine.executors.slots import GenerationSlots, check_sampling, new_code_buffer
 from engine.executors.talker import TalkerExecutor
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k
@@ -55,19 +56,14 @@ class RequestInputs:
     state: RequestState
 
 
-@dataclass(frozen=True, slots=True)
-class StepResult:
-    outcome: Outcome
-    audio: dict[int, np.ndarray] = field(default_factory=dict)  # codec plans: request id -> int16 samples
-
-
 class Executors:
     def __init__(self, model: Qwen3TTS, *, kv_slots: int, streams: int, max_context: int, max_frames: int,
                  max_batch: int, silence: SilenceConfig, fast: FastPath = FastPath(),  # noqa: B008
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
-                 top_k_cap: int = DEFAULT_TOP_K_CAP) -> None:  # fmt: skip
+                 top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True) -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
-        `codec_precision` must match the dtype the codec was loaded in (`executors.codec.codec_dtype`)."""
+        `codec_precision` must match the dtype the codec was loaded in (`executors.codec.codec_dtype`);
+        `codec_stream`: on CUDA, codec chunks run on a stream of their own, beside the generation steps."""
         if model.codec is None:
             raise ValueError("the engine needs a model loaded with its codec")
         if fast.any and shapes is None:
@@ -81,6 +77,9 @@ class Executors:
                                           device=model.device, dtype=model.dtype)
         self.kv_cache = model.talker.new_cache(kv_slots, max_context)
         self.codes = new_code_buffer(streams, max_frames, model.device)
+        cuda = model.device.type == "cuda"
+        self.generation_stream = torch.cuda.current_stream(model.device) if cuda else None
+        self.codec_stream = torch.cuda.Stream(model.device) if cuda and codec_stream else self.generation_stream
         # Imported here: engine.fast.talker_graph and code_predictor_graph import engine.executors.slots, so a
         # module-level import would be circular for whoever imports engine.fast first.
         from engine.fast.code_predictor_graph import CodePredictorGraphs
@@ -169,8 +168,40 @@ class Executors:
 
     # ------------------------------------------------------------ one plan
 
-    @torch.inference_mode()
     def run(self, plan: Plan, inputs: Mapping[int, RequestInputs]) -> StepResult:
+        """Launch one plan and wait for it: `launch` + the device finishing + `finish` (tests, warm-up)."""
+        step = self.launch(plan, inputs)
+        if step.end is not None:
+            step.end.synchronize()
+        return step.finish()
+
+    @torch.inference_mode()
+    def launch(self, plan: Plan, inputs: Mapping[int, RequestInputs]) -> InFlight:
+        """Queue one plan's kernels between two CUDA events on its stream (codec chunks: the codec stream, after
+        everything queued on the generation stream so far, which wrote their frames); wait for nothing.
+        Generation plans are complete at launch (their results stay on the device) unless some row may
+        sample EOS; codec plans and EOS reads are `deferred` until their end event fires."""
+        codec = plan.kind is WorkKind.CODEC_CHUNK
+        stream = self.codec_stream if codec else self.generation_stream
+        started = time.perf_counter()
+        if stream is None:  # CPU: synchronous; the host wall time is the device time
+            finish = self._launch(plan, inputs)
+            result = finish()
+            return InFlight(plan, lambda: result, deferred=False, wall_ms=(time.perf_counter() - started) * 1000)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        if stream is not self.generation_stream:
+            assert self.generation_stream is not None
+            stream.wait_stream(self.generation_stream)  # the code predictor wrote these frames there
+        with torch.cuda.stream(stream):
+            start.record(stream)
+            finish = self._launch(plan, inputs)
+            end.record(stream)
+        deferred = codec or plan.eos_possible
+        return InFlight(plan, finish, deferred=deferred, start=start, end=end,
+                        wall_ms=(time.perf_counter() - started) * 1000)
+
+    def _launch(self, plan: Plan, inputs: Mapping[int, RequestInputs]) -> Callable[[], StepResult]:
+        """Queue the plan on the current stream; -> the host part, to run once the stream has passed it."""
         rows = plan.rows
         kv_slots = [row.kv_slot for row in rows]
         if plan.kind is WorkKind.TALKER_PREFILL:
@@ -182,24 +213,36 @@ class Executors:
                 embeds.append(embed)
             self.talker.prefill(kv_slots, embeds, [r.submit.sampling for r in requests],  # type: ignore[arg-type]
                                 [r.submit.seed for r in requests])
-            return StepResult(Outcome())
+            return _no_result
         if plan.kind is WorkKind.TALKER_DECODE:
             text_ids = [self._text_id(inputs[row.request_id].state, row.text_index) for row in rows]
-            tokens = self.talker.decode(kv_slots, [row.position for row in rows],  # type: ignore[arg-type]
-                                        [row.frame_index for row in rows], text_ids,
-                                        [row.eos_allowed for row in rows], read_tokens=plan.eos_possible)
+            tokens = self.talker.decode_tokens(kv_slots, [row.position for row in rows],  # type: ignore[arg-type]
+                                               [row.frame_index for row in rows], text_ids,
+                                               [row.eos_allowed for row in rows], read_tokens=plan.eos_possible)
+            if tokens is None:
+                return _no_result
+            host = _to_host(tokens)
             eos_id = self.model.config.talker.codec_eos_id
-            eos = frozenset(row.request_id for row, token in zip(rows, tokens or (), strict=False)
-                            if row.eos_allowed and token == eos_id)
-            return StepResult(Outcome(eos=eos))
+
+            def eos_rows() -> StepResult:
+                drawn = host.tolist()
+                return StepResult(Outcome(eos=frozenset(row.request_id for row, token in zip(rows, drawn, strict=True)
+                                                        if row.eos_allowed and token == eos_id)))
+
+            return eos_rows
         if plan.kind is WorkKind.CODE_PREDICT:
             self.code_predictor.predict(kv_slots, [row.codec_slot for row in rows],  # type: ignore[misc]
                                         [row.frame_index for row in rows])
-            return StepResult(Outcome())
-        audio = self.codec.decode([row.request_id for row in rows], [row.codec_slot for row in rows],  # type: ignore[misc]
-                                  [row.frame_index for row in rows], plan.codec_frames,
-                                  [row.final_chunk for row in rows])
-        return StepResult(Outcome(samples={rid: len(pcm) for rid, pcm in audio.items()}), audio)
+            return _no_result
+        finish_audio = self.codec.launch([row.request_id for row in rows], [row.codec_slot for row in rows],  # type: ignore[misc]
+                                         [row.frame_index for row in rows], plan.codec_frames,
+                                         [row.final_chunk for row in rows])
+
+        def audio() -> StepResult:
+            pcm = finish_audio()
+            return StepResult(Outcome(samples={rid: len(samples) for rid, samples in pcm.items()}), pcm)
+
+        return audio
 
     def _prefill(self, submit: Submit, text_ids: Sequence[int]) -> Prefill:
         return build_prefill(self.model.config.prompt_ids, speaker=submit.speaker, language=submit.language,
@@ -214,3 +257,16 @@ class Executors:
         if text_index == TEXT_PAD:
             return ids.tts_pad
         return state.text_ids[text_index]
+
+
+def _no_result() -> StepResult:
+    return StepResult(Outcome())
+
+
+def _to_host(tokens: torch.Tensor) -> torch.Tensor:
+    """Device tokens -> a host tensor filled by an asynchronous copy (read it after the step's end event)."""
+    if tokens.device.type != "cuda":
+        return tokens
+    host = torch.empty(tokens.shape, dtype=tokens.dtype, pin_memory=True)
+    host.copy_(tokens, non_blocking=True)
+    return host

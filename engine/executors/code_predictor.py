@@ -17,6 +17,7 @@ from torch import Tensor
 
 from engine.executors.slots import GenerationSlots
 from engine.model import sampling as sampler
+from engine.model.host_copy import device_ids
 from engine.model.qwen3_tts import Qwen3TTS
 
 
@@ -38,7 +39,7 @@ class CodePredictorExecutor:
         hidden, code0 = self.slots.hidden[index], self.slots.code0[index]  # [B,H], [B]
         settings = self.slots.predictor.rows(index, kv_slots)
         seeds = self.slots.seeds[index]
-        frames = torch.tensor(frame_index, dtype=torch.int64, device=device)
+        frames = device_ids(frame_index, device)
 
         def draw(group: int, logits: Tensor) -> Tensor:
             return sampler.draw(sampler.processed_probs(logits, settings), seeds, frames, group)
@@ -52,7 +53,7 @@ class CodePredictorExecutor:
             groups.append(draw(group, logits))
         frame = torch.cat((code0[:, None], torch.stack(groups, dim=1)), dim=1)  # [B,16]
 
-        streams = torch.tensor(stream_slots, dtype=torch.int64, device=device)
+        streams = device_ids(stream_slots, device)
         self.codes[streams, frames] = frame
         parts = [self.model.talker.embed_codec(frame[:, 0])]
         parts += [self.predictor.embed_code(g, frame[:, g]) for g in range(1, frame.shape[1])]

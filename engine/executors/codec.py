@@ -7,7 +7,10 @@ state, equal to a full decode within float tolerance), then, on the host: drops 
 frame where that applies, trims leading silence (RMS onset, `engine.codec.silence`), releases what the
 trimmer held back on the last chunk, and converts to int16 little-endian.
 
-    codes [C,F,16] --gather--> [B,16,N] --decode_incremental--> wav [B, N*1920] fp32 --host--> int16 per row
+    codes [C,F,16] --gather--> [B,16,N] --decode_incremental--> wav [B, N*1920] fp32 --pinned--> int16 per row
+
+`launch` queues all of it on the current CUDA stream and returns the host part as a function to run once the
+stream has passed it (the engine loop waits on an event, never on the device); `decode` is launch + wait.
 
 Fast path (`graph_shapes` given): the same call runs on `CodecGraphs` over `FastCodecDecoder` (fused
 SnakeBeta and codebook kernels; one CUDA graph per (batch, frames) shape, eager at the same shapes off
@@ -20,7 +23,7 @@ Precision (`bf16`, `tf32`, `fp32`) applies on both paths: the decoder must alrea
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +35,7 @@ from engine.codec.silence import SAMPLES_PER_FRAME, LeadingSilenceTrimmer, Silen
 from engine.codec.stream import CodecStatePool, decode_incremental
 from engine.fast.codec_fast import PRECISION_DTYPES, PRECISIONS, FastCodecDecoder, precision_flags
 from engine.fast.codec_graphs import RESERVED_SLOTS, CodecGraphs
+from engine.model.host_copy import device_ids
 
 
 def codec_dtype(precision: str) -> torch.dtype:
@@ -94,10 +98,21 @@ class CodecExecutor:
     def decode(self, request_ids: list[int], code_slots: list[int], first_frames: list[int], frames: int,
                final: list[bool]) -> dict[int, np.ndarray]:
         """Decode frames [first, first + frames) of each row; -> request id -> int16 samples to publish."""
+        finish = self.launch(request_ids, code_slots, first_frames, frames, final)
+        if self.codes.device.type == "cuda":
+            torch.cuda.current_stream(self.codes.device).synchronize()
+        return finish()
+
+    def launch(self, request_ids: list[int], code_slots: list[int], first_frames: list[int], frames: int,
+               final: list[bool]) -> Callable[[], dict[int, np.ndarray]]:
+        """Queue the decode on the current stream without waiting for the device: row indices go up through
+        pinned memory, the PCM comes down into a pinned buffer by an asynchronous copy. -> `finish()`, which the
+        caller runs once the stream has passed this point (an event), and which then does the host part
+        (silent first frame, leading-silence trim, int16) and returns request id -> int16 samples."""
         streams = [self._streams[r] for r in request_ids]
         device = self.codes.device
-        start = torch.tensor(first_frames, dtype=torch.int64, device=device)[:, None]  # [B,1]
-        rows = torch.tensor(code_slots, dtype=torch.int64, device=device)[:, None]  # [B,1]
+        start = device_ids(first_frames, device)[:, None]  # [B,1]
+        rows = device_ids(code_slots, device)[:, None]  # [B,1]
         chunk = self.codes[rows, start + torch.arange(frames, device=device)]  # [B,N,16]
         slots = [s.pool_slot for s in streams]
         if self.graphs is not None:  # FastCodecDecoder applies the precision's switches itself
@@ -107,17 +122,28 @@ class CodecExecutor:
             with precision_flags(self.precision):
                 wav = decode_incremental(self.decoder, self.pool, slots, chunk.transpose(1, 2),
                                          expected_positions=first_frames, check_code_values=False)  # [B,N*1920]
-        host = wav.to(torch.float32).cpu().numpy()
-        out: dict[int, np.ndarray] = {}
-        for i, (request_id, stream) in enumerate(zip(request_ids, streams, strict=True)):
-            pcm = host[i]
-            if stream.skip_first_frame and first_frames[i] == 0:
-                pcm = pcm[SAMPLES_PER_FRAME:]  # decoded (later frames need its context), never heard
-            pcm = stream.trimmer.push(pcm)
-            if final[i]:
-                pcm = np.concatenate([pcm, stream.trimmer.finish()])
-            out[request_id] = to_int16(pcm)
-        return out
+        wav = wav.to(torch.float32)
+        if device.type == "cuda":
+            host = torch.empty(wav.shape, dtype=torch.float32, pin_memory=True)
+            host.copy_(wav, non_blocking=True)  # read only after the caller's event says the copy is done
+        else:
+            host = wav
+        first = list(first_frames)
+
+        def finish() -> dict[int, np.ndarray]:
+            pcm_rows = host.numpy()
+            out: dict[int, np.ndarray] = {}
+            for i, (request_id, stream) in enumerate(zip(request_ids, streams, strict=True)):
+                pcm = pcm_rows[i]
+                if stream.skip_first_frame and first[i] == 0:
+                    pcm = pcm[SAMPLES_PER_FRAME:]  # decoded (later frames need its context), never heard
+                pcm = stream.trimmer.push(pcm)
+                if final[i]:
+                    pcm = np.concatenate([pcm, stream.trimmer.finish()])
+                out[request_id] = to_int16(pcm)
+            return out
+
+        return finish
 
 
 def to_int16(pcm: np.ndarray) -> np.ndarray:

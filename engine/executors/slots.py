@@ -29,6 +29,7 @@ import torch
 from torch import Tensor
 
 from engine.ipc.messages import Sampling
+from engine.model.host_copy import device_ids, to_device
 from engine.model.rng import seed_tensor
 from engine.model.sampling import RowSettings
 
@@ -44,11 +45,16 @@ class SamplerSlots:
         self.top_k = torch.zeros(num_slots, dtype=torch.int64, device=device)
         self._host_top_k = [0] * num_slots  # kmax is a host-side bound: no read-back when a batch is formed
 
-    def set(self, slot: int, greedy: bool, temperature: float, top_k: int) -> None:
-        self.greedy[slot] = greedy
-        self.temperature[slot, 0] = 1.0 if greedy else temperature
-        self.top_k[slot] = top_k
-        self._host_top_k[slot] = top_k
+    def set_many(self, index: Tensor, slots: list[int], host_top_k: list[int], greedy: Tensor, temperature: Tensor,
+                 top_k: Tensor) -> None:  # fmt: skip
+        """Install settings at `slots` (device `index` [n]) from device rows greedy [n] bool, temperature [n]
+        fp32 (1.0 where greedy), top_k [n] int64 (`host_top_k`: the same values on the host); queued on the
+        current stream, nothing waited for."""
+        self.greedy.index_copy_(0, index, greedy)
+        self.temperature.index_copy_(0, index, temperature[:, None])
+        self.top_k.index_copy_(0, index, top_k)
+        for slot, k in zip(slots, host_top_k, strict=True):
+            self._host_top_k[slot] = k
 
     def host_top_k(self, slots: Sequence[int]) -> list[int]:
         """The top-k installed at each slot, from the host copy (reading it never touches the device)."""
@@ -77,15 +83,31 @@ class GenerationSlots:
 
     def start(self, slot: int, sampling: Sampling, seed: int) -> None:
         """A new request takes `slot`: forget the previous owner's history, install this one's settings."""
-        self.seen[slot] = False
-        self.generated[slot] = 0
-        self.seeds[slot] = seed_tensor([seed], "cpu")[0]
-        self.penalty[slot, 0] = sampling.repetition_penalty
-        self.talker.set(slot, sampling.greedy, sampling.temperature, sampling.top_k)
-        self.predictor.set(slot, sampling.subtalker_greedy, sampling.subtalker_temperature, sampling.subtalker_top_k)
+        self.start_many([slot], [sampling], [seed])
+
+    def start_many(self, slots: list[int], samplings: Sequence[Sampling], seeds: Sequence[int]) -> None:
+        """New requests take `slots`: one upload of their settings through pinned memory and a few scatters,
+        queued on the current stream (a Python scalar written into a CUDA tensor would wait for the device)."""
+        n = len(slots)
+        ints = torch.zeros(n, 5, dtype=torch.int64)  # seed, talker greedy, top_k, predictor greedy, top_k
+        floats = torch.ones(n, 3, dtype=torch.float32)  # penalty, talker temperature, predictor temperature
+        ints[:, 0] = seed_tensor(list(seeds), "cpu")
+        for i, s in enumerate(samplings):
+            ints[i, 1:] = torch.tensor([s.greedy, s.top_k, s.subtalker_greedy, s.subtalker_top_k])
+            floats[i] = torch.tensor([s.repetition_penalty, 1.0 if s.greedy else s.temperature,
+                                      1.0 if s.subtalker_greedy else s.subtalker_temperature])  # fmt: skip
+        index = device_ids(slots, self.device)
+        ints, floats = to_device(ints, self.device), to_device(floats, self.device)
+        self.seen.index_fill_(0, index, False)
+        self.generated.index_fill_(0, index, 0)
+        self.seeds.index_copy_(0, index, ints[:, 0])
+        self.penalty.index_copy_(0, index, floats[:, :1])
+        self.talker.set_many(index, slots, [s.top_k for s in samplings], ints[:, 1].bool(), floats[:, 1], ints[:, 2])
+        self.predictor.set_many(index, slots, [s.subtalker_top_k for s in samplings], ints[:, 3].bool(),
+                                floats[:, 2], ints[:, 4])  # fmt: skip
 
     def index(self, slots: list[int]) -> Tensor:
-        return torch.tensor(slots, dtype=torch.int64, device=self.device)
+        return device_ids(slots, self.device)
 
 
 def check_sampling(sampling: Sampling) -> None:

@@ -19,6 +19,7 @@ from torch import Tensor
 from engine.executors.slots import GenerationSlots
 from engine.ipc.messages import Sampling
 from engine.model import sampling as sampler
+from engine.model.host_copy import device_ids
 from engine.model.kv_cache import TalkerKVCache
 from engine.model.qwen3_tts import Qwen3TTS
 
@@ -34,16 +35,16 @@ class TalkerExecutor:
 
     def prefill(self, kv_slots: list[int], embeds: list[Tensor], samplings: list[Sampling], seeds: list[int]) -> None:
         """embeds[i] [L_i,H]: the prompt rows of request i (`generate.embed_prefill`), into slot kv_slots[i]."""
-        for slot, sampling, seed in zip(kv_slots, samplings, seeds, strict=True):
+        for slot in kv_slots:
             self.cache.reset(slot)
-            self.slots.start(slot, sampling, seed)
+        self.slots.start_many(kv_slots, samplings, seeds)
         lengths = [e.shape[0] for e in embeds]
         x = torch.nn.utils.rnn.pad_sequence(embeds, batch_first=True)  # [B,Lmax,H], zero rows after each prompt
         hidden = self.talker(x, self.cache, self.cache.prefill_batch(kv_slots, lengths))  # [B,Lmax,H]
         self.cache.advance(kv_slots, lengths)
         logits = self.talker.logits(hidden)  # [B,Lmax,V]: the official head runs over every prefill row
         rows = torch.arange(len(kv_slots), device=x.device)
-        last = torch.tensor(lengths, device=x.device) - 1
+        last = device_ids(lengths, x.device) - 1
         index = self.slots.index(kv_slots)
         frames = torch.zeros(len(kv_slots), dtype=torch.int64, device=x.device)  # codebook 0 of frame 0
         eos_never = torch.ones(len(kv_slots), dtype=torch.bool, device=x.device)
@@ -55,6 +56,12 @@ class TalkerExecutor:
                eos_allowed: list[bool], read_tokens: bool) -> list[int] | None:
         """One step per row: feed frame `frame_index[i]` plus text id `text_ids[i]`, draw codebook 0 of the
         next frame. Returns the drawn tokens only when `read_tokens` (some row may sample EOS)."""
+        tokens = self.decode_tokens(kv_slots, positions, frame_index, text_ids, eos_allowed, read_tokens)
+        return None if tokens is None else tokens.tolist()
+
+    def decode_tokens(self, kv_slots: list[int], positions: list[int], frame_index: list[int], text_ids: list[int],
+                      eos_allowed: list[bool], read_tokens: bool) -> Tensor | None:
+        """`decode` without the read: the drawn tokens [B] stay on the device (None unless `read_tokens`)."""
         for slot, position in zip(kv_slots, positions, strict=True):
             assert self.cache.lengths[slot] == position, (
                 f"KV slot {slot} holds {self.cache.lengths[slot]} positions, the plan expects {position}")
@@ -65,13 +72,14 @@ class TalkerExecutor:
         hidden = self.talker(x, self.cache, self.cache.decode_batch(kv_slots))[:, 0]  # [B,H]
         self.cache.advance(kv_slots, [1] * len(kv_slots))
         logits = self.talker.logits(hidden)  # [B,V] fp32
-        frames = torch.tensor(frame_index, dtype=torch.int64, device=device) + 1
-        eos_never = torch.tensor([not allowed for allowed in eos_allowed], dtype=torch.bool, device=device)
+        frames = device_ids(frame_index, device) + 1
+        eos_never = device_ids([not allowed for allowed in eos_allowed], device, torch.bool)
         tokens = self._draw(logits, index, kv_slots, frames, eos_never)
         self.slots.hidden[index] = hidden
         self.slots.code0[index] = tokens
-        # NOTE(engine): the only device -> host read of the generation lane, and only when EOS can fire.
-        return tokens.tolist() if read_tokens else None
+        # The only device -> host read of the generation lane, and only when EOS can fire: the caller copies
+        # these asynchronously and reads them once an event says they arrived.
+        return tokens.clone() if read_tokens else None
 
     def _draw(self, logits: Tensor, index: Tensor, kv_slots: list[int], frames: Tensor, eos_never: Tensor) -> Tensor:
         """Official processors (penalty, EOS and control masks, temperature, top-k) then the seeded draw. -> [B]"""

@@ -4,31 +4,68 @@ as ONE captured CUDA graph per batch size. A drop-in for `CodePredictorExecutor.
 One replay, for n (padded) rows, reads  kv_slot/stream/frame [n] from the static inputs and
 GenerationSlots.hidden/code0 and sampler settings at the kv slots, then runs
     [h, C(c0)] at positions 0,1 -> group 1;  E_{g-1}(c_{g-1}) at position g -> group g, g = 2..15
-through the fused decoder stack (`decoder.run_layers`) over the preallocated 16-position cache (attention:
-the Triton per-row-length kernel, one query row per token), draws
-each group from the request's counter-based RNG (seed, frame, group), and writes
+over the preallocated 16-position cache, draws each group from the request's counter-based RNG
+(seed, frame, group), and writes
     codes[stream, frame] = the frame [16]        frame_embed[kv_slot] = sum of its 16 code embeddings.
 Nothing is read back to the host. Positions are static per step, so RoPE tables are constants.
+
+Two ways to run a step (`FrameKernels.fused`):
+- fused (default): 5 kernels per layer and 3 around them. `gemv` products with the RMSNorm folded into
+  their prologue (input, post-attention and final norm, residual adds included), the embedding lookup of the
+  previous group's code folded into the projection, SwiGLU into gate|up; `cp_attention` does q/k norm,
+  RoPE, the cache write and attention in one kernel; `sampler.sample` draws the group in one kernel and adds
+  its code embedding to the frame's fp32 running sum. Above `gemv_max_rows` token rows the products go to
+  cuBLAS (and the norms to `rms_norm`), where tensor-core GEMMs win.
+- layers: the fused decoder stack (`decoder.run_layers`, ~10 kernels per layer) and the torch graph sampler.
+Both compute the plain arithmetic and rounding (fp32 accumulation, activation-dtype rounding where the plain
+layers round); off the GPU every kernel runs its PyTorch twin.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from engine.executors.slots import GenerationSlots
 from engine.fast.decoder import fuse_layers, rope_tables, run_layers
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
+from engine.fast.kernels import INTERPRET, use_triton
+from engine.fast.kernels.cp_attention import cp_attention
 from engine.fast.kernels.decode_attention import decode_attention
+from engine.fast.kernels.gemv import GemvConfig, gemv
+from engine.fast.kernels.rmsnorm import rms_norm
+from engine.fast.kernels.sampler import sample
+from engine.fast.kernels.silu_mul import silu_mul as swiglu
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k, sample_tokens
 from engine.model.qwen3_tts import Qwen3TTS
+
+# Output columns per program at one token row: ~128-192 programs per product on the H200's 132 SMs.
+DEFAULT_GEMV = {
+    "proj": GemvConfig(block_n=8), "qkv": GemvConfig(block_n=32), "o": GemvConfig(block_n=8),
+    "gate_up": GemvConfig(block_n=16), "down": GemvConfig(block_n=8), "head": GemvConfig(block_n=16),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FrameKernels:
+    """How a frame's steps run on the fast path (module docstring). Products are named proj, qkv, o, gate_up,
+    down, head; `gemv` maps a name to its tile shape. Rows below are token rows (2n in a frame's first step)."""
+
+    fused: bool = True
+    gemv_max_rows: int = 64  # up to here products run in `gemv`; above, cuBLAS
+    prologue_max_rows: int = 16  # up to here the RMSNorm runs inside the product; above, its own kernel
+    gemv: Mapping[str, GemvConfig] = field(default_factory=lambda: dict(DEFAULT_GEMV))
+    radix_bits: int = 2  # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates
 
 
 class CodePredictorGraphs:
     def __init__(self, model: Qwen3TTS, slots: GenerationSlots, codes: Tensor, capture_sizes: Sequence[int], *,
-                 use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP) -> None:  # fmt: skip
+                 use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP,
+                 kernels: FrameKernels | None = None) -> None:  # fmt: skip
         self.model = model
         self.predictor = model.code_predictor
         self.config = self.predictor.config
@@ -37,7 +74,14 @@ class CodePredictorGraphs:
         self.sizes = check_sizes(capture_sizes)
         self.max_batch = self.sizes[-1]
         self.top_k_cap = top_k_cap
+        self.kernels = kernels or FrameKernels()
         self.layers = fuse_layers(self.predictor.model.layers)
+        projection = self.predictor.small_to_mtp_projection
+        self.projection = (projection.weight, projection.bias) if isinstance(projection, nn.Linear) else None
+        self.heads = [head.weight for head in self.predictor.lm_head]  # [V,Hc] per group 1..15
+        self.tables = [
+            table.weight for table in self.predictor.model.codec_embedding
+        ]  # [V,H] per group 1..15
         self.cache = self.predictor.new_cache(self.max_batch)
         device = model.device
         self.inputs = StaticInputs(("kv_slot", "stream", "frame"), self.max_batch, device)
@@ -62,8 +106,96 @@ class CodePredictorGraphs:
     # ------------------------------------------------------------ the captured frame
 
     def _frame(self, n: int) -> None:
+        if self.kernels.fused:
+            self._frame_fused(n)
+        else:
+            self._frame_layers(n)
+
+    def _frame_fused(self, n: int) -> None:
+        s, c = self.slots, self.config
+        index, frames = self.inputs["kv_slot"][:n], self.inputs["frame"][:n]
+        settings = (s.predictor.greedy[index], s.predictor.temperature[index], s.predictor.top_k[index],
+                    self.top_k_cap, s.seeds[index], frames)  # fmt: skip
+        code0 = s.code0[index]  # [n]
+        first = self.model.talker.embed_codec(code0)  # [n,H], E_0(c0)
+        frame = torch.empty(n, c.num_code_groups, dtype=torch.int64, device=index.device)
+        frame[:, 0] = code0
+        embed_sum = first.to(torch.float32)  # the 16-way sum in fp32, rounded once at the end like `sum`
+
+        logits = self.step_logits(torch.stack((s.hidden[index], first), dim=1).view(2 * n, -1), None, 0, 2)
+        sample(logits, *settings, 1, out=frame[:, 1], table=self.tables[0], acc=embed_sum,
+               radix_bits=self.kernels.radix_bits)  # fmt: skip
+        for group in range(2, c.num_code_groups):
+            logits = self.step_logits(self.tables[group - 2], frame[:, group - 1], group, 1)
+            sample(logits, *settings, group, out=frame[:, group], table=self.tables[group - 1], acc=embed_sum,
+                   radix_bits=self.kernels.radix_bits)  # fmt: skip
+        self.codes[self.inputs["stream"][:n], frames] = frame
+        s.frame_embed[index] = embed_sum.to(s.frame_embed.dtype)
+
+    def step_logits(self, x: Tensor, index: Tensor | None, start: int, tokens: int) -> Tensor:
+        """One step of the fused frame: token rows x[index[r]] (or x [n*T,H] when index is None; row b*T + t
+        at position start+t, cache slot b) -> the group's logits [n,V] of each row's last token, in the
+        activation dtype (as the plain head computes them before its fp32 cast). Group = max(1, start)."""
+        c, layers = self.config, self.layers
+        eps = layers[0].eps
+        if self.projection is not None:
+            hidden, _ = self._product("proj", x, self.projection[0], index=index, bias=self.projection[1])
+        else:
+            hidden = x[index] if index is not None else x
+        residual: Tensor | None = None
+        for number, layer in enumerate(layers):
+            qkv, residual = self._product("qkv", hidden, layer.qkv, residual=residual, norm=layer.input_norm,
+                                          eps=eps)  # fmt: skip
+            k_cache, v_cache = self.cache.layer(number)
+            attended = cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, eps, k_cache, v_cache,
+                                    start, tokens, layer.num_heads, layer.num_kv_heads)  # fmt: skip
+            hidden, _ = self._product("o", attended, layer.o)
+            act, residual = self._product("gate_up", hidden, layer.gate_up, residual=residual,
+                                          norm=layer.post_norm, eps=eps, silu_mul=True)  # fmt: skip
+            hidden, _ = self._product("down", act, layer.down)
+        rows = hidden.shape[0] // tokens
+        last = (rows, tokens, c.hidden_size)
+        hidden, residual = hidden.view(last)[:, -1], residual.view(last)[:, -1]  # type: ignore[union-attr]
+        norm = self.predictor.model.norm
+        logits, _ = self._product("head", hidden, self.heads[max(1, start) - 1], residual=residual,
+                                  norm=norm.weight, eps=norm.eps)  # fmt: skip
+        return logits
+
+    def _product(self, name: str, x: Tensor, weight: Tensor, *, index: Tensor | None = None,
+                 residual: Tensor | None = None, norm: Tensor | None = None, eps: float = 1e-6,
+                 bias: Tensor | None = None, silu_mul: bool = False) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+        """One product with its norm prologue and epilogue -> (y, the residual stream after the norm's add)."""
+        k = self.kernels
+        rows = index.shape[0] if index is not None else x.shape[0]
+        small = rows <= k.gemv_max_rows
+        config = k.gemv.get(name, GemvConfig())
+        # The interpreter runs programs one by one in Python: there, one program per product (same code).
+        if INTERPRET:
+            columns = weight.shape[0] // (2 if silu_mul else 1)
+            config = replace(config, block_n=max(config.block_n, 1 << (columns - 1).bit_length()))
+        if not use_triton(x) or (small and (norm is None or rows <= k.prologue_max_rows)):
+            y, total = gemv(x, weight, index=index, residual=residual, norm_weight=norm, eps=eps, bias=bias,
+                            silu_mul=silu_mul, config=config)  # fmt: skip
+            return y, (x if total is None else total) if norm is not None else None
+        if index is not None:
+            x = x[index]
+        total = None
+        if norm is not None:
+            x, total = rms_norm(x.contiguous(), norm, eps, residual)
+        if small:
+            y, _ = gemv(x, weight, bias=bias, silu_mul=silu_mul, config=config)
+        else:
+            y = F.linear(x, weight, bias)
+            y = swiglu(y) if silu_mul else y
+        return y, total
+
+    def _frame_layers(self, n: int) -> None:
         s, predictor, c = self.slots, self.predictor, self.config
-        index, streams, frames = self.inputs["kv_slot"][:n], self.inputs["stream"][:n], self.inputs["frame"][:n]
+        index, streams, frames = (
+            self.inputs["kv_slot"][:n],
+            self.inputs["stream"][:n],
+            self.inputs["frame"][:n],
+        )
         settings = (s.predictor.greedy[index], s.predictor.temperature[index], s.predictor.top_k[index])
         seeds = s.seeds[index]
         code0 = s.code0[index]  # [n]
@@ -72,7 +204,9 @@ class CodePredictorGraphs:
 
         # Step 1: [h_k, C(c_k^0)] at positions 0,1 (token rows b*2 + t), causal.
         x = torch.stack((s.hidden[index], self.model.talker.embed_codec(code0)), dim=1).view(2 * n, -1)
-        two = torch.arange(2, device=index.device).repeat(n)  # positions 0,1 of each row; they see 1 and 2 keys
+        two = torch.arange(2, device=index.device).repeat(
+            n
+        )  # positions 0,1 of each row; they see 1 and 2 keys
         hidden = self._forward(x, rows[:, None].expand(n, 2).reshape(-1), two, caches, two + 1)
         logits = predictor.logits(1, hidden.view(n, 2, -1)[:, 1])  # [n,V] fp32
         groups = [sample_tokens(logits, *settings, self.top_k_cap, seeds, frames, 1)]

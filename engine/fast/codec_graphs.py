@@ -41,6 +41,7 @@ from engine.codec.stream import (
     check_decode_inputs,
     check_pool,
 )
+from engine.model.host_copy import device_ids
 
 RESERVED_SLOTS = 1  # the scratch slot padding rows read and write
 
@@ -226,7 +227,7 @@ class CodecGraphs:
         pieces = plan_pieces(len(slots), frames, self.batch_sizes, self.frame_sizes)
         device = self.pool.device
         codes = codes.to(device, torch.int64)
-        index = torch.tensor(slots, device=device, dtype=torch.int64)
+        index = device_ids(slots, device)  # queued, not waited for
         per_frame = self.decoder.config.samples_per_frame
         out = torch.empty(len(slots), frames * per_frame, device=device, dtype=self.decoder.output_dtype)
         for piece in pieces:

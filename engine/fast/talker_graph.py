@@ -73,13 +73,19 @@ class TalkerGraphs:
 
     def decode(self, kv_slots: list[int], positions: list[int], frame_index: list[int], text_ids: list[int],
                eos_allowed: list[bool], read_tokens: bool) -> list[int] | None:  # fmt: skip
+        tokens = self.decode_tokens(kv_slots, positions, frame_index, text_ids, eos_allowed, read_tokens)
+        return None if tokens is None else tokens.tolist()
+
+    def decode_tokens(self, kv_slots: list[int], positions: list[int], frame_index: list[int], text_ids: list[int],
+                      eos_allowed: list[bool], read_tokens: bool) -> Tensor | None:  # fmt: skip
+        """`decode` without the read: the drawn tokens [B] stay on the device (None unless `read_tokens`)."""
         for slot, position in zip(kv_slots, positions, strict=True):
             assert self.cache.lengths[slot] == position, (
                 f"KV slot {slot} holds {self.cache.lengths[slot]} positions, the plan expects {position}")
             if position + 1 > self.cache.max_len:
                 raise RuntimeError(f"talker KV cache slot {slot} is full ({self.cache.max_len} positions)")
         check_top_k(self.slots.talker.host_top_k(kv_slots), self.top_k_cap, self.config.vocab_size)
-        tokens: list[int] = []
+        tokens: list[Tensor] = []
         for part in split_cohort(len(kv_slots), self.sizes):
             size = padded_size(len(part), self.sizes)
             self.inputs.load(size, kv_slot=pad_rows([kv_slots[i] for i in part], size),
@@ -88,10 +94,10 @@ class TalkerGraphs:
                              frame=pad_rows([frame_index[i] for i in part], size),
                              eos_never=pad_rows([int(not eos_allowed[i]) for i in part], size))  # fmt: skip
             self.decode_steps.replay(size)
-            if read_tokens:  # NOTE: the only device -> host read, and only when some row may sample EOS
-                tokens += self.tokens[: len(part)].tolist()
+            if read_tokens:  # the next replay overwrites the static buffer: keep this part's draw
+                tokens.append(self.tokens[: len(part)].clone())
         self.cache.advance(kv_slots, [1] * len(kv_slots))
-        return tokens if read_tokens else None
+        return torch.cat(tokens) if read_tokens else None
 
     def prefill(self, kv_slots: list[int], embeds: list[Tensor], samplings: list[Sampling], seeds: list[int]) -> None:
         """Same contract as `TalkerExecutor.prefill`: embeds[i] [L_i,H] into slot kv_slots[i]."""
@@ -101,9 +107,9 @@ class TalkerGraphs:
         bucket = padded_size(max(lengths), self.buckets)
         if min(lengths) < 1 or len(lengths) != len(kv_slots):
             raise ValueError("a prefill needs one non-empty prompt per KV slot")
-        for slot, sampling, seed in zip(kv_slots, samplings, seeds, strict=True):
+        for slot in kv_slots:
             self.cache.reset(slot)
-            self.slots.start(slot, sampling, seed)
+        self.slots.start_many(kv_slots, samplings, seeds)
         check_top_k([s.top_k for s in samplings], self.top_k_cap, self.config.vocab_size)
         for part in split_cohort(len(kv_slots), self.prefill_sizes):
             size = padded_size(len(part), self.prefill_sizes)

@@ -185,9 +185,12 @@ class EngineLink:
     def subscriptions(self) -> int:
         return len(self._queues)
 
-    async def close(self) -> None:
-        """Close the link (the engine sees EOF and cancels this worker's requests). Idempotent."""
-        self._shutdown(LINK_CLOSED)
+    async def close(self, reason: str = LINK_CLOSED) -> None:
+        """Close the link (the engine sees EOF and cancels this worker's requests). Idempotent.
+
+        `reason` is what open requests get as their Error code: ENGINE_DIED when giving up on a hung engine.
+        """
+        self._shutdown(reason)
 
     # ------------------------------------------------------------ wake-ups
 

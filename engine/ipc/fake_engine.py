@@ -1,6 +1,6 @@
 """A stand-in engine that speaks the real link protocol, for gateway tests and overhead benchmarks.
 
-    python -m engine.ipc.fake_engine --socket PATH [--delay-ms N] [--ms-per-frame N]
+    python -m engine.ipc.fake_engine --socket PATH [--delay-ms N] [--ms-per-frame N] [--fail-start-on INDEX]
 
 It behaves on the wire like `python -m engine` with random weights: Ready at once to every link,
 Heartbeat every second, and for each Submit a quiet 220 Hz int16 tone whose length follows the
@@ -12,6 +12,8 @@ publishes whatever is generated, EndText lets it finish with the rest and Done(C
 answers Done(CANCELLED); Deadline is accepted and ignored. A bad request gets Error(bad_request) then
 Done(ERROR). Shutdown (or SIGTERM) refuses new Submits, lets running requests finish within
 `grace_ms`, fails the rest with Error(shutdown) + Done(ERROR), says goodbye and exits 0.
+`--fail-start-on INDEX` stands in for an engine that cannot start: the engine the gateway numbered INDEX
+(environment `VIVACE_ENGINE_INDEX`) writes an error to stderr and exits 1 before listening.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import os
 import signal
 import sys
 import time
@@ -246,9 +249,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--socket", required=True, help='control socket path ("@name": abstract namespace)')
     parser.add_argument("--delay-ms", type=float, default=0.0, help="time from Submit to the first frame")
     parser.add_argument("--ms-per-frame", type=float, default=0.0, help="generation time per 80 ms frame")
+    parser.add_argument(
+        "--fail-start-on",
+        type=int,
+        action="append",
+        default=[],
+        metavar="INDEX",
+        help="engine INDEX (VIVACE_ENGINE_INDEX) fails at start: error on stderr, exit 1",
+    )
     args = parser.parse_args(argv)
     if args.delay_ms < 0 or args.ms_per_frame < 0:
         parser.error("--delay-ms and --ms-per-frame must be >= 0")
+    index = os.environ.get("VIVACE_ENGINE_INDEX", "")
+    if index.isdigit() and int(index) in args.fail_start_on:
+        print(f"fake-engine: error: engine {index} cannot start (--fail-start-on {index})", file=sys.stderr)
+        return 1
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fake-engine %(levelname)s %(message)s")
     die_with_parent()
     endpoint = EngineEndpoint(args.socket)

@@ -30,18 +30,22 @@ def engine_command(module: str = "engine", *args: str) -> list[str]:
     return [sys.executable, "-m", module, *args]
 
 
-def spawn_engine(argv: list[str], socket_path: str, env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start `argv + ["--socket", socket_path]` in its own process group; stdout/stderr are inherited.
+def spawn_engine(
+    argv: list[str], socket_path: str, env: dict[str, str] | None = None, stderr: int | None = None
+) -> subprocess.Popen:
+    """Start `argv + ["--socket", socket_path]` in its own process group; stdout is inherited.
 
     `env` replaces the environment (default: this process's); PYTHONUNBUFFERED is set so engine logs
-    appear promptly.
+    appear promptly. `stderr`: a file descriptor for the engine's stderr (default: inherited).
     """
     if not argv:
         raise ValueError("argv must name the engine command")
     unix_address(socket_path)  # validate before starting anything
     environment = dict(os.environ if env is None else env)
     environment.setdefault("PYTHONUNBUFFERED", "1")
-    return subprocess.Popen([*argv, "--socket", socket_path], env=environment, start_new_session=True)
+    return subprocess.Popen(
+        [*argv, "--socket", socket_path], env=environment, stderr=stderr, start_new_session=True
+    )
 
 
 def probe_socket(socket_path: str) -> bool:

@@ -2,7 +2,10 @@
 
 The gateway worker creates it, the engine attaches by name, then the gateway unlinks the name at once
 (`unlink()`), so after the handshake the segment lives only as two mappings and vanishes with the last
-one: nothing can be left in /dev/shm after either side is killed.
+one: nothing can be left in /dev/shm after either side is killed. Every page is allocated at creation
+(`posix_fallocate`): tmpfs otherwise allocates on first touch, and a ring page first touched while
+/dev/shm is full kills the writer with SIGBUS. A /dev/shm without room fails `create` with
+`SharedMemoryFull` instead, before anything is shared.
 
     offset
       0  +----------------------------------------------------------------------+
@@ -22,6 +25,7 @@ one: nothing can be left in /dev/shm after either side is killed.
 from __future__ import annotations
 
 import contextlib
+import errno
 import gc
 import os
 import secrets
@@ -39,6 +43,26 @@ _HEADER = struct.Struct("<8sIIQQQQ16x")
 _created_here: set[str] = set()  # names this process created (and its resource tracker already knows)
 _MAGIC = b"VIVSEG01"
 _FLAG_CRC = 1
+
+
+class SharedMemoryFull(OSError):
+    """/dev/shm has no room for a link's rings."""
+
+
+def _reserve(name: str, size: int) -> None:
+    """Allocate every page of the named segment now, or raise SharedMemoryFull."""
+    fd = os.open(f"/dev/shm/{name}", os.O_RDWR)
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        raise SharedMemoryFull(
+            errno.ENOSPC,
+            f"/dev/shm has no room for a link's rings ({size / (1 << 20):.1f} MiB): {error.strerror}",
+        ) from None
+    finally:
+        os.close(fd)
 
 
 def _align64(n: int) -> int:
@@ -76,6 +100,7 @@ class Segment:
         shm = shared_memory.SharedMemory(name=name, create=True, size=size)
         _created_here.add(shm.name)
         try:
+            _reserve(shm.name, size)
             buf = shm.buf
             first = _HEADER.size
             second = _align64(first + region_bytes(to_engine_capacity))

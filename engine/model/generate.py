@@ -32,6 +32,7 @@ from torch import Tensor
 
 from engine.ipc.messages import Sampling
 from engine.model import sampling as sampler
+from engine.model.host_copy import device_ids
 from engine.model.kv_cache import TalkerKVCache
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.model.rng import seed_tensor
@@ -52,7 +53,7 @@ def embed_prefill(model: Qwen3TTS, prefill: Prefill) -> Tensor:
     codec_ids = [row.codec_id for row in prefill.rows]
     device = model.device
     present = [i for i, cid in enumerate(codec_ids) if cid is not None]
-    codec = model.talker.embed_codec(torch.tensor([codec_ids[i] for i in present], device=device))
+    codec = model.talker.embed_codec(device_ids([codec_ids[i] for i in present], device))
     codec_rows: dict[int, Tensor] = dict(zip(present, codec, strict=True))
     rows = []
     for i, t in enumerate(text):
@@ -80,11 +81,11 @@ def _project_text(model: Qwen3TTS, ids: list[int | None], *, split_role: bool) -
     """
     p = model.config.prompt_ids
     talker, device = model.talker, model.device
-    special = talker.embed_text(torch.tensor([p.tts_bos, p.tts_eos, p.tts_pad], device=device))
+    special = talker.embed_text(device_ids([p.tts_bos, p.tts_eos, p.tts_pad], device))
     special_rows = {p.tts_bos: special[0], p.tts_eos: special[1], p.tts_pad: special[2]}
     out: list[Tensor | None] = [special_rows.get(i) if i is not None else None for i in ids]
     for run in _runs(ids, special_rows.keys(), split_role=split_role):
-        projected = talker.embed_text(torch.tensor([ids[i] for i in run], device=device))
+        projected = talker.embed_text(device_ids([ids[i] for i in run], device))
         for i, row in zip(run, projected, strict=True):
             out[i] = row
     return out

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from engine.model.host_copy import device_ids
 from engine.model.layers import AttentionBatch
 
 
@@ -117,4 +118,4 @@ class CodePredictorCache:
 
 
 def _slots(slots: list[int], device: torch.device) -> Tensor:
-    return torch.tensor(slots, device=device, dtype=torch.int64)
+    return device_ids(slots, device)

@@ -4,6 +4,8 @@
 width, a code-predictor input projection, the full 151936-row text vocabulary and the real special-id
 tables) at widths small enough for one CPU core to run faster than realtime. `1.7b` and `0.6b` are the
 exact released shapes (reference section 2), used with random weights for GPU benchmarks.
+`CHECKPOINT_PRESETS` names the preset of each released checkpoint, so `--load-format dummy` with a known
+Hugging Face id needs neither its files nor a download.
 """
 
 from __future__ import annotations
@@ -129,4 +131,10 @@ PRESETS: dict[str, Callable[[], tuple[dict[str, Any], str]]] = {
     "tiny": tiny,
     "1.7b": size_1_7b,
     "0.6b": size_0_6b,
+}
+
+# Hugging Face id of a released checkpoint -> the preset with its exact shapes (random weights need no files).
+CHECKPOINT_PRESETS: dict[str, str] = {
+    "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice": "1.7b",
+    "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice": "0.6b",
 }

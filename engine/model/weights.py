@@ -1,7 +1,8 @@
 """Build a Qwen3TTS: official checkpoint weights by name, or seeded random weights made on the device.
 
 Sources: a checkpoint directory; a Hugging Face repo id resolved from the local HF cache (the network
-only with `download=True`); or a preset name (`tiny`, `1.7b`, `0.6b`) for random weights.
+only with `download=True`); or a preset name (`tiny`, `1.7b`, `0.6b`) for random weights. Random weights
+(`load_format="dummy"`) of a released checkpoint's id need no files at all: its preset gives the shapes.
 Loading checks the whole `model.safetensors` table first and fails naming every missing tensor,
 wrong shape and unexpected extra tensor (every tensor of the file must be consumed). Modules are
 built on the meta device and materialised directly on the target device, so a full-size model never
@@ -24,7 +25,7 @@ from torch import Tensor
 from engine.codec.weights import load_codec, random_codec
 from engine.model.config import ModelConfig, load_config, preset
 from engine.model.layers import RotaryEmbedding
-from engine.model.presets import PRESETS
+from engine.model.presets import CHECKPOINT_PRESETS, PRESETS
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.tensor_table import table_problems
 from engine.text.tokenizer import TextTokenizer
@@ -62,19 +63,53 @@ def load_model(
         raise ValueError(f"unknown load_format {load_format!r}; choose one of {LOAD_FORMATS}")
     device = torch.device(device)
     codec_dtype = codec_dtype or torch.float32
-    name = str(source)
-    if name.lower() in PRESETS and not Path(name).exists():
-        return _random_model(preset(name), device, dtype, codec_dtype, seed, tokenizer=None)
-    root = resolve_checkpoint_dir(source, download=download)
-    config = load_config(root)
-    tokenizer = _tokenizer(root, config)
-    if load_format == "dummy":
-        config = dataclasses.replace(config, random_weights=True)
+    config, root = model_config(source, load_format=load_format, download=download)
+    if config.random_weights:
+        tokenizer = _tokenizer(root, config) if root is not None else None
         return _random_model(config, device, dtype, codec_dtype, seed, tokenizer=tokenizer)
+    assert root is not None
+    tokenizer = _tokenizer(root, config)
     model = _materialise(config, device, dtype, tokenizer, codec=None)
     _load_checkpoint(model, root)
     model.codec = load_codec(root, device=device, dtype=codec_dtype)
     return model
+
+
+def model_config(
+    source: str | Path, *, load_format: str = "auto", download: bool = False
+) -> tuple[ModelConfig, Path | None]:
+    """The config to build and the checkpoint directory it came from (None: a preset, no files).
+
+    Presets are random weights. With `load_format="dummy"` a directory or a locally cached checkpoint
+    gives its config and tokenizer; a known Hugging Face id that is not cached gives its preset's exact
+    shapes (`CHECKPOINT_PRESETS`): random weights never download anything.
+    """
+    name = str(source)
+    if name.lower() in PRESETS and not Path(name).exists():
+        return preset(name), None
+    if load_format == "dummy":
+        root = _local_checkpoint_dir(source)
+        if root is None and name in CHECKPOINT_PRESETS:
+            return dataclasses.replace(preset(CHECKPOINT_PRESETS[name]), source=name), None
+        if root is None:
+            known = ", ".join([*sorted(PRESETS), *CHECKPOINT_PRESETS])
+            raise FileNotFoundError(
+                f"--load-format dummy needs the model's shapes: {name!r} is neither a checkpoint directory, "
+                f"a locally cached Hugging Face checkpoint nor a known model ({known})"
+            )
+        return dataclasses.replace(load_config(root), random_weights=True), root
+    root = resolve_checkpoint_dir(source, download=download)
+    return load_config(root), root
+
+
+def _local_checkpoint_dir(source: str | Path) -> Path | None:
+    """A checkpoint directory with a config, or the local HF cache's snapshot of a repo id; never downloads."""
+    try:
+        root = resolve_checkpoint_dir(source, download=False)
+    except FileNotFoundError:
+        return None
+    complete = (root / "config.json").is_file() and (root / "speech_tokenizer" / "config.json").is_file()
+    return root if complete else None
 
 
 def resolve_checkpoint_dir(source: str | Path, *, download: bool = False) -> Path:
@@ -188,12 +223,9 @@ def _load_checkpoint(model: Qwen3TTS, root: Path) -> None:
                 targets[key].copy_(handle.get_tensor(key))  # casts to the model dtype on the device
 
 
-def _check_table(
-    expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], root: Path
-) -> None:
+def _check_table(expected: dict[str, tuple[int, ...]], found: dict[str, tuple[int, ...]], root: Path) -> None:
     problems = table_problems(expected, found)
     if problems:
         raise CheckpointError(
             f"{root / WEIGHTS_FILE} does not match {root / 'config.json'}: " + "; ".join(problems)
         )
-

@@ -117,13 +117,13 @@ def _workload(model: Qwen3TTS) -> tuple[list[Submit], list[tuple[Submit, list[Ap
 def _count_plans(loop: EngineLoop) -> dict[WorkKind, list[tuple[int, int]]]:
     """Record (rows, codec frames) of every plan the loop runs."""
     plans: dict[WorkKind, list[tuple[int, int]]] = {kind: [] for kind in WorkKind}
-    run = loop.executors.run
+    launch = loop.executors.launch
 
     def counting(plan, inputs):  # type: ignore[no-untyped-def]
         plans[plan.kind].append((len(plan.rows), plan.codec_frames))
-        return run(plan, inputs)
+        return launch(plan, inputs)
 
-    loop.executors.run = counting  # type: ignore[method-assign]
+    loop.executors.launch = counting  # type: ignore[method-assign]
     return plans
 
 

@@ -95,22 +95,22 @@ def test_text_after_its_end_fails_only_that_request(loop: EngineLoop, tiny_model
 
 def test_a_failing_step_fails_its_rows_and_repeated_failures_stop_the_engine(loop: EngineLoop,
                                                                              tiny_model: Qwen3TTS) -> None:
-    real_run = loop.executors.run
+    real_launch = loop.executors.launch
 
     def broken(plan, inputs):
         raise RuntimeError("device lost")
 
-    loop.executors.run = broken  # type: ignore[method-assign]
+    loop.executors.launch = broken  # type: ignore[method-assign]
     loop.handle(LINK, submit(tiny_model, 1, "Hello."), loop.clock())
     loop.step()
     replies = _replies(loop)
     assert replies[0] == Error(1, "internal", "talker_prefill step failed: RuntimeError: device lost")
     assert replies[1].reason is DoneReason.ERROR
-    loop.executors.run = real_run  # type: ignore[method-assign]
+    loop.executors.launch = real_launch  # type: ignore[method-assign]
     results, _ = run_to_completion(loop, [submit(tiny_model, 2, "Hello.")])
     assert results[2].done.reason is DoneReason.COMPLETED  # the engine kept serving
 
-    loop.executors.run = broken  # type: ignore[method-assign]
+    loop.executors.launch = broken  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="steps failed in a row"):
         for i in range(MAX_FAILED_STEPS):
             loop.handle(LINK, submit(tiny_model, 10 + i, "Hello."), loop.clock())
@@ -131,16 +131,16 @@ def test_a_codec_batch_that_fails_on_one_row_fails_only_that_request(loop: Engin
             if victim is not None and slot == victim.codec_slot:
                 codes[slot, frame, 5] = 10**6
 
-    run = loop.executors.run
+    launch = loop.executors.launch
     codec_batches: list[tuple[int, ...]] = []
 
-    def recording_run(plan, inputs):  # type: ignore[no-untyped-def]
+    def recording_launch(plan, inputs):  # type: ignore[no-untyped-def]
         if plan.kind is WorkKind.CODEC_CHUNK:
             codec_batches.append(plan.request_ids)
-        return run(plan, inputs)
+        return launch(plan, inputs)
 
     loop.executors.code_predictor.predict = predict_then_poison_request_1  # type: ignore[method-assign]
-    loop.executors.run = recording_run  # type: ignore[method-assign]
+    loop.executors.launch = recording_launch  # type: ignore[method-assign]
     msgs = [submit(tiny_model, i, SENTENCES[i], seed=i) for i in (1, 2, 3)]
     results, _ = run_to_completion(loop, msgs)
 

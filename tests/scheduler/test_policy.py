@@ -135,3 +135,27 @@ def test_flush_drains_pending_frames_in_one_chunk():
     policy = SlackChunkPolicy(COSTS)
     assert policy.next_chunk_frames(10, 17, 3_000.0, True, 12.0) == 7
     assert policy.next_chunk_frames(10, 60, 3_000.0, True, 12.0) == 25
+
+
+
+def _urgent_codec_plan(newcomer: bool, **overrides: object):
+    """40 playing streams, each with 8 generated frames not yet decoded and 50 ms of audio left (urgent);
+    optionally a newcomer without audio -> the codec plan the scheduler runs first."""
+    scheduler = make_scheduler(**overrides)
+    now = _established_streams(scheduler, 40, 0)
+    for rid in range(1, 41):
+        stream = scheduler.get(rid)
+        stream.frames_generated = stream.frames_decoded + 8  # the frames the codec has yet to decode
+        scheduler.set_deadline(rid, now + 50 * MS)
+    if newcomer:
+        admit(scheduler, make_request(99, now, tokens=10, chars=45), now)
+    plan = scheduler.plan(now)
+    assert plan is not None and plan.kind is WorkKind.CODEC_CHUNK
+    return plan
+
+
+def test_while_a_request_awaits_first_audio_no_codec_batch_is_predicted_past_the_startup_budget():
+    alone = _urgent_codec_plan(False, startup_codec_ms=4.0, max_step_ms=50.0)
+    assert alone.predicted_ms > 4.0  # nobody waits for first audio: the batch may take longer
+    waiting = _urgent_codec_plan(True, startup_codec_ms=4.0, max_step_ms=50.0)
+    assert waiting.predicted_ms <= 4.0 and 1 <= len(waiting.rows) < len(alone.rows)

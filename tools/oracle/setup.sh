@@ -6,7 +6,9 @@
 # and declares torchaudio, gradio, onnxruntime, sox as dependencies. We install the package with
 # --no-deps plus only what its model code imports. torchaudio is never installed (it would pull a
 # CUDA torch); the oracle scripts stub it in-process (tools/oracle/stubs/). torch itself comes from
-# the interpreter's own site-packages (--system-site-packages), so the venv costs no torch download.
+# the running interpreter's site-packages, so the venv costs no torch download: tools/oracle/shared_venv.py
+# links them in, also when that interpreter is itself a venv (plain --system-site-packages would only
+# show the base interpreter's packages, and pip would then pull a second torch into the oracle venv).
 #
 # Idempotent: a stamp file records the requirement set; a matching stamp returns at once.
 set -euo pipefail
@@ -22,16 +24,15 @@ REQS=(
   "soundfile"
 )
 STAMP="$VENV/.vivace-oracle-stamp"
-WANT="$($PY -c 'import sys, torch; print(sys.version.split()[0], torch.__version__)') ${REQS[*]}"
+WANT="$($PY -c 'import sys, torch; print(sys.version.split()[0], torch.__version__, torch.__file__)') ${REQS[*]}"
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] \
   && "$VENV/bin/python" -c 'from importlib.metadata import version; version("qwen-tts"); version("transformers")' 2>/dev/null; then
   exit 0
 fi
 
-if [ ! -x "$VENV/bin/python" ]; then
-  $PY -m venv --system-site-packages "$VENV"
-fi
+# Creates the venv if needed and (re)links the running interpreter's site-packages into it.
+$PY tools/oracle/shared_venv.py "$VENV"
 # qwen-tts without its declared deps (torchaudio, gradio, onnxruntime, sox are not needed).
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps "${REQS[0]}"
 # What its model code needs; pip may shadow the global tokenizers / huggingface_hub inside the venv.

@@ -39,7 +39,7 @@ if HAVE_TRITON:
         w_ptr = qw_ptr if h < H else kw_ptr
         w = tl.load(w_ptr + d).to(tl.float32)
         w_rot = tl.load(w_ptr + d_rot).to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / D + eps)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / D + eps)  # rsqrtf, as torch.rsqrt
         n = (w * (x * rstd).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
         n_rot = (w_rot * (x_rot * rstd).to(dtype).to(tl.float32)).to(dtype).to(tl.float32)
         n_rot = tl.where(d < half, -n_rot, n_rot)  # rotate_half: [-x2, x1]

@@ -29,7 +29,7 @@ if HAVE_TRITON:
             x = (x.to(tl.float32) + r.to(tl.float32)).to(x_ptr.dtype.element_ty)  # rounded like the plain add
             tl.store(sum_ptr + row * n + cols, x, mask=mask)
         x32 = x.to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(x32 * x32, axis=0) / n + eps)
+        rstd = tl.rsqrt(tl.sum(x32 * x32, axis=0) / n + eps)  # rsqrtf, as torch.rsqrt
         normed = (x32 * rstd).to(x_ptr.dtype.element_ty).to(tl.float32)
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         tl.store(out_ptr + row * n + cols, (w * normed).to(out_ptr.dtype.element_ty), mask=mask)

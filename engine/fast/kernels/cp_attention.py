@@ -1,0 +1,146 @@
+"""The code predictor's whole attention between its qkv and o projections, in one kernel per layer.
+
+The code predictor's context is at most 16 positions, so one program per (frame row b, kv head j) does
+everything the fused decoder does in two to three kernels (`qk_norm_rope` + split and merge attention):
+
+    for each of the row's T new tokens t (positions start+t):  k/v head j  -> q/k RMSNorm, RoPE -> cache
+    barrier (the program's own cache writes become visible to all its threads)
+    for each token t:  its G = H/K query heads of kv head j -> RMSNorm, RoPE -> softmax(q k^T / sqrt(D)) v
+                       over cache positions 0..start+t (fp32 scores and weights, output rounded once)
+
+Rounding of the norm and RoPE follows `qk_norm_rope` step by step; attention runs in fp32 on the rounded
+keys and values the cache holds, as the plain SDPA reads them.
+
+    qkv [B*T, (H+2K)*D] (token rows b*T + t)   cos, sin [L, D] (RoPE table by position)
+    k_cache, v_cache [S, K, L, D] (frame row b uses slot b; last dim contiguous)   -> out [B*T, H*D]
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from engine.fast.kernels import HAVE_TRITON, use_triton
+from engine.fast.kernels.decode_attention import decode_attention_reference
+from engine.fast.kernels.qk_norm_rope import qk_norm_rope_reference
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    from engine.fast.kernels.snake import TRITON_DTYPES, round_to
+
+    @triton.jit
+    def _norm_rope(x, x_rot, w, w_rot, c, s, eps, d, D: tl.constexpr, DTYPE: tl.constexpr):
+        """Heads [GP, D] (and their rotate-half partners) -> normed, rotated heads, rounded as the plain ops."""
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps)  # [GP]
+        n = w[None, :] * (
+            x * rstd[:, None]
+        )  # fp32 twins: no rounding (and no nested calls in the interpreter)
+        n_rot = w_rot[None, :] * (x_rot * rstd[:, None])
+        if DTYPE != tl.float32:  # noqa: SIM300
+            n = round_to(w[None, :] * round_to(x * rstd[:, None], DTYPE), DTYPE)
+            n_rot = round_to(w_rot[None, :] * round_to(x_rot * rstd[:, None], DTYPE), DTYPE)
+        n_rot = tl.where(d[None, :] < D // 2, -n_rot, n_rot)  # rotate_half: [-x2, x1]
+        if DTYPE != tl.float32:  # noqa: SIM300
+            return round_to(round_to(n * c[None, :], DTYPE) + round_to(n_rot * s[None, :], DTYPE), DTYPE)
+        return n * c[None, :] + n_rot * s[None, :]
+
+    @triton.jit
+    def _cp_attention_kernel(
+        qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
+        start, eps, scale, stride_s, stride_k, stride_l,
+        T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
+        D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr,
+    ):  # fmt: skip
+        b = tl.program_id(0)
+        j = tl.program_id(1)
+        width: tl.constexpr = (H + 2 * K) * D
+        d = tl.arange(0, D)
+        d_rot = (d + D // 2) % D
+        one = tl.arange(0, 1)  # the kv head as a [1, D] block, so it shares `_norm_rope` with the queries
+        cache = b.to(tl.int64) * stride_s + j * stride_k
+        qw = tl.load(qw_ptr + d).to(tl.float32)
+        qw_rot = tl.load(qw_ptr + d_rot).to(tl.float32)
+        kw = tl.load(kw_ptr + d).to(tl.float32)
+        kw_rot = tl.load(kw_ptr + d_rot).to(tl.float32)
+        for t in tl.static_range(T):
+            row = qkv_ptr + (b * T + t) * width
+            c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
+            s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
+            head = row + (H + j + one[:, None]) * D
+            k = _norm_rope(tl.load(head + d[None, :]).to(tl.float32), tl.load(head + d_rot[None, :]).to(tl.float32),
+                           kw, kw_rot, c, s, eps, d, D, DTYPE)  # fmt: skip
+            slot = cache + (start + t) * stride_l + d[None, :]  # [1, D]
+            tl.store(k_cache_ptr + slot, k.to(DTYPE))
+            tl.store(v_cache_ptr + slot, tl.load(row + (H + K + j + one[:, None]) * D + d[None, :]))
+        tl.debug_barrier()  # every thread of the program sees the keys and values it just wrote
+
+        g = tl.arange(0, GP)
+        g_mask = g < G
+        heads = j * G + g  # query heads of kv head j
+        positions = tl.arange(0, BLOCK_L)
+        for t in tl.static_range(T):
+            row = qkv_ptr + (b * T + t) * width
+            c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
+            s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
+            q_ptrs = row + heads[:, None] * D
+            x = tl.load(q_ptrs + d[None, :], mask=g_mask[:, None], other=0.0).to(tl.float32)
+            x_rot = tl.load(q_ptrs + d_rot[None, :], mask=g_mask[:, None], other=0.0).to(tl.float32)
+            q = _norm_rope(x, x_rot, qw, qw_rot, c, s, eps, d, D, DTYPE)  # [GP, D]
+            visible = positions <= start + t
+            kv = cache + positions[:, None] * stride_l + d[None, :]
+            keys = tl.load(k_cache_ptr + kv, mask=visible[:, None], other=0.0).to(tl.float32)  # [BL, D]
+            scores = tl.sum(q[:, None, :] * keys[None, :, :], axis=2) * scale  # [GP, BL]
+            scores = tl.where(visible[None, :], scores, float("-inf"))
+            weights = tl.exp(scores - tl.max(scores, axis=1)[:, None])
+            weights = weights / tl.sum(weights, axis=1)[:, None]
+            values = tl.load(v_cache_ptr + kv, mask=visible[:, None], other=0.0).to(tl.float32)
+            out = tl.sum(weights[:, :, None] * values[None, :, :], axis=1)  # [GP, D]
+            out_ptrs = out_ptr + (b * T + t) * H * D + heads[:, None] * D + d[None, :]
+            tl.store(out_ptrs, out.to(DTYPE), mask=g_mask[:, None])
+
+
+def cp_attention_reference(
+    qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float,
+    k_cache: Tensor, v_cache: Tensor, start: int, tokens: int, num_heads: int, num_kv_heads: int,
+) -> Tensor:  # fmt: skip
+    """The twin: `qk_norm_rope_reference` then `decode_attention_reference`, each token row at its position."""
+    rows = qkv.shape[0]
+    frame_rows = torch.arange(rows // tokens, device=qkv.device)
+    slot = frame_rows.repeat_interleave(tokens)  # token row b*T + t -> slot b
+    position = start + torch.arange(tokens, device=qkv.device).repeat(rows // tokens)
+    q = qk_norm_rope_reference(qkv, cos[position], sin[position], q_weight, k_weight, eps, k_cache, v_cache,
+                               slot, position, num_heads, num_kv_heads)  # fmt: skip
+    return decode_attention_reference(q, k_cache, v_cache, slot, position + 1).reshape(rows, -1)
+
+
+def cp_attention(
+    qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float,
+    k_cache: Tensor, v_cache: Tensor, start: int, tokens: int, num_heads: int, num_kv_heads: int,
+    out: Tensor | None = None,
+) -> Tensor:  # fmt: skip
+    """qkv [B*T,(H+2K)D] contiguous, cos/sin [L,D], caches [S>=B,K,L,D]; tokens T at positions start..start+T-1
+    -> attention output [B*T, H*D] (into `out`, contiguous, when given); the new keys and values are written
+    into the caches in place."""
+    if not use_triton(qkv):
+        result = cp_attention_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, start, tokens,
+                                        num_heads, num_kv_heads)  # fmt: skip
+        return result if out is None else out.copy_(result)
+    rows, d = qkv.shape[0], cos.shape[-1]
+    assert k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1 and rows % tokens == 0
+    assert start + tokens <= k_cache.shape[2]
+    qkv, cos, sin = qkv.contiguous(), cos.contiguous(), sin.contiguous()
+    if out is None:
+        out = torch.empty(rows, num_heads * d, dtype=qkv.dtype, device=qkv.device)
+    assert out.shape == (rows, num_heads * d) and out.is_contiguous()
+    group = num_heads // num_kv_heads
+    _cp_attention_kernel[(rows // tokens, num_kv_heads)](
+        qkv, cos, sin, q_weight, k_weight, k_cache, v_cache, out, start, eps, 1.0 / math.sqrt(d),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        T=tokens, H=num_heads, K=num_kv_heads, G=group, GP=triton.next_power_of_2(group), D=d,
+        BLOCK_L=triton.next_power_of_2(k_cache.shape[2]), DTYPE=TRITON_DTYPES[qkv.dtype], num_warps=4,
+    )  # fmt: skip
+    return out

@@ -1,0 +1,205 @@
+"""Skinny products for a few token rows, y = epilogue(prologue(x) @ W^T), streaming W once at full width.
+
+At a handful of rows a projection is a weight stream: W [N,K] bf16 is read once and every row is a dot
+product against it. cuBLAS runs the code predictor's shapes at 0.3-2 TB/s at one row; here the N output
+columns are cut into BLOCK_N-wide tiles, one program each (hundreds of programs over 132 SMs), each reading
+its [BLOCK_N, K] slice of W in wide contiguous [BLOCK_N, BLOCK_K] loads and accumulating in fp32. Few rows
+(BLOCK_R < 16) multiply on the CUDA cores; more rows use `tl.dot` (tensor cores) on the same tiles.
+
+Around the product, in the same kernel, so the layer needs fewer launches (each optional):
+
+    gather    x row r = x[index[r]]                           (an embedding lookup feeding the product)
+    prologue  s = x + residual; xn = norm_w * rms_norm(s)     (`rmsnorm.rms_norm`'s rounding; program 0
+                                                               writes s, the next residual)
+    epilogue  y = acc + bias                                  (nn.Linear with bias, rounded once)
+              y = silu(gate) * up                             (W = [gate; up] of 2N rows: `silu_mul`'s rounding)
+
+    x [*, K] (rows addressed by index or 0..R-1; any row stride)   W [N or 2N, K] contiguous
+    -> y [R, N] in x's dtype (and s [R, K] when a residual is given)
+
+Each program recomputes the prologue's row norm from x (it reads all of x for its product anyway). With
+many rows that extra read of x costs more than a separate norm kernel: the caller chooses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from engine.fast.kernels import HAVE_TRITON, use_triton
+from engine.fast.kernels.rmsnorm import rms_norm_reference
+from engine.fast.kernels.silu_mul import silu_mul_reference
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    from engine.fast.kernels.snake import TRITON_DTYPES, round_to
+
+    @triton.jit
+    def _rounded(v, DTYPE: tl.constexpr):
+        """fp32 values rounded to DTYPE where the plain ops round (no call at all for fp32 twins)."""
+        if DTYPE != tl.float32:  # noqa: SIM300
+            v = round_to(v, DTYPE)
+        return v
+
+    @triton.jit
+    def _gemv_kernel(
+        x_ptr, index_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, sum_ptr,
+        rows, n_out, stride_x, stride_index, stride_res, stride_out, eps,
+        K: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+        HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, USE_DOT: tl.constexpr, DTYPE: tl.constexpr,
+        PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    ):  # fmt: skip
+        pid = tl.program_id(0)
+        r = tl.arange(0, BLOCK_R)
+        r_mask = r < rows
+        if HAS_INDEX:  # noqa: SIM108 (a constexpr branch: no load is emitted without an index)
+            source = tl.load(index_ptr + r * stride_index, mask=r_mask, other=0)
+        else:
+            source = r
+        x_rows = x_ptr + source.to(tl.int64)[:, None] * stride_x  # [BR,1]
+        res_rows = res_ptr + r[:, None] * stride_res
+        n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = n < n_out
+        w_rows = w_ptr + n.to(tl.int64)[:, None] * K  # [BN,1]
+
+        if HAS_NORM:  # first pass over x: the row norms (and the new residual, written once)
+            squares = tl.zeros([BLOCK_R], dtype=tl.float32)
+            for k0 in tl.static_range(0, K, BLOCK_K):
+                kk = k0 + tl.arange(0, BLOCK_K)
+                mask = r_mask[:, None] & (kk < K)[None, :]
+                s = tl.load(x_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32)
+                if HAS_RESIDUAL:  # rounded like the plain add
+                    s = _rounded(
+                        s + tl.load(res_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32), DTYPE
+                    )
+                if HAS_RESIDUAL:  # noqa: SIM102 (constexpr, then a runtime condition)
+                    if pid == 0:
+                        tl.store(sum_ptr + r[:, None] * K + kk[None, :], s.to(DTYPE), mask=mask)
+                squares += tl.sum(s * s, axis=1)
+            rstd = 1.0 / tl.sqrt(squares / K + eps)
+
+        acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+        acc_up = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+        for k0 in tl.static_range(0, K, BLOCK_K):
+            kk = k0 + tl.arange(0, BLOCK_K)
+            k_mask = kk < K
+            mask = r_mask[:, None] & k_mask[None, :]
+            x = tl.load(x_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32)
+            if HAS_RESIDUAL:
+                x = _rounded(x + tl.load(res_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32), DTYPE)
+            if HAS_NORM:
+                weight = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
+                x = _rounded(weight[None, :] * _rounded(x * rstd[:, None], DTYPE), DTYPE)
+            w_mask = n_mask[:, None] & k_mask[None, :]
+            w = tl.load(w_rows + kk[None, :], mask=w_mask, other=0.0)
+            if SILU_MUL:
+                w_up = tl.load(w_rows + n_out * K + kk[None, :], mask=w_mask, other=0.0)
+            if USE_DOT:  # x holds values exact in DTYPE: the cast back is lossless
+                acc += tl.dot(
+                    x.to(DTYPE), tl.trans(w.to(DTYPE)), out_dtype=tl.float32, input_precision=PRECISION
+                )
+                if SILU_MUL:
+                    acc_up += tl.dot(x.to(DTYPE), tl.trans(w_up.to(DTYPE)), out_dtype=tl.float32,
+                                     input_precision=PRECISION)  # fmt: skip
+            else:
+                acc += tl.sum(x[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+                if SILU_MUL:
+                    acc_up += tl.sum(x[:, None, :] * w_up.to(tl.float32)[None, :, :], axis=2)
+
+        if SILU_MUL:  # silu(gate) rounded, times up (each GEMM output rounded first), as `silu_mul`
+            gate = _rounded(acc, DTYPE)
+            y = _rounded(gate / (1.0 + tl.exp(-gate)), DTYPE) * _rounded(acc_up, DTYPE)
+        elif HAS_BIAS:
+            y = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        else:
+            y = acc
+        out_mask = r_mask[:, None] & n_mask[None, :]
+        tl.store(
+            out_ptr + r[:, None] * stride_out + n[None, :], y.to(out_ptr.dtype.element_ty), mask=out_mask
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class GemvConfig:
+    """Tile shape of one product: output columns per program, K per load, warps per program, and whether
+    the rows multiply on tensor cores (None: from 16 rows up; `tl.dot` needs 16 rows and 16 columns)."""
+
+    block_n: int = 16
+    block_k: int = 512
+    num_warps: int = 4
+    use_dot: bool | None = None
+
+
+def gemv_reference(
+    x: Tensor, weight: Tensor, *, index: Tensor | None = None, residual: Tensor | None = None,
+    norm_weight: Tensor | None = None, eps: float = 1e-6, bias: Tensor | None = None, silu_mul: bool = False,
+) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """The twin: gather, `rms_norm_reference`, then the plain linear (or `silu_mul_reference` of it)."""
+    if index is not None:
+        x = x[index]
+    s = None
+    if norm_weight is not None:
+        x, s = rms_norm_reference(x, norm_weight, eps, residual)
+        s = s if residual is not None else None
+    if silu_mul:
+        return silu_mul_reference(x @ weight.T), s
+    return F.linear(x, weight, bias), s
+
+
+def gemv(
+    x: Tensor, weight: Tensor, *, index: Tensor | None = None, residual: Tensor | None = None,
+    norm_weight: Tensor | None = None, eps: float = 1e-6, bias: Tensor | None = None, silu_mul: bool = False,
+    config: GemvConfig | None = None, out: Tensor | None = None, sum_out: Tensor | None = None,
+) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+    """x [X,K] (last dim contiguous, any row stride; rows index[r] when index [R] int64 is given, else all
+    X rows), weight [N,K] (or [2N,K] = [gate; up] with silu_mul) contiguous, residual [R,K] (last dim
+    contiguous), norm_weight [K], bias [N] -> (y [R,N], residual + x [R,K] when a residual is given, else
+    None). `out` / `sum_out` (last dim contiguous) receive them when given."""
+    if residual is not None and norm_weight is None:
+        raise ValueError("gemv: a residual is only added in the norm prologue")
+    if bias is not None and silu_mul:
+        raise ValueError("gemv: bias and silu_mul do not combine")
+    if not use_triton(x):
+        y, s = gemv_reference(x, weight, index=index, residual=residual, norm_weight=norm_weight, eps=eps,
+                              bias=bias, silu_mul=silu_mul)  # fmt: skip
+        if out is not None:
+            y = out.copy_(y)
+        if sum_out is not None and s is not None:
+            s = sum_out.copy_(s)
+        return y, s
+    config = config or GemvConfig()
+    assert x.stride(-1) == 1 and weight.is_contiguous() and (residual is None or residual.stride(-1) == 1)
+    rows = index.shape[0] if index is not None else x.shape[0]
+    k = x.shape[1]
+    n_out = weight.shape[0] // 2 if silu_mul else weight.shape[0]
+    if out is None:
+        out = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
+    assert out.shape == (rows, n_out) and out.stride(-1) == 1
+    s = None
+    if residual is not None:
+        s = torch.empty(rows, k, dtype=x.dtype, device=x.device) if sum_out is None else sum_out
+        assert s.shape == (rows, k) and s.is_contiguous()
+    use_dot = rows >= 16 if config.use_dot is None else config.use_dot
+    block_r = max(16 if use_dot else 1, triton.next_power_of_2(rows))
+    block_n = max(16, config.block_n) if use_dot else config.block_n
+    block_k = min(config.block_k, triton.next_power_of_2(k))
+    if use_dot:  # the x tile [BR, BK] is loaded as fp32 before the cast: keep it near 64 values per thread
+        block_k = max(16, min(block_k, 64 * 32 * config.num_warps // block_r))
+    else:  # the broadcast product holds BR*BN*BK values: keep it near 64 per thread
+        block_k = max(16, min(block_k, 64 * 32 * config.num_warps // (block_r * block_n)))
+    _gemv_kernel[(triton.cdiv(n_out, block_n),)](
+        x, index if index is not None else x, residual if residual is not None else x,
+        norm_weight if norm_weight is not None else x, weight, bias if bias is not None else x, out,
+        s if s is not None else out, rows, n_out, x.stride(0), index.stride(0) if index is not None else 0,
+        residual.stride(0) if residual is not None else 0, out.stride(0), eps,
+        K=k, HAS_INDEX=index is not None, HAS_NORM=norm_weight is not None, HAS_RESIDUAL=residual is not None,
+        HAS_BIAS=bias is not None, SILU_MUL=silu_mul, USE_DOT=use_dot, DTYPE=TRITON_DTYPES[x.dtype],
+        PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
+        BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=config.num_warps,
+    )  # fmt: skip
+    return out, s

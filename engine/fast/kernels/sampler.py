@@ -1,0 +1,152 @@
+"""The code predictor's token draw in one kernel: the tokens of `engine.fast.sampling.sample_tokens`, exactly.
+
+One program per row b draws from scores [B,V] (any float dtype; read as fp32, as `logits.to(float32)` is):
+
+    warped = scores / temperature[b]                         (round-to-nearest division, like torch's)
+    kth    = the top_k[b]-th largest warped value             (counting ties; -inf unless 0 < top_k <= cap)
+    probs  = softmax(warped masked to warped >= kth)
+    race   = probs / -log(u)      u = rng.uniforms(seeds, frames, group, V)[b]  (the SplitMix64 hash, in uint64)
+    token  = argmax(scores) if greedy[b] else argmax(race)    (first index on ties, as torch.argmax)
+
+The k-th largest value is found without sorting: a radix search over the order-preserving integer image of
+the fp32 values (2^RADIX_BITS candidate thresholds per round, one counting pass each), which lands exactly
+on a value of the row, so ties at the threshold are kept as `topk(...).values[k-1]` keeps them.
+
+Optionally (the frame's running code-embedding sum) the drawn token's row of `table` [V',H] is added to
+`acc` [B,H] fp32 and the token is written to a strided `out` [B] int64 (e.g. one column of the frame codes).
+Same scores and counters give the same tokens as the twin up to exp/log rounding of the last ulp, which can
+only matter when two race values tie to within an ulp.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from engine.fast.kernels import HAVE_TRITON, INTERPRET, use_triton
+from engine.fast.sampling import sample_tokens
+from engine.model.rng import GROUPS_PER_FRAME
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+    from triton.language.extra.cuda import libdevice
+
+    @triton.jit
+    def _mix64(z):
+        # SplitMix64 finaliser on uint64 (wrapping products, logical shifts): engine.model.rng.mix64.
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+        return z ^ (z >> 31)
+
+    @triton.jit(do_not_specialize=["group"])  # one compiled kernel for every group
+    def _sample_kernel(
+        scores_ptr, greedy_ptr, temp_ptr, topk_ptr, seeds_ptr, frames_ptr, out_ptr, table_ptr, acc_ptr,
+        vocab, hidden, stride_scores, stride_temp, stride_out, group,
+        CAP: tl.constexpr, GROUPS: tl.constexpr, RADIX_BITS: tl.constexpr, ACCUMULATE: tl.constexpr,
+        PRECISE: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr,
+    ):  # fmt: skip
+        b = tl.program_id(0)
+        v = tl.arange(0, BLOCK_V)
+        valid = v < vocab
+        scores = tl.load(scores_ptr + b * stride_scores + v, mask=valid, other=float("-inf")).to(tl.float32)
+        temperature = tl.load(temp_ptr + b * stride_temp).to(tl.float32)
+        top_k = tl.load(topk_ptr + b).to(tl.int64)
+        warped = tl.div_rn(scores, temperature)  # torch divides with IEEE rounding; Triton's `/` does not
+        warped = tl.where(valid, warped, float("-inf"))
+
+        # Order-preserving int image of fp32: negative values get their magnitude bits flipped; -0.0 joins +0.0.
+        # Keys stay int32 (the counting passes are [2^bits, V] compares); bounds and candidates are int64.
+        bits = warped.to(tl.int32, bitcast=True)
+        key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+        key = tl.where(warped == 0.0, 0, key)
+        limited = (top_k > 0) & (top_k <= tl.minimum(vocab, CAP))
+        # Invariant: count(key >= lo) >= k and count(key > hi) < k; lo ends on the k-th largest key.
+        lo = tl.min(tl.where(valid, key, 2147483647), axis=0).to(tl.int64)
+        hi = tl.max(tl.where(valid, key, -2147483647), axis=0).to(tl.int64)
+        if limited:
+            digits = tl.arange(0, 1 << RADIX_BITS).to(tl.int64)  # candidate j: lo + ceil(j * width / 2^bits)
+            for _ in tl.static_range((32 + RADIX_BITS - 1) // RADIX_BITS):
+                width = hi - lo + 1
+                cand = lo + ((digits * width + (1 << RADIX_BITS) - 1) >> RADIX_BITS)  # [2^bits], ascending
+                # every candidate <= hi + 1 <= key(+inf) + 1 fits int32: compare in 32 bits
+                above = (key[None, :] >= cand.to(tl.int32)[:, None]) & valid[None, :]
+                ok = tl.sum(above.to(tl.int32), axis=1) >= top_k  # true for j = 0, then monotone
+                next_hi = tl.min(tl.where(ok, hi, cand - 1), axis=0)
+                lo = tl.max(tl.where(ok, cand, lo), axis=0)
+                hi = next_hi
+            keep = valid & (key >= lo)
+        else:
+            keep = valid
+
+        top = tl.max(warped, axis=0)  # the largest value is always kept: the softmax's max
+        if PRECISE:  # libdevice expf/logf, as torch's kernels call them (the interpreter has no libdevice)
+            e = tl.where(keep, libdevice.exp(warped - top), 0.0)
+        else:
+            e = tl.where(keep, tl.exp(warped - top), 0.0)
+        probs = tl.div_rn(e, tl.sum(e, axis=0))
+
+        seed = tl.load(seeds_ptr + b).to(tl.uint64, bitcast=True)
+        counter = tl.load(frames_ptr + b).to(tl.uint64, bitcast=True) * GROUPS + group.to(tl.uint64) + 1
+        row_key = _mix64(_mix64(seed) + counter * 0x9E3779B97F4A7C15)
+        hashed = _mix64(row_key + (v + 1).to(tl.uint64) * 0x9E3779B97F4A7C15)
+        uniform = ((hashed >> 41).to(tl.int32).to(tl.float32) + 0.5) * (1.0 / 8388608.0)  # 23 bits: (0,1)
+        if PRECISE:  # noqa: SIM108 (constexpr: the interpreter has no libdevice)
+            exponential = -libdevice.log(uniform)
+        else:
+            exponential = -tl.log(uniform)
+        race = tl.where(valid, tl.div_rn(probs, exponential), -1.0)
+        drawn = tl.argmax(race, axis=0)
+        greedy = tl.load(greedy_ptr + b).to(tl.int1)
+        token = tl.where(greedy, tl.argmax(scores, axis=0), drawn).to(tl.int64)
+        tl.store(out_ptr + b * stride_out, token)
+        if ACCUMULATE:
+            h = tl.arange(0, BLOCK_H)
+            h_mask = h < hidden
+            row = tl.load(table_ptr + token * hidden + h, mask=h_mask, other=0.0).to(tl.float32)
+            total = tl.load(acc_ptr + b * hidden + h, mask=h_mask, other=0.0)
+            tl.store(acc_ptr + b * hidden + h, total + row, mask=h_mask)
+
+
+def sample_reference(
+    scores: Tensor, greedy: Tensor, temperature: Tensor, top_k: Tensor, cap: int, seeds: Tensor,
+    frames: Tensor, group: int, *, out: Tensor | None = None, table: Tensor | None = None,
+    acc: Tensor | None = None,
+) -> Tensor:  # fmt: skip
+    """The twin: the graph sampler on fp32 scores, then the optional token write and embedding accumulate."""
+    tokens = sample_tokens(scores.to(torch.float32), greedy, temperature, top_k, cap, seeds, frames, group)
+    if out is not None:
+        out.copy_(tokens)
+    if table is not None and acc is not None:
+        acc += table[tokens].to(torch.float32)
+    return tokens
+
+
+def sample(
+    scores: Tensor, greedy: Tensor, temperature: Tensor, top_k: Tensor, cap: int, seeds: Tensor,
+    frames: Tensor, group: int, *, out: Tensor | None = None, table: Tensor | None = None,
+    acc: Tensor | None = None, radix_bits: int = 2,
+) -> Tensor:  # fmt: skip
+    """scores [B,V] (last dim contiguous), greedy [B] bool, temperature [B,1] fp32, top_k/seeds/frames [B]
+    int64 -> tokens [B] int64 (written into `out` [B] int64, any stride, when given). With `table` [V',H]
+    and `acc` [B,H] fp32 contiguous, acc[b] += table[token[b]]."""
+    if (table is None) != (acc is None):
+        raise ValueError("sample: table and acc come together")
+    if not use_triton(scores):
+        return sample_reference(scores, greedy, temperature, top_k, cap, seeds, frames, group, out=out,
+                                table=table, acc=acc)  # fmt: skip
+    rows, vocab = scores.shape
+    assert scores.stride(-1) == 1 and (acc is None or acc.is_contiguous() and acc.dtype == torch.float32)
+    if out is None:
+        out = torch.empty(rows, dtype=torch.int64, device=scores.device)
+    greedy, top_k, seeds, frames = (t.contiguous() for t in (greedy, top_k, seeds, frames))
+    hidden = table.shape[1] if table is not None else 1
+    _sample_kernel[(rows,)](
+        scores, greedy, temperature, top_k, seeds, frames, out,
+        table if table is not None else scores, acc if acc is not None else scores,
+        vocab, hidden, scores.stride(0), temperature.stride(0), out.stride(0), group,
+        CAP=cap, GROUPS=GROUPS_PER_FRAME, RADIX_BITS=radix_bits, ACCUMULATE=table is not None, PRECISE=not INTERPRET,
+        BLOCK_V=triton.next_power_of_2(vocab), BLOCK_H=triton.next_power_of_2(hidden),
+        num_warps=8 if vocab >= 2048 else 4,
+    )  # fmt: skip
+    return out

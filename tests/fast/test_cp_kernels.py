@@ -1,0 +1,101 @@
+"""The code predictor's kernels (gemv with its prologues and epilogues, the fused attention, the one-kernel
+sampler) equal their PyTorch twins in Triton's CPU interpreter (fp32, tiny shapes, NaN-poisoned outputs and
+caches), the tensor-core path of the gemv included, and the sampler keeps exactly the top-k tokens.
+A subprocess: the interpreter is chosen when the kernels are defined, so TRITON_INTERPRET must come first."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+KERNELS = """
+import json, torch
+from engine.fast.kernels import use_triton
+from engine.fast.kernels.cp_selfcheck import check_cp_kernels
+from engine.fast.kernels.gemv import GemvConfig
+assert use_triton(torch.zeros(1)), "interpreter mode not active"
+configs = {"qkv": GemvConfig(block_n=8, block_k=32), "down": GemvConfig(block_n=16, block_k=64, use_dot=True),
+           "o": GemvConfig(block_n=4, block_k=16, use_dot=False)}
+print(json.dumps(check_cp_kernels("cpu", torch.float32, hidden=32, input_size=48, heads=4, kv_heads=2,
+                                  head_dim=16, inter=80, vocab=300, rows=(1, 3, 17), configs=configs)))
+"""
+
+TOP_K = """
+import json, torch
+from engine.fast.kernels.sampler import sample
+from engine.model.rng import seed_tensor
+rows, vocab = 96, 200
+gen = torch.Generator().manual_seed(3)
+scores = torch.randn(1, vocab, generator=gen).repeat(rows, 1) * 0.3  # flat: every kept token gets drawn
+top_k = torch.tensor([1, 3, 5])[torch.arange(rows) % 3]
+tokens = sample(scores, torch.zeros(rows, dtype=torch.bool), torch.ones(rows, 1), top_k, 64,
+                seed_tensor(list(range(rows)), "cpu"), torch.arange(rows), 4)
+order = scores[0].argsort(descending=True)
+rank = torch.empty(vocab, dtype=torch.int64)
+rank[order] = torch.arange(vocab)
+print(json.dumps({"ranks": rank[tokens].tolist(), "top_k": top_k.tolist()}))
+"""
+
+
+def _interpreted(script: str) -> dict:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=ROOT)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_code_predictor_kernels_match_their_twins_in_the_interpreter() -> None:
+    errors = _interpreted(KERNELS)
+    kinds = ("proj", "qkv", "qkv_first", "o", "gate_up", "down", "head")
+    expected = {f"gemv_{k}_r{r}" for k in kinds for r in (1, 3, 17)}
+    expected |= {f"cp_attention_p{p}_r{r}" for p in (0, 7, 15) for r in (1, 3, 17)}
+    expected |= {f"{name}_r{r}" for name in ("sampler", "sampler_acc") for r in (1, 3, 17)}
+    assert set(errors) == expected
+    for name, error in errors.items():
+        limit = 0.0 if name.startswith("sampler_r") else 1e-5
+        assert error <= limit, f"{name}: {error}"
+
+
+def test_the_fused_sampler_draws_only_inside_the_top_k_and_reaches_all_of_it() -> None:
+    result = _interpreted(TOP_K)
+    ranks, top_k = result["ranks"], result["top_k"]
+    for k in (1, 3, 5):
+        drawn = {rank for rank, row_k in zip(ranks, top_k, strict=True) if row_k == k}
+        assert drawn == set(range(k)), f"top_k {k}: ranks drawn {sorted(drawn)}"
+
+
+FRAME_PATHS = """
+import copy, json, torch
+from engine.executors.code_predictor import CodePredictorExecutor
+from engine.executors.slots import new_code_buffer
+from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
+from engine.model.weights import load_model
+from tests.fast.test_code_predictor_graph import _slots
+torch.set_num_threads(1)
+model = load_model("tiny")
+plain_slots = _slots(model, 4)
+fast_slots = copy.deepcopy(plain_slots)
+plain_codes, fast_codes = new_code_buffer(4, 2, model.device), new_code_buffer(4, 2, model.device)
+# 2 frame rows: the first step's 4 token rows go to cuBLAS with the norm kernel, later steps' 2 rows to
+# gemv with the norm apart; the default frame covers the norm prologue.
+kernels = FrameKernels(gemv_max_rows=2, prologue_max_rows=1)
+CodePredictorGraphs(model, fast_slots, fast_codes, (2,), kernels=kernels).predict([3, 1], [0, 2], [1, 0])
+CodePredictorExecutor(model, plain_slots, plain_codes, max_batch=2).predict([3, 1], [0, 2], [1, 0])
+print(json.dumps({"codes": bool(torch.equal(fast_codes, plain_codes)), "written": bool(fast_codes.ne(0).any()),
+                  "embed": float((fast_slots.frame_embed - plain_slots.frame_embed).abs().max())}))
+"""
+
+
+def test_the_fused_frame_with_norms_apart_and_cublas_products_equals_the_plain_executor() -> None:
+    result = _interpreted(FRAME_PATHS)
+    assert result["codes"] and result["written"]
+    assert result["embed"] < 1e-5

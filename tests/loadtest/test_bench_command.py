@@ -1,0 +1,134 @@
+"""tools/bench_h200.py: its parts (Prometheus diff, point specs, table) and one whole CPU run.
+
+The whole run starts the real gateway with the tiny model on the CPU, as the GPU run starts the
+full-size one, runs one short HTTP point and one WebSocket point, and checks bench.json and the
+table printed last. No timing is asserted: on a CPU the numbers mean nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tools.benchkit import prom
+from tools.benchkit.points import Point, loadtest_args, parse_points
+from tools.benchkit.report import table
+
+REPO = Path(__file__).resolve().parents[2]
+SHORT_PROMPTS = ("Hello there.", "It is a fine day.", "See you soon.")
+
+BEFORE = """# HELP vivace_requests_total Requests.
+# TYPE vivace_requests_total counter
+vivace_requests_total{endpoint="http",outcome="completed"} 10
+# TYPE vivace_ttfa_seconds histogram
+vivace_ttfa_seconds_bucket{endpoint="http",le="0.01"} 3
+vivace_ttfa_seconds_bucket{endpoint="http",le="+Inf"} 10
+vivace_ttfa_seconds_sum{endpoint="http"} 0.5
+vivace_ttfa_seconds_count{endpoint="http"} 10
+# TYPE vivace_engine_step_seconds gauge
+vivace_engine_step_seconds{engine="0",kind="codec_chunk"} 0.014
+"""
+AFTER = """# TYPE vivace_requests_total counter
+vivace_requests_total{outcome="completed",endpoint="http"} 25
+vivace_requests_total{endpoint="http",outcome="refused"} 2
+# TYPE vivace_ttfa_seconds histogram
+vivace_ttfa_seconds_bucket{endpoint="http",le="0.01"} 9
+vivace_ttfa_seconds_sum{endpoint="http"} 1.25
+vivace_ttfa_seconds_count{endpoint="http"} 25
+# TYPE vivace_engine_step_seconds gauge
+vivace_engine_step_seconds{engine="0",kind="codec_chunk"} 0.02
+# TYPE vivace_engine_gpu_seconds_total counter
+vivace_engine_gpu_seconds_total{engine="0",kind="codec_chunk"} 3.0
+vivace_engine_gpu_seconds_total{engine="0",kind="talker_decode"} 1.5
+"""
+
+
+def test_diff_counters_and_gauges_generically() -> None:
+    delta = prom.diff(prom.parse(BEFORE), prom.parse(AFTER), interval_s=10.0)
+    counters = delta["counters"]
+    assert counters['vivace_requests_total{endpoint="http",outcome="completed"}'] == 15  # labels sorted
+    assert counters['vivace_requests_total{endpoint="http",outcome="refused"}'] == 2  # new series
+    assert counters['vivace_ttfa_seconds_count{endpoint="http"}'] == 15
+    assert counters['vivace_ttfa_seconds_sum{endpoint="http"}'] == 0.75
+    assert counters['vivace_engine_gpu_seconds_total{engine="0",kind="codec_chunk"}'] == 3.0
+    assert not any("_bucket" in key for key in counters)
+    assert delta["gauges"] == {'vivace_engine_step_seconds{engine="0",kind="codec_chunk"}': 0.02}
+    by_kind = prom.label_values(counters, "vivace_engine_gpu_seconds_total", "kind")
+    assert by_kind == {"codec_chunk": 3.0, "talker_decode": 1.5}
+
+
+def test_point_specs() -> None:
+    points = parse_points("http:1@60, http:10,ws:40", default_window_s=20.0)
+    assert points == [Point("http", 1.0, 60.0), Point("http", 10.0, 20.0), Point("ws", 40.0, 20.0)]
+    assert [p.name for p in points] == ["http-1", "http-10", "ws-40"]
+    for bad in ("tcp:10", "http10", "http:x", "http:0", "ws:5@-1", ""):
+        with pytest.raises(ValueError):
+            parse_points(bad, 20.0)
+    args = loadtest_args(points[2], "http://h", Path("/o"), warmup_s=4, timeout_s=20, seed=0, extra=[])
+    assert args[:2] == ["run", "--url"] and "--playback-reports" in args
+    assert "--playback-reports" not in loadtest_args(points[0], "http://h", Path("/o"), warmup_s=4,
+                                                     timeout_s=20, seed=0, extra=[])  # fmt: skip
+
+
+def test_table_shows_gpu_seconds_by_kind_when_exported() -> None:
+    point = {
+        "name": "http-40", "rps": 40.0, "status": "ok", "offered_rps": 39.5, "achieved_rps": 39.0,
+        "ttfa_ms": {"p50": 30.0, "p95": 40.0, "p99": 50.0}, "refused_pct": 1.25,
+        "errors_by_kind": {"http_503": 10}, "underruns": {"requests_with_underruns": 0},
+        "audio_s_per_s": 180.0, "gpu": {"util_mean": 88.5, "gpm": {"sm_util": 61.0}},
+        "metrics": {"interval_s": 10.0, "counters": prom.diff(prom.parse(BEFORE), prom.parse(AFTER), 10.0)["counters"]},
+    }  # fmt: skip
+    skipped = {"name": "ws-40", "rps": 40.0, "status": "skipped", "reason": "budget"}
+    text = table([point, skipped]).splitlines()
+    assert "SM active %" in text[0] and "engine GPU s/s by kind" in text[0]
+    assert "30.0 / 40.0 / 50.0" in text[2] and "codec_chunk 0.30 talker_decode 0.15" in text[2]
+    assert "skipped: budget" in text[3]
+
+
+@pytest.mark.slow
+def test_whole_run_on_cpu_with_the_tiny_model(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    prompts = tmp_path / "short.jsonl"  # short sentences: the tiny model on a shared CPU core is slow
+    prompts.write_text(
+        "".join(f'{{"id": "{n}", "text": "{text}"}}\n' for n, text in enumerate(SHORT_PROMPTS))
+    )
+    command = [
+        sys.executable, "tools/bench_h200.py", "--out", str(out), "--raw-dir", str(tmp_path / "raw"),
+        "--points", "http:1@3,ws:1@3", "--warmup", "1", "--cooldown", "0", "--request-timeout", "30",
+        "--budget", "150", "--ready-timeout", "120", "--model", "tiny", "--device", "cpu",
+        "--load-format", "auto", "--loadtest-args", f"--prompts {prompts}", "--", "--log-level", "warning",
+    ]  # fmt: skip
+    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+
+    record = json.loads((out / "bench.json").read_text())
+    assert record["schema"] == "vivace.bench.server.v1"
+    assert record["command"].startswith("python tools/bench_h200.py --out")
+    assert record["server"]["command"].endswith("--log-level warning")
+    assert record["server"]["exit_code"] == 0 and record["server"]["ready_s"] > 0
+    assert [p["name"] for p in record["points"]] == ["http-1", "ws-1"]
+    for point in record["points"]:
+        assert point["status"] == "ok", point
+        assert point["requests"]["ok"] >= 1 and point["ttfa_ms"]["p50"] > 0
+        assert point["refused_pct"] == 0.0 and point["errors_by_kind"] == {}
+        assert point["gpu"] is None and point["gpu_util_mean"] is None  # no GPU here
+        assert point["metrics"]["interval_s"] == pytest.approx(3.0, abs=1.0)
+        assert any(k.startswith("vivace_engine_step_seconds") for k in point["metrics"]["gauges"])
+        # Device time per work kind (the wall time of CPU work here) grows over the window.
+        gpu = {k: v for k, v in point["metrics"]["counters"].items() if k.startswith("vivace_engine_gpu_seconds")}
+        assert any('kind="code_predict"' in k and v > 0 for k, v in gpu.items()), gpu
+        assert (tmp_path / "raw" / point["name"] / "summary.json").exists()
+    assert "--playback-reports" in record["points"][1]["loadtest_command"]
+    assert record["config"]["loadtest_args"] == f"--prompts {prompts}"
+    assert (out / "gateway.log").exists() and (out / "bench.md").exists()
+
+    last = run.stdout.rstrip().splitlines()[-4:]
+    assert (
+        last[0].startswith("| point |")
+        and last[2].startswith("| http-1 |")
+        and last[3].startswith("| ws-1 |")
+    )

@@ -1,0 +1,1 @@
+"""Developer scripts (benchmarks, GPU smoke checks, the oracle setup); not part of the installed product."""

@@ -1,0 +1,62 @@
+"""The benchmark's short markdown table: one row per point, from the points of bench.json.
+
+Engine GPU time per work kind appears as a column when the server exports
+`vivace_engine_gpu_seconds_total{engine,kind}`: GPU seconds per second of window, by kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .prom import label_values
+
+GPU_SECONDS = "vivace_engine_gpu_seconds_total"
+
+
+def _fmt(value: Any, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def gpu_share_by_kind(point: dict[str, Any]) -> dict[str, float]:
+    """GPU seconds per second of window, by engine work kind (empty when not exported)."""
+    metrics = point.get("metrics") or {}
+    interval = metrics.get("interval_s") or 0.0
+    if interval <= 0:
+        return {}
+    seconds = label_values(metrics.get("counters", {}), GPU_SECONDS, "kind")
+    return {kind: value / interval for kind, value in sorted(seconds.items())}
+
+
+def table(points: list[dict[str, Any]]) -> str:
+    with_kinds = any(gpu_share_by_kind(p) for p in points)
+    with_sm = any((p.get("gpu") or {}).get("gpm") for p in points)
+    head = ["point", "offered RPS", "achieved RPS", "TTFA p50 / p95 / p99 ms", "refused %", "errors",
+            "underrun reqs", "audio s/s", "GPU util %"]  # fmt: skip
+    head += ["SM active %"] if with_sm else []
+    head += ["engine GPU s/s by kind"] if with_kinds else []
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for p in points:
+        if p.get("status") != "ok":
+            cells = [p["name"], _fmt(p.get("rps")), f"{p.get('status')}: {p.get('reason', '')}"]
+            lines.append("| " + " | ".join(cells + [""] * (len(head) - len(cells))) + " |")
+            continue
+        ttfa = p["ttfa_ms"]
+        errors = sum(p["errors_by_kind"].values())
+        gpu = p.get("gpu") or {}
+        cells = [
+            p["name"], _fmt(p["offered_rps"]), _fmt(p["achieved_rps"]),
+            f"{_fmt(ttfa['p50'])} / {_fmt(ttfa['p95'])} / {_fmt(ttfa['p99'])}",
+            _fmt(p["refused_pct"]), str(errors), str(p["underruns"]["requests_with_underruns"]),
+            _fmt(p["audio_s_per_s"]), _fmt(gpu.get("util_mean")),
+        ]  # fmt: skip
+        if with_sm:
+            cells.append(_fmt((gpu.get("gpm") or {}).get("sm_util")))
+        if with_kinds:
+            share = gpu_share_by_kind(p)
+            cells.append(" ".join(f"{k} {v:.2f}" for k, v in share.items()) or "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
