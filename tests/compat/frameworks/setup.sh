@@ -4,8 +4,9 @@
 # official ElevenLabs and Cartesia SDKs), pinned.
 #
 # Why a separate venv: these pin their own websockets/openai/aiohttp ranges, which must not move
-# the project's. --system-site-packages lends them the interpreter's numpy, torch (never a CUDA
-# download) and the test tools; nothing here is installed into the interpreter itself.
+# the project's. The venv sees the running interpreter's packages (tools/oracle/shared_venv.py, which
+# also works when that interpreter is itself a venv, as in CI): numpy, torch (never a CUDA download),
+# the test tools and the project; nothing here is installed into the interpreter itself.
 # Idempotent: a stamp file records the requirement set; a matching stamp returns at once.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
@@ -21,12 +22,13 @@ REQS=(
   "cartesia[websockets]==4.2.0"
 )
 STAMP="$VENV/.vivace-frameworks-stamp"
-WANT="$($PY -c 'import sys; print(sys.version.split()[0])') ${REQS[*]}"
+WANT="$($PY -c 'import sys; print(sys.version.split()[0], sys.prefix)') ${REQS[*]}"
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$VENV/bin/python" -c 'import pipecat, livekit.agents' 2>/dev/null; then
   exit 0
 fi
-[ -x "$VENV/bin/python" ] || $PY -m venv --system-site-packages "$VENV"
+# Creates the venv if needed and (re)links the running interpreter's site-packages into it.
+$PY tools/oracle/shared_venv.py "$VENV"
 # Keep the interpreter's torch: a plain `torch` requirement would pull CUDA wheels.
 TORCH=$($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
 CONSTRAINTS=$(mktemp)
