@@ -14,7 +14,7 @@ import httpx
 import orjson
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosedOK, InvalidStatus
+from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, InvalidStatus
 
 from tests.gateway.helpers import GatewayProcess, expected_samples, start_gateway
 
@@ -83,6 +83,9 @@ async def test_multi_stream_contexts_run_concurrently_with_pcm_at_the_asked_rate
             a = m["alignment"]
             assert a["charStartTimesMs"][0] >= 0
             assert abs(a["charStartTimesMs"][-1] + a["charDurationsMs"][-1] - seconds * 1000) <= 2
+    metrics = gateway.metrics()  # the compatible endpoints count like the native ones
+    assert metrics['vivace_requests_total{endpoint="elevenlabs_ws",outcome="completed"}'] >= 2
+    assert metrics['vivace_ttfa_seconds_count{endpoint="elevenlabs_ws"}'] >= 2
 
 
 async def test_empty_text_with_flush_flushes_without_closing_the_context(gateway: GatewayProcess) -> None:
@@ -125,6 +128,25 @@ async def test_close_socket_finishes_every_context_then_closes(gateway: GatewayP
     assert len(audio_of(messages, "a")) == expected_samples(len("One context. ")) * 2
 
 
+async def test_bad_messages_get_errors_and_binary_frames_close_the_socket(gateway: GatewayProcess) -> None:
+    async with connect(ws_url(gateway, "multi-stream-input", output_format="pcm_24000")) as ws:
+        await ws.send("{not json")
+        assert orjson.loads(await asyncio.wait_for(ws.recv(), 10))["error"] == "invalid_json"
+        await send(ws, text="Needs a context.")
+        assert orjson.loads(await asyncio.wait_for(ws.recv(), 10))["error"] == "missing_context_id"
+        await send(ws, text="Fine.", context_id="ok", flush="yes")
+        reply = orjson.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert reply["error"] == "invalid_message" and "flush" in reply["message"]
+        await send(ws, text="Still open. ", context_id="ok")
+        await send(ws, context_id="ok", close_context=True)
+        assert audio_of(await collect(ws, finals=1), "ok")
+        await ws.send(b"\x00\x01")
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                await asyncio.wait_for(ws.recv(), 10)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1003
+
+
 @pytest.mark.parametrize(
     ("path", "code"),
     [
@@ -156,6 +178,7 @@ def test_http_stream_answers_mp3_at_livekits_default_format(gateway: GatewayProc
     assert frames[0].sample_rate == 22050
     seconds = sum(f.samples for f in frames) / 22050
     assert expected_samples(len(TEXT)) / 24000 <= seconds <= expected_samples(len(TEXT)) / 24000 + 0.2
+    assert gateway.metrics()['vivace_requests_total{endpoint="elevenlabs_http",outcome="completed"}'] >= 1
 
 
 def test_http_stream_with_timestamps_gives_json_lines_whose_alignment_covers_the_text(
@@ -194,10 +217,7 @@ def test_xi_api_key_is_the_key_when_one_is_configured(engine_kind: str) -> None:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _metrics_count_it_and_no_context_leaks(gateway: GatewayProcess) -> Iterator[None]:
+def _no_context_or_session_leaks(gateway: GatewayProcess) -> Iterator[None]:
     yield
     metrics = gateway.metrics()
     assert metrics["vivace_contexts_active"] == 0 and metrics["vivace_sessions_active"] == 0
-    assert metrics['vivace_requests_total{endpoint="elevenlabs_ws",outcome="completed"}'] >= 2
-    assert metrics['vivace_ttfa_seconds_count{endpoint="elevenlabs_ws"}'] >= 2
-    assert metrics['vivace_requests_total{endpoint="elevenlabs_http",outcome="completed"}'] >= 1
