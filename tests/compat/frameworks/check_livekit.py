@@ -66,6 +66,16 @@ async def test_elevenlabs_streams_over_multi_stream_input_with_timed_words(
     await tts.aclose()
 
 
+async def test_elevenlabs_streams_its_default_mp3_over_the_websocket(
+    base_url: str, session: aiohttp.ClientSession
+) -> None:
+    tts = elevenlabs.TTS(api_key="unused", base_url=base_url + "/v1", voice_id="ryan", http_session=session)
+    frames, words, events = await stream_text(tts, "Hello from ", "a framework.")  # mp3_22050_32
+    assert frames and frames[0].sample_rate == 22050 and events[-1].is_final
+    assert 1.0 < seconds(frames) < 3.2 and words == TEXT.split()
+    await tts.aclose()
+
+
 async def test_elevenlabs_synthesize_uses_http_stream_in_its_default_mp3(
     base_url: str, session: aiohttp.ClientSession
 ) -> None:

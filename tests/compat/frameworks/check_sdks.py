@@ -30,6 +30,19 @@ def test_elevenlabs_sdk_streams_pcm_and_timestamps(base_url: str) -> None:
     assert "".join(characters) == TEXT
 
 
+def test_elevenlabs_sdk_converts_whole_files_with_and_without_timestamps(base_url: str) -> None:
+    client = ElevenLabs(api_key="unused", base_url=base_url)
+    ulaw = b"".join(client.text_to_speech.convert(voice_id="ryan", text=TEXT, output_format="ulaw_8000"))
+    assert SECONDS[0] < len(ulaw) / 8000 < SECONDS[1]
+    whole = client.text_to_speech.convert_with_timestamps(
+        voice_id="ryan", text=TEXT, output_format="pcm_22050"
+    )
+    assert SECONDS[0] < len(base64.b64decode(whole.audio_base_64)) / 2 / 22050 < SECONDS[1]
+    assert whole.alignment is not None and "".join(whole.alignment.characters) == TEXT
+    ends = whole.alignment.character_end_times_seconds
+    assert ends == sorted(ends) and ends[-1] <= len(base64.b64decode(whole.audio_base_64)) / 2 / 22050 + 0.001
+
+
 def test_cartesia_sdk_speaks_over_the_websocket_with_timestamps(base_url: str, ws_base_url: str) -> None:
     client = Cartesia(api_key="unused", base_url=base_url, websocket_base_url=ws_base_url)
     with client.tts.websocket_connect() as connection:
