@@ -11,8 +11,8 @@ from pipecat.frames.frames import (
     TTSStoppedFrame,
     TTSTextFrame,
 )
-from pipecat.services.cartesia.tts import CartesiaTTSService
-from pipecat.services.elevenlabs.tts import ElevenLabsTTSService
+from pipecat.services.cartesia.tts import CartesiaHttpTTSService, CartesiaTTSService
+from pipecat.services.elevenlabs.tts import ElevenLabsHttpTTSService, ElevenLabsTTSService
 from pipecat.services.openai.tts import OpenAITTSService
 from pipecat.services.tts_service import TextAggregationMode
 from pipecat.tests.utils import SleepFrame, run_test
@@ -141,3 +141,29 @@ async def test_openai_service_speaks_pcm(base_url: str) -> None:
     audio = audio_frames(down)
     assert audio and all(f.sample_rate == 24000 for f in audio)
     assert 1.0 < sum(len(f.audio) for f in audio) / 2 / 24000 < 3.0
+
+
+async def test_http_services_elevenlabs_with_timestamps_and_cartesia_bytes(base_url: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        eleven = ElevenLabsHttpTTSService(
+            api_key="unused",
+            base_url=base_url,
+            aiohttp_session=session,
+            sample_rate=16000,
+            settings=ElevenLabsHttpTTSService.Settings(voice="ryan", model="eleven_flash_v2_5"),
+        )
+        down = await speak(eleven, [TTSSpeakFrame(TEXT), SleepFrame(5.0)])
+        audio = audio_frames(down)
+        assert audio and all(f.sample_rate == 16000 for f in audio)
+        assert 1.0 < sum(len(f.audio) for f in audio) / 2 / 16000 < 3.0
+        assert spoken_words(down).split() == TEXT.split()
+        cartesia = CartesiaHttpTTSService(
+            api_key="unused",
+            base_url=base_url,
+            aiohttp_session=session,
+            sample_rate=24000,
+            settings=CartesiaHttpTTSService.Settings(voice="serena", model="sonic-3"),
+        )
+        down = await speak(cartesia, [TTSSpeakFrame(TEXT), SleepFrame(5.0)])
+        audio = audio_frames(down)
+        assert audio and 1.0 < sum(len(f.audio) for f in audio) / 2 / 24000 < 3.0
