@@ -88,23 +88,32 @@ async def test_multi_stream_contexts_run_concurrently_with_pcm_at_the_asked_rate
     assert metrics['vivace_ttfa_seconds_count{endpoint="elevenlabs_ws"}'] >= 2
 
 
-async def test_a_new_context_starts_while_a_closed_one_is_still_speaking(gateway: GatewayProcess) -> None:
+async def test_a_new_context_is_not_queued_behind_a_closed_one_still_speaking() -> None:
+    """The gateway submits a new context at once, whatever its closed contexts still generate.
+
+    Against the fake engine (faster than real time on any CPU): whether a real engine then serves the
+    newcomer within Pipecat's 3 s is its scheduler's business (a CPU too slow for real time serves
+    the already-playing stream first).
+    """
+    server = start_gateway(engine="fake", ms_per_frame=20.0)  # 4x real time: the old one speaks ~3 s
     long_text = "The interrupted answer keeps going after close_context, because close_context finishes. " * 2
-    async with connect(ws_url(gateway, "multi-stream-input", output_format="pcm_24000")) as ws:
-        await send(ws, text=long_text, context_id="old")
-        await send(ws, context_id="old", close_context=True)  # Pipecat's barge-in: the old turn is closed
-        while not orjson.loads(await asyncio.wait_for(ws.recv(), 60)).get("audio"):
-            pass
-        started = time.monotonic()
-        await send(ws, text="New turn.", context_id="new", flush=True)
-        messages = []
-        while not any(m.get("audio") and m.get("contextId") == "new" for m in messages):
-            messages.append(orjson.loads(await asyncio.wait_for(ws.recv(), 30)))
-        waited = time.monotonic() - started
-        assert not any(m.get("isFinal") and m["contextId"] == "old" for m in messages)  # old still speaking
-        assert waited < 3.0  # within Pipecat's gap limit for a new context's first audio
-        await send(ws, context_id="new", close_context=True)
-        await collect(ws, finals=2)
+    try:
+        async with connect(ws_url(server, "multi-stream-input", output_format="pcm_24000")) as ws:
+            await send(ws, text=long_text, context_id="old")
+            await send(ws, context_id="old", close_context=True)  # Pipecat's barge-in closes the old turn
+            while not orjson.loads(await asyncio.wait_for(ws.recv(), 60)).get("audio"):
+                pass
+            started = time.monotonic()
+            await send(ws, text="New turn.", context_id="new", flush=True)
+            messages = []
+            while not any(m.get("audio") and m.get("contextId") == "new" for m in messages):
+                messages.append(orjson.loads(await asyncio.wait_for(ws.recv(), 30)))
+            assert not any(m.get("isFinal") and m["contextId"] == "old" for m in messages)
+            assert time.monotonic() - started < 1.0
+            await send(ws, context_id="new", close_context=True)
+            await collect(ws, finals=2)
+    finally:
+        server.stop()
 
 
 async def test_empty_text_with_flush_flushes_without_closing_the_context(gateway: GatewayProcess) -> None:

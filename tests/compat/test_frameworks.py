@@ -26,9 +26,9 @@ def test_framework_clients_work_pointed_at_the_gateway(gateway: GatewayProcess, 
     assert VENV_PYTHON.exists(), (
         "no frameworks venv: run bash tests/compat/frameworks/setup.sh (scripts/test.sh does)"
     )
-    env = {**os.environ, "VIVACE_URL": gateway.http}
+    env = {**os.environ, "VIVACE_URL": gateway.http, "LOGURU_LEVEL": "WARNING"}  # Pipecat logs via loguru
     result = subprocess.run(
-        [str(VENV_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "python_files=check_*.py",
+        [str(VENV_PYTHON), "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "python_files=check_*.py", "--tb=short", "-rfE",
          f"tests/compat/frameworks/{check}"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=540,
     )  # fmt: skip
