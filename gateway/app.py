@@ -24,6 +24,7 @@ from starlette.websockets import WebSocket
 
 from gateway import http_api
 from gateway import protocol as p
+from gateway.compat import routes as compat_routes
 from gateway.engines import EnginePool, EngineStartFailure, EngineUnavailable
 from gateway.gpus import engine_gpus
 from gateway.metrics import GatewayMetrics
@@ -180,6 +181,7 @@ def create_app(
         Route("/health", http_api.health),
         Route("/ready", http_api.ready),
         Route("/metrics", http_api.metrics),
+        *compat_routes.ROUTES,
     ]
     if settings.web_dir.is_dir():
         routes.append(Mount("/", StaticFiles(directory=settings.web_dir, html=True), name="web"))

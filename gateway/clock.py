@@ -6,11 +6,12 @@ out of audio: the engine must have the next audio at the client before then.
 
 Two sources, best first:
 1. `playback.position` reports: at report time t_r the client had played P samples, so with
-   S samples sent it runs dry at t_r + (S - P) / 24 kHz. t_r is the client's timestamp mapped to
+   S samples sent it runs dry at t_r + (S - P) / rate. t_r is the client's timestamp mapped to
    server time with the offset learned from ping/pong and reports (`ClockOffset`); without a
    timestamp, the moment the report arrived.
 2. Without reports: a server-side model in which playback starts the moment the first audio is
-   sent and runs at real time: dry at t_first + S / 24 kHz.
+   sent and runs at real time: dry at t_first + S / rate.
+The rate is the context's output rate (24 kHz unless the client chose another).
 Both are moved earlier by `network_margin_ns`, the time audio sent now needs to reach the client.
 """
 
@@ -23,8 +24,8 @@ NS_PER_S = 1_000_000_000
 NS_PER_MS = 1_000_000
 
 
-def samples_to_ns(samples: int) -> int:
-    return samples * NS_PER_S // SAMPLE_RATE
+def samples_to_ns(samples: int, sample_rate: int = SAMPLE_RATE) -> int:
+    return samples * NS_PER_S // sample_rate
 
 
 class ClockOffset:
@@ -57,8 +58,9 @@ class ClockOffset:
 class PlaybackClock:
     """One context's audio timeline as the listener experiences it."""
 
-    def __init__(self, network_margin_ns: int = 10 * NS_PER_MS) -> None:
+    def __init__(self, network_margin_ns: int = 10 * NS_PER_MS, sample_rate: int = SAMPLE_RATE) -> None:
         self.network_margin_ns = network_margin_ns
+        self.sample_rate = sample_rate  # the context's output rate: every count here is in its samples
         self.samples_sent = 0
         self.first_sent_ns: int | None = None
         self.report_ns: int | None = None  # server time of the latest report
@@ -86,12 +88,12 @@ class PlaybackClock:
         if self.first_sent_ns is None:
             return None
         if self.report_ns is None:
-            return self.first_sent_ns + samples_to_ns(self.samples_sent)
+            return self.first_sent_ns + samples_to_ns(self.samples_sent, self.sample_rate)
         if self.played_samples == 0:
             # Reported but not playing yet (the client's jitter buffer is filling): playback may
             # start at any moment, so all the audio sent lies ahead of now at the latest.
-            return max(now_ns, self.report_ns) + samples_to_ns(self.samples_sent)
-        return self.report_ns + samples_to_ns(self.samples_sent - self.played_samples)
+            return max(now_ns, self.report_ns) + samples_to_ns(self.samples_sent, self.sample_rate)
+        return self.report_ns + samples_to_ns(self.samples_sent - self.played_samples, self.sample_rate)
 
     def deadline_ns(self, now_ns: int) -> int | None:
         dry = self.dry_ns(now_ns)

@@ -18,8 +18,10 @@ from engine.ipc.messages import Layout, Submit
 from gateway import protocol as p
 from gateway.audio import OPUS_PACKET_SAMPLES, OpusPacketizer
 from gateway.clock import NS_PER_MS, PlaybackClock
+from gateway.compat.timings import CharTimeline, WordTimeline
 from gateway.engines import EngineRequest
 from gateway.metrics import Gauge
+from gateway.resample import Resampler
 from gateway.textstream import Piece, TextStream
 
 RECENT_CONTEXTS = 64  # finished contexts remembered so late playback reports are not errors
@@ -42,7 +44,11 @@ class Context:
     request: EngineRequest | None = None
     pump: asyncio.Task[None] | None = None
     opus: OpusPacketizer | None = None
+    sample_rate: int = p.SAMPLE_RATE  # output rate: every sample count of this context is in its samples
+    resampler: Resampler | None = None  # pcm16 at another rate than the engine's 24 kHz
     clock: PlaybackClock = field(default_factory=PlaybackClock)
+    words: WordTimeline | None = None  # word.timing events asked for: the words, and their characters' times
+    char_times: CharTimeline | None = None
     ended: bool = False
     cancelled: bool = False
     finished: bool = False
@@ -61,6 +67,7 @@ class Context:
             self.audio_format,
             samples_per_packet=OPUS_PACKET_SAMPLES if self.opus else None,
             pre_skip=pre_skip,
+            sample_rate=self.sample_rate,
         )
 
     def submit(self, piece: Piece, *, ended: bool) -> Submit:

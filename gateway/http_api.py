@@ -1,11 +1,13 @@
-"""HTTP endpoints: OpenAI-compatible `POST /v1/audio/speech`, models, voices, health, readiness, metrics.
+"""HTTP endpoints: OpenAI-compatible `POST /v1/audio/speech`, models, voices, health, readiness, metrics, OpenAPI.
 
 `/v1/audio/speech` follows OpenAI's request shape (ecosystem.md 1.4) and streams audio as the
-engine produces it: pcm (raw s16le 24 kHz mono), wav (streaming header), opus (Ogg pages, one per
-engine chunk), raw or as SSE (`speech.audio.delta` / `speech.audio.done`). The engine's first reply
-is awaited before the response starts, so failures known by then are proper OpenAI-shaped JSON
-errors; a failure after audio started ends an SSE stream with an `error` event and aborts a raw
-stream (the client sees a truncated body, never a silently short file).
+engine produces it, in every OpenAI `response_format`: mp3 (the default, as at OpenAI), opus (Ogg),
+aac (ADTS), flac, wav (streaming header) and pcm (raw s16le), raw or as SSE (`speech.audio.delta` /
+`speech.audio.done`). An extra `sample_rate` field (8000 ... 48000) resamples pcm, wav, mp3, aac and
+flac; the default is the model's 24 kHz. The engine path and its failure rules are gateway/oneshot.py:
+failures known before audio are OpenAI-shaped JSON errors; a failure after audio started ends an
+SSE stream with an `error` event and aborts a raw stream (the client sees a truncated body, never a
+silently short file).
 """
 
 from __future__ import annotations
@@ -19,69 +21,28 @@ from typing import Any
 
 import orjson
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.responses import JSONResponse, Response
 
-from engine.ipc.messages import Audio, Done, DoneReason, Error, Layout, Outbound, Sampling, Submit
-from gateway.audio import OggOpusMuxer, OpusPacketizer, OpusUnavailable, opus_available, wav_header
-from gateway.engines import EngineRequest, EngineUnavailable
+from engine.ipc.messages import Layout
+from gateway.encoders import FormatUnavailable, OutputFormat, StreamEncoder, make_encoder
+from gateway.engines import EngineUnavailable
+from gateway.http_common import HttpError, check_api_key, error_response, gateway_state
+from gateway.oneshot import EngineFailed, EngineStreamingResponse, PcmStream, build_submit, open_request
+from gateway.openapi import document as openapi_document
+from gateway.resample import ENGINE_RATE, OUTPUT_RATES
 from gateway.state import GatewayState
-from gateway.textstream import TextStream
 from gateway.voices import OPENAI_VOICES, UnknownName, default_voice, resolve_language, resolve_voice
 
-MEDIA_TYPES = {"pcm": "audio/pcm", "wav": "audio/wav", "opus": "audio/ogg"}
+# OpenAI's response_format -> our codec names.
+RESPONSE_FORMATS = {
+    "mp3": "mp3",
+    "opus": "opus",
+    "aac": "aac",
+    "flac": "flac",
+    "wav": "wav",
+    "pcm": "pcm_s16le",
+}
 MODEL_ALIASES = ("tts-1", "tts-1-hd")
-ENGINE_ERROR_STATUS = {"bad_request": 400, "overloaded": 503, "engine_died": 503, "engine_unavailable": 503}
-
-
-class HttpError(Exception):
-    def __init__(
-        self, status: int, code: str, message: str, param: str | None = None, error_type: str = ""
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.param = param
-        self.error_type = error_type or ("invalid_request_error" if status < 500 else "server_error")
-
-
-class StreamAborted(RuntimeError):
-    """Raised inside a raw audio stream to abort the response (the only way HTTP can say 'failed')."""
-
-
-def error_response(error: HttpError, state: GatewayState) -> JSONResponse:
-    state.metrics.errors_total.inc(error.code)
-    body = {
-        "error": {
-            "message": error.message,
-            "type": error.error_type,
-            "param": error.param,
-            "code": error.code,
-        }
-    }
-    return JSONResponse(body, status_code=error.status)
-
-
-def gateway_state(request: Request) -> GatewayState:
-    state: GatewayState = request.app.state.gateway
-    return state
-
-
-def check_api_key(request: Request, state: GatewayState) -> None:
-    key = state.settings.api_key
-    if key is None:
-        return
-    auth = request.headers.get("authorization", "")
-    given = auth[7:].strip() if auth[:7].lower() == "bearer " else request.headers.get("x-api-key", "")
-    if not secrets.compare_digest(given.encode(), key.encode()):
-        raise HttpError(
-            401,
-            "invalid_api_key",
-            "missing or wrong API key (Authorization: Bearer <key>)",
-            error_type="authentication_error",
-        )
-
 
 # ---------------------------------------------------------------- request parsing
 
@@ -93,6 +54,7 @@ class SpeechParams:
     language: str
     instructions: str
     response_format: str
+    output: OutputFormat
     sse: bool
     layout: Layout
     seed: int
@@ -138,13 +100,22 @@ def parse_speech(body: Any, state: GatewayState) -> SpeechParams:
         raise HttpError(
             400, exc.code, str(exc), param="voice" if exc.code == "unknown_voice" else "language"
         ) from None
-    response_format = _field(body, "response_format", str, "wav")
-    if response_format not in MEDIA_TYPES:
+    response_format = _field(body, "response_format", str, "mp3")
+    if response_format not in RESPONSE_FORMATS:
         raise HttpError(
             400,
             "unsupported_response_format",
-            f"response_format {response_format!r} is not supported; use pcm, wav or opus",
+            f"response_format {response_format!r} is not supported; use {', '.join(RESPONSE_FORMATS)}",
             param="response_format",
+        )
+    sample_rate = _field(body, "sample_rate", int, ENGINE_RATE)
+    if sample_rate not in OUTPUT_RATES or (response_format == "opus" and sample_rate != ENGINE_RATE):
+        raise HttpError(
+            400,
+            "unsupported_sample_rate",
+            f"sample_rate must be one of {', '.join(map(str, OUTPUT_RATES))} (opus: Ogg Opus always "
+            "decodes at 48 kHz; leave it out)",
+            param="sample_rate",
         )
     stream_format = _field(body, "stream_format", str, "audio")
     if stream_format not in ("audio", "sse"):
@@ -162,6 +133,7 @@ def parse_speech(body: Any, state: GatewayState) -> SpeechParams:
         language=language,
         instructions=instructions,
         response_format=response_format,
+        output=OutputFormat(RESPONSE_FORMATS[response_format], sample_rate),
         sse=stream_format == "sse",
         layout=Layout.NON_STREAMING if non_streaming else Layout.STREAMING,
         seed=secrets.randbits(31) if seed is None else seed,
@@ -183,102 +155,34 @@ async def speech(request: Request) -> Response:
         except orjson.JSONDecodeError as exc:
             raise HttpError(400, "invalid_json", f"the body is not valid JSON: {exc}") from None
         params = parse_speech(body, state)
-        if params.response_format == "opus" and not opus_available():
-            raise HttpError(400, "opus_unavailable", "Opus is not available on this server (libopus missing); "
-                            "use pcm or wav", param="response_format")  # fmt: skip
-        submit = _build_submit(params, state, started_ns)
-        engine_request = state.pool.submit(submit)
+        encoder = _encoder(params.output)
+        submit = build_submit(
+            state,
+            params.text,
+            voice=params.voice,
+            language=params.language,
+            instructions=params.instructions,
+            layout=params.layout,
+            seed=params.seed,
+            arrival_ns=started_ns,
+        )
+        engine_request, first = await open_request(state, submit)
     except EngineUnavailable as exc:
         return error_response(HttpError(503, exc.code, str(exc)), state)
     except HttpError as error:
         return error_response(error, state)
-    first = await engine_request.events.get()
-    if isinstance(first, Error) or (isinstance(first, Done) and first.reason != DoneReason.COMPLETED):
-        engine_request.release()
-        code = first.code if isinstance(first, Error) else "engine_error"
-        message = first.message if isinstance(first, Error) else "the engine ended the request early"
-        return error_response(HttpError(ENGINE_ERROR_STATUS.get(code, 500), code, message), state)
+    pcm = PcmStream(state, engine_request, first, started_ns, "http")
+    media_type = "text/event-stream" if params.sse else params.output.media_type
+    body_iter = _stream(pcm, encoder, params.sse, len(submit.text_ids))
+    return EngineStreamingResponse(body_iter, engine_request, media_type=media_type)
+
+
+def _encoder(output: OutputFormat) -> StreamEncoder:
     try:
-        encoder = _Encoder(params)
-    except OpusUnavailable as exc:
-        engine_request.cancel()
-        engine_request.release()
-        return error_response(HttpError(400, "opus_unavailable", str(exc), param="response_format"), state)
-    media_type = "text/event-stream" if params.sse else MEDIA_TYPES[params.response_format]
-    body_iter = _stream(state, engine_request, first, encoder, params, started_ns, len(submit.text_ids))
-    return EngineStreamingResponse(
-        body_iter, engine_request, media_type=media_type, headers={"cache-control": "no-store"}
-    )
-
-
-class EngineStreamingResponse(StreamingResponse):
-    """Cancels the engine request however the response ends, even when the client left before the
-    body generator ever started (its own `finally` would then never run)."""
-
-    def __init__(self, content: AsyncIterator[bytes], engine_request: EngineRequest, **kwargs: Any) -> None:
-        super().__init__(content, **kwargs)
-        self.engine_request = engine_request
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            if not self.engine_request.finished:
-                self.engine_request.cancel()
-                self.engine_request.release()
-
-
-def _build_submit(params: SpeechParams, state: GatewayState, arrival_ns: int) -> Submit:
-    tokenizer = state.tokenizer
-    text = TextStream(tokenizer, tokenizer.special_strings)
-    try:
-        instruct_ids = tuple(tokenizer.instruct_ids(params.instructions)) if params.instructions else ()
-        pieces = [text.append(params.text), text.flush()]
-    except ValueError as exc:
-        raise HttpError(400, "invalid_text", str(exc), param="input") from None
-    # The ids the WebSocket path would send for this text, in one message.
-    ids = tuple(i for piece in pieces if piece is not None for i in piece.ids)
-    if not ids:
-        raise HttpError(400, "missing_input", "'input' must be non-empty text", param="input")
-    return Submit(
-        request_id=0,
-        speaker=params.voice,
-        language=params.language,
-        text_ids=ids,
-        text_chars=sum(piece.chars for piece in pieces if piece is not None),
-        text_ended=True,
-        instruct_ids=instruct_ids,
-        layout=params.layout,
-        seed=params.seed,
-        sampling=Sampling(),
-        arrival_ns=arrival_ns,
-    )
-
-
-class _Encoder:
-    """PCM chunks in, response-format bytes out."""
-
-    def __init__(self, params: SpeechParams) -> None:
-        self.format = params.response_format
-        self.opus = OpusPacketizer() if self.format == "opus" else None
-        self.ogg = OggOpusMuxer(self.opus.pre_skip) if self.opus is not None else None
-        self.samples = 0
-
-    def start(self) -> bytes:
-        if self.format == "wav":
-            return wav_header()
-        return self.ogg.start() if self.ogg is not None else b""
-
-    def audio(self, pcm: bytes) -> bytes:
-        self.samples += len(pcm) // 2
-        if self.opus is None or self.ogg is None:
-            return pcm
-        return self.ogg.pages(self.opus.encode(pcm))
-
-    def finish(self) -> bytes:
-        if self.opus is None or self.ogg is None:
-            return b""
-        return self.ogg.pages(self.opus.finish(), last=True, total_samples=self.samples)
+        return make_encoder(output)
+    except FormatUnavailable as exc:
+        code = "opus_unavailable" if output.codec == "opus" else "format_unavailable"
+        raise HttpError(400, code, f"{exc}; use pcm or wav", param="response_format") from None
 
 
 def _sse(event: dict[str, Any]) -> bytes:
@@ -286,67 +190,34 @@ def _sse(event: dict[str, Any]) -> bytes:
 
 
 async def _stream(
-    state: GatewayState,
-    engine_request: EngineRequest,
-    first: Outbound,
-    encoder: _Encoder,
-    params: SpeechParams,
-    started_ns: int,
-    input_tokens: int,
+    pcm: PcmStream, encoder: StreamEncoder, sse: bool, input_tokens: int
 ) -> AsyncIterator[bytes]:
-    metrics = state.metrics
-
     def wrap(data: bytes) -> bytes:
-        if not params.sse or not data:
+        if not sse or not data:
             return data
         return _sse({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode()})
 
-    finished = False
-    with state.http_stream():
-        metrics.contexts_active.inc()
-        try:
-            yield wrap(encoder.start())
-            msg = first
-            while True:
-                if isinstance(msg, Audio):
-                    if encoder.samples == 0:
-                        metrics.ttfa_seconds.observe((time.monotonic_ns() - started_ns) / 1e9, "http")
-                    yield wrap(encoder.audio(msg.pcm))
-                elif isinstance(msg, Done) and msg.reason == DoneReason.COMPLETED:
-                    finished = True
-                    yield wrap(encoder.finish())
-                    if params.sse:
-                        usage = {
-                            "input_tokens": input_tokens,
-                            "output_tokens": msg.frames,
-                            "total_tokens": input_tokens + msg.frames,
-                        }
-                        yield _sse({"type": "speech.audio.done", "usage": usage})
-                    metrics.requests_total.inc("http", "completed")
-                    metrics.audio_seconds_total.inc("http", amount=encoder.samples / 24000)
-                    return
-                else:
-                    finished = True
-                    code = msg.code if isinstance(msg, Error) else "engine_error"
-                    message = msg.message if isinstance(msg, Error) else "the engine ended the request early"
-                    metrics.requests_total.inc("http", "error")
-                    metrics.errors_total.inc(code)
-                    if params.sse:
-                        yield _sse(
-                            {
-                                "type": "error",
-                                "error": {"type": "server_error", "code": code, "message": message},
-                            }
-                        )
-                        return
-                    raise StreamAborted(f"{code}: {message}")
-                msg = await engine_request.events.get()
-        finally:
-            metrics.contexts_active.dec()
-            if not finished:  # the client went away mid-stream: stop the engine work now
-                engine_request.cancel()
-                metrics.requests_total.inc("http", "disconnected")
-            engine_request.release()
+    yield wrap(encoder.start())
+    try:
+        async for chunk in pcm:
+            data = encoder.audio(chunk)
+            if data:
+                yield wrap(data)
+    except EngineFailed as exc:
+        if not sse:
+            raise  # aborts the body: a truncated response, never a silently short file
+        yield _sse(
+            {"type": "error", "error": {"type": "server_error", "code": exc.code, "message": exc.message}}
+        )
+        return
+    yield wrap(encoder.finish())
+    if sse:
+        usage = {
+            "input_tokens": input_tokens,
+            "output_tokens": pcm.frames,
+            "total_tokens": input_tokens + pcm.frames,
+        }
+        yield _sse({"type": "speech.audio.done", "usage": usage})
 
 
 async def models(request: Request) -> Response:
@@ -401,6 +272,10 @@ async def ready(request: Request) -> Response:
     is_ready = state.pool.ready and not state.draining
     status = "ready" if is_ready else ("draining" if state.draining else "not_ready")
     return JSONResponse({"status": status, "engines": engines}, status_code=200 if is_ready else 503)
+
+
+async def openapi(request: Request) -> Response:
+    return JSONResponse(openapi_document())
 
 
 async def metrics(request: Request) -> Response:

@@ -1,99 +1,66 @@
-"""Prometheus metrics in the text exposition format, written by hand (no dependency).
+"""Prometheus metrics through `prometheus_client`: the series the gateway exports and their exposition.
 
 Conventions (ecosystem.md 5.1): snake_case, base units, `_total` on counters, low-cardinality
-labels only (endpoint, code, engine, kind; never context or session ids).
+labels only (endpoint, code, engine, kind; never context or session ids); `_created` series off.
+`Counter`, `Gauge` and `Histogram` keep the small call shape the gateway uses (label values
+positional: `inc(*labels, amount=)`, `set(value, *labels)`, `observe(value, *labels)`); each
+`GatewayMetrics` has its own registry, so several can live in one process (tests do).
 """
 
 from __future__ import annotations
 
-import bisect
-import math
 from collections.abc import Sequence
+from typing import Any
 
-LabelValues = tuple[str, ...]
+import prometheus_client
+from prometheus_client import CollectorRegistry, generate_latest
 
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
-
-def _labels(names: Sequence[str], values: LabelValues, extra: str = "") -> str:
-    parts = [f'{n}="{_escape(v)}"' for n, v in zip(names, values, strict=True)]
-    if extra:
-        parts.append(extra)
-    return "{" + ",".join(parts) + "}" if parts else ""
-
-
-def _number(value: float) -> str:
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value)) if not float(value).is_integer() else str(int(value))
+prometheus_client.disable_created_metrics()
 
 
 class _Metric:
-    kind = ""
-
-    def __init__(self, name: str, help_text: str, labels: Sequence[str] = ()) -> None:
-        self.name = name
-        self.help_text = help_text
+    def __init__(self, metric: Any, labels: Sequence[str]) -> None:
+        self.metric = metric
         self.label_names = tuple(labels)
 
-    def header(self) -> list[str]:
-        return [f"# HELP {self.name} {self.help_text}", f"# TYPE {self.name} {self.kind}"]
+    def _child(self, labels: tuple[str, ...]) -> Any:
+        return self.metric.labels(*labels) if self.label_names else self.metric
 
 
 class Counter(_Metric):
-    kind = "counter"
-
     def __init__(self, name: str, help_text: str, labels: Sequence[str] = ()) -> None:
-        super().__init__(name, help_text, labels)
-        self.values: dict[LabelValues, float] = {} if labels else {(): 0.0}
+        super().__init__(prometheus_client.Counter(name, help_text, tuple(labels), registry=None), labels)
 
     def inc(self, *labels: str, amount: float = 1.0) -> None:
-        self.values[labels] = self.values.get(labels, 0.0) + amount
-
-    def render(self) -> list[str]:
-        return [
-            f"{self.name}{_labels(self.label_names, k)} {_number(v)}" for k, v in sorted(self.values.items())
-        ]
+        """Counters never go down: a negative amount (a source that restarted) counts nothing."""
+        self._child(labels).inc(max(amount, 0.0))
 
 
-class Gauge(Counter):
-    kind = "gauge"
+class Gauge(_Metric):
+    def __init__(self, name: str, help_text: str, labels: Sequence[str] = ()) -> None:
+        super().__init__(prometheus_client.Gauge(name, help_text, tuple(labels), registry=None), labels)
 
-    def set(self, value: float, *labels: str) -> None:
-        self.values[labels] = value
+    def inc(self, *labels: str, amount: float = 1.0) -> None:
+        self._child(labels).inc(amount)
 
     def dec(self, *labels: str, amount: float = 1.0) -> None:
-        self.inc(*labels, amount=-amount)
+        self._child(labels).dec(amount)
+
+    def set(self, value: float, *labels: str) -> None:
+        self._child(labels).set(value)
 
 
 class Histogram(_Metric):
-    kind = "histogram"
-
     def __init__(
         self, name: str, help_text: str, buckets: Sequence[float], labels: Sequence[str] = ()
     ) -> None:
-        super().__init__(name, help_text, labels)
-        self.buckets = tuple(sorted(buckets))
-        self.series: dict[LabelValues, tuple[list[int], list[float]]] = {}
+        metric = prometheus_client.Histogram(
+            name, help_text, tuple(labels), registry=None, buckets=tuple(buckets)
+        )
+        super().__init__(metric, labels)
 
     def observe(self, value: float, *labels: str) -> None:
-        counts, total = self.series.setdefault(labels, ([0] * (len(self.buckets) + 1), [0.0]))
-        counts[bisect.bisect_left(self.buckets, value)] += 1
-        total[0] += value
-
-    def render(self) -> list[str]:
-        lines = []
-        for labels, (counts, total) in sorted(self.series.items()):
-            running = 0
-            for bound, count in zip((*self.buckets, math.inf), counts, strict=True):
-                running += count
-                le = f'le="{_number(bound)}"'
-                lines.append(f"{self.name}_bucket{_labels(self.label_names, labels, le)} {running}")
-            lines.append(f"{self.name}_sum{_labels(self.label_names, labels)} {_number(total[0])}")
-            lines.append(f"{self.name}_count{_labels(self.label_names, labels)} {running}")
-        return lines
+        self._child(labels).observe(value)
 
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.0, 5.0)
@@ -184,8 +151,12 @@ class GatewayMetrics:
         )
 
     def render(self) -> str:
-        lines: list[str] = []
-        for metric in vars(self).values():
-            if isinstance(metric, _Metric):
-                lines += metric.header() + metric.render()  # type: ignore[attr-defined]
-        return "\n".join(lines) + "\n"
+        """The /metrics body (Prometheus text exposition format 0.0.4)."""
+        registry = self.__dict__.get("_registry")
+        if registry is None:  # every metric attribute, whoever added it, in one registry
+            registry = CollectorRegistry(auto_describe=True)
+            for metric in vars(self).values():
+                if isinstance(metric, _Metric):
+                    registry.register(metric.metric)
+            self._registry = registry
+        return generate_latest(registry).decode()

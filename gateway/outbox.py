@@ -35,12 +35,20 @@ class LazyText:
 
 
 @dataclass(slots=True)
+class ContextText:
+    """An event about a context's audio (word timings): dropped with its audio if the context is cancelled."""
+
+    context: Context
+    text: str
+
+
+@dataclass(slots=True)
 class CloseOut:
     code: int
     reason: str
 
 
-OutItem = str | AudioOut | LazyText | CloseOut
+OutItem = str | AudioOut | LazyText | ContextText | CloseOut
 
 
 class Outbox:

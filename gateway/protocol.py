@@ -2,7 +2,9 @@
 
 Client events are parsed once here into typed records (untrusted input is validated at this
 boundary and nowhere else); server events are built by the small functions at the bottom.
-Every sample count is in 24 kHz samples of the context's timeline, whatever the encoding.
+Every sample count (`start_sample`, `samples`, `samples_sent`, `played_samples`, `heard_samples`,
+`buffered_samples`) is in samples of the context's output rate: 24 kHz, the model's rate, unless
+the client chose another `audio.sample_rate` (pcm16 only; Opus stays 24 kHz), whatever the encoding.
 
 Binary audio frame (server -> client), little-endian, 12-byte header then payload:
 
@@ -11,7 +13,7 @@ Binary audio frame (server -> client), little-endian, 12-byte header then payloa
     1       1     flags         bit 0: first frame of the context, bit 1: last frame
     2       2     stream        u16 from `context.created`
     4       4     sequence      u32, 0, 1, 2, ... per stream
-    8       4     start_sample  u32, index of the payload's first sample on the 24 kHz timeline
+    8       4     start_sample  u32, index of the payload's first sample on the context's timeline
     12      ...   payload       PCM s16le samples, or exactly one Opus packet
 """
 
@@ -31,6 +33,7 @@ FLAG_FIRST = 0b01
 FLAG_LAST = 0b10
 AUDIO_HEADER = struct.Struct("<BBHII")
 AUDIO_FORMATS = ("pcm16", "opus")
+SAMPLE_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)  # pcm16 output rates (soxr resampling)
 MAX_CONTEXT_ID_CHARS = 128
 
 # WebSocket close codes used (RFC 6455 section 7.4.1).
@@ -85,6 +88,8 @@ class SessionUpdate:
     instructions: str | None
     audio_format: str | None
     max_lead_ms: int | None
+    sample_rate: int | None = None
+    word_timings: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,8 @@ class ContextCreate:
     language: str | None
     instructions: str | None
     audio_format: str | None
+    sample_rate: int | None = None
+    word_timings: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +225,27 @@ class _Fields:
             )
         return str(fmt)
 
+    def flag(self, name: str) -> bool | None:
+        value = self.obj.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, bool):
+            raise self._bad(name, "true or false")
+        return value
+
+    def sample_rate(self) -> int | None:
+        audio = self.obj.get("audio")
+        rate = audio.get("sample_rate") if isinstance(audio, dict) else None
+        if rate is None:
+            return None
+        if isinstance(rate, bool) or rate not in SAMPLE_RATES:
+            raise ProtocolError(
+                "unsupported_sample_rate",
+                f"audio.sample_rate must be one of {', '.join(map(str, SAMPLE_RATES))}, got {rate!r}",
+                event_id=self.event_id,
+            )
+        return int(rate)
+
 
 def parse_client_event(text: str) -> ClientEvent:
     """Decode and validate one client text frame; raises ProtocolError with a precise code."""
@@ -256,6 +284,8 @@ def parse_client_event(text: str) -> ClientEvent:
             f.string("language"),
             f.string("instructions"),
             f.audio_format(),
+            f.sample_rate(),
+            f.flag("word_timings"),
         )
     if kind == "session.update":
         max_lead_ms = f.count("max_lead_ms")
@@ -268,6 +298,8 @@ def parse_client_event(text: str) -> ClientEvent:
             f.string("instructions"),
             f.audio_format(),
             max_lead_ms,
+            f.sample_rate(),
+            f.flag("word_timings"),
         )
     if kind == "ping":
         ping_id = obj.get("id")
@@ -299,9 +331,9 @@ def error_event(error: ProtocolError) -> dict[str, Any]:
 
 
 def audio_description(
-    audio_format: str, *, samples_per_packet: int | None, pre_skip: int | None
+    audio_format: str, *, samples_per_packet: int | None, pre_skip: int | None, sample_rate: int = SAMPLE_RATE
 ) -> dict[str, Any]:
-    audio: dict[str, Any] = {"format": audio_format, "sample_rate": SAMPLE_RATE, "channels": 1}
+    audio: dict[str, Any] = {"format": audio_format, "sample_rate": sample_rate, "channels": 1}
     if samples_per_packet is not None:
         audio["samples_per_packet"] = samples_per_packet
     if pre_skip is not None:
@@ -311,6 +343,16 @@ def audio_description(
 
 def context_created(context_id: str, stream: int, audio: dict[str, Any]) -> dict[str, Any]:
     return {"type": "context.created", "context_id": context_id, "stream": stream, "audio": audio}
+
+
+def word_timing(context_id: str, words: list[tuple[str, int, int]]) -> dict[str, Any]:
+    """Approximate word timings (gateway/compat/timings.py), in samples of the context's timeline."""
+    return {
+        "type": "word.timing",
+        "context_id": context_id,
+        "approximate": True,
+        "words": [{"word": w, "start_sample": start, "end_sample": end} for w, start, end in words],
+    }
 
 
 def context_flushed(context_id: str) -> dict[str, Any]:

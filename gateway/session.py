@@ -26,10 +26,12 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from engine.ipc.messages import EndText, Flush
 from gateway import protocol as p
 from gateway.audio import OpusPacketizer, OpusUnavailable, opus_available
-from gateway.clock import ClockOffset
+from gateway.clock import ClockOffset, PlaybackClock
+from gateway.compat.timings import CharTimeline, WordTimeline
 from gateway.context import Context, ContextTable
 from gateway.limits import TokenBucket
-from gateway.outbox import AudioOut, CloseOut, LazyText, Outbox
+from gateway.outbox import AudioOut, CloseOut, ContextText, LazyText, Outbox
+from gateway.resample import Resampler
 from gateway.session_defaults import SessionDefaults
 from gateway.state import GatewayState
 from gateway.synthesis import Synthesis
@@ -231,6 +233,9 @@ class Session:
             event_id,
             context_id,
         )
+        sample_rate = self.defaults.resolve_rate(
+            event.sample_rate if event else None, audio_format, event_id, context_id
+        )
         instructions = (
             event.instructions
             if event is not None and event.instructions is not None
@@ -251,7 +256,13 @@ class Session:
             max_lead_ms=self.defaults.max_lead_ms or 0,
             text=TextStream(tokenizer, tokenizer.special_strings),
             created_ns=time.monotonic_ns(),
+            sample_rate=sample_rate,
+            resampler=Resampler(sample_rate) if sample_rate != p.SAMPLE_RATE else None,
+            clock=PlaybackClock(sample_rate=sample_rate),
         )
+        word_timings = event.word_timings if event is not None and event.word_timings is not None else None
+        if self.defaults.word_timings if word_timings is None else word_timings:
+            ctx.words, ctx.char_times = WordTimeline(), CharTimeline()
         self.contexts.next_stream += 1
         if audio_format == "opus":
             try:
@@ -299,6 +310,8 @@ class Session:
             ) from None
         if ctx.first_text_ns is None and event.text:
             ctx.first_text_ns = time.monotonic_ns()
+        if ctx.char_times is not None:
+            ctx.char_times.add_text(event.text)
         if piece is not None:
             self.synthesis.send_text(ctx, piece, ended=False)
 
@@ -397,6 +410,9 @@ class Session:
                     await self.ws.send_text(item)
                 elif isinstance(item, LazyText):
                     await self.ws.send_text(item.render())
+                elif isinstance(item, ContextText):
+                    if not item.context.cancelled:
+                        await self.ws.send_text(item.text)
                 else:
                     await self.ws.close(item.code, item.reason)
                     return
@@ -408,7 +424,7 @@ class Session:
         if ctx.samples_sent == 0 and samples > 0:
             self.metrics.ttfa_seconds.observe((now_ns - (ctx.first_text_ns or ctx.created_ns)) / 1e9, "ws")
         ctx.samples_sent += samples
-        self.metrics.audio_seconds_total.inc("ws", amount=samples / p.SAMPLE_RATE)
+        self.metrics.audio_seconds_total.inc("ws", amount=samples / ctx.sample_rate)
         ctx.clock.on_audio_sent(samples, now_ns)
         self.synthesis.update_deadline(
             ctx, now_ns, "report" if ctx.clock.report_ns is not None else "server_model"
@@ -421,8 +437,14 @@ class Session:
             "type": "session.created",
             "session_id": self.session_id,
             "protocol": p.PROTOCOL,
-            "audio": p.audio_description(self.defaults.audio_format, samples_per_packet=None, pre_skip=None),
+            "audio": p.audio_description(
+                self.defaults.audio_format,
+                samples_per_packet=None,
+                pre_skip=None,
+                sample_rate=self.defaults.sample_rate,
+            ),
             "audio_formats": ["pcm16", "opus"] if opus_available() else ["pcm16"],
+            "sample_rates": list(p.SAMPLE_RATES),
             "model": {"id": self.model_id, "random_weights": self.random_weights},
             "voices": list(self.defaults.speakers),
             "languages": list(self.defaults.languages),

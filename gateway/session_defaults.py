@@ -22,16 +22,21 @@ class SessionDefaults:
         self.language = "auto"
         self.instructions = ""
         self.audio_format = "pcm16"
+        self.sample_rate = p.SAMPLE_RATE
+        self.word_timings = False  # word.timing events (approximate) for new contexts
         self.max_lead_ms: int | None = state.settings.max_lead_ms or None  # the server's --max-lead-ms
 
     def update(self, event: p.SessionUpdate) -> None:
         voice, language, audio_format = self.resolve(
             event.voice, event.language, event.audio_format, event.event_id
         )
+        self.sample_rate = self.resolve_rate(event.sample_rate, audio_format, event.event_id)
         self.voice, self.language, self.audio_format = voice, language, audio_format
         if event.instructions is not None:
             self.check_instructions(event.instructions, event.event_id, None)
             self.instructions = event.instructions
+        if event.word_timings is not None:
+            self.word_timings = event.word_timings
         if event.max_lead_ms is not None:
             self.max_lead_ms = event.max_lead_ms
 
@@ -58,6 +63,21 @@ class SessionDefaults:
             )
         return voice, language, audio_format
 
+    def resolve_rate(
+        self, sample_rate: int | None, audio_format: str, event_id: str | None, context_id: str | None = None
+    ) -> int:
+        """The output rate: the one asked for, else the default (Opus is always 24 kHz here)."""
+        if audio_format == "opus":
+            if sample_rate not in (None, p.SAMPLE_RATE):
+                raise p.ProtocolError(
+                    "unsupported_sample_rate",
+                    "opus is sent at 24 kHz (decoders output 48 kHz); choose a sample_rate for pcm16 only",
+                    event_id=event_id,
+                    context_id=context_id,
+                )
+            return p.SAMPLE_RATE
+        return sample_rate or self.sample_rate
+
     def check_instructions(
         self, instructions: str, event_id: str | None, context_id: str | None
     ) -> tuple[int, ...]:
@@ -74,6 +94,9 @@ class SessionDefaults:
             "voice": self.voice,
             "language": self.language,
             "instructions": self.instructions,
-            "audio": p.audio_description(self.audio_format, samples_per_packet=None, pre_skip=None),
+            "audio": p.audio_description(
+                self.audio_format, samples_per_packet=None, pre_skip=None, sample_rate=self.sample_rate
+            ),
             "max_lead_ms": self.max_lead_ms,
+            "word_timings": self.word_timings,
         }

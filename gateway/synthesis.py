@@ -17,7 +17,7 @@ from gateway import protocol as p
 from gateway.audio import OPUS_PACKET_SAMPLES
 from gateway.context import Context, ContextTable
 from gateway.engines import EngineRequest, EngineUnavailable
-from gateway.outbox import AudioOut, LazyText, Outbox
+from gateway.outbox import AudioOut, ContextText, LazyText, Outbox
 from gateway.state import GatewayState
 from gateway.textstream import Piece
 
@@ -96,12 +96,28 @@ class Synthesis:
     def _on_audio(self, ctx: Context, pcm: bytes) -> None:
         if ctx.cancelled or ctx.finished:
             return
-        samples = len(pcm) // 2
         if ctx.opus is None:
-            self._queue_frame(ctx, pcm, samples, last=False)
+            if ctx.resampler is not None:
+                pcm = ctx.resampler.process(pcm).tobytes()
+            if pcm:
+                self._queue_frame(ctx, pcm, len(pcm) // 2, last=False)
+        else:
+            for packet in ctx.opus.encode(pcm):
+                self._queue_frame(ctx, packet, OPUS_PACKET_SAMPLES, last=False, advance=OPUS_PACKET_SAMPLES)
+        self._time_words(ctx, len(pcm) // 2, last=False)
+
+    def _time_words(self, ctx: Context, samples: int, *, last: bool) -> None:
+        """word.timing for the words this much more audio completed (or all of them, at the end)."""
+        if ctx.char_times is None or ctx.words is None:
             return
-        for packet in ctx.opus.encode(pcm):
-            self._queue_frame(ctx, packet, OPUS_PACKET_SAMPLES, last=False, advance=OPUS_PACKET_SAMPLES)
+        chars = ctx.char_times.audio(samples / ctx.sample_rate)
+        if last:
+            chars += ctx.char_times.finish()
+        words = ctx.words.add(chars) + (ctx.words.finish() if last else [])
+        if words:
+            rate = ctx.sample_rate
+            timed = [(w.word, round(w.start_s * rate), round(w.end_s * rate)) for w in words]
+            self.outbox.put_control(ContextText(ctx, p.dumps(p.word_timing(ctx.context_id, timed))))
 
     def _on_done(self, ctx: Context, done: Done) -> None:
         if ctx.finished:
@@ -114,8 +130,11 @@ class Synthesis:
             self.fail(ctx, "engine_error", "the engine could not finish this context", "server_error")
             return
         if ctx.opus is None:
-            self._queue_frame(ctx, b"", 0, last=True)
+            tail = ctx.resampler.process(b"", last=True).tobytes() if ctx.resampler is not None else b""
+            self._time_words(ctx, len(tail) // 2, last=True)
+            self._queue_frame(ctx, tail, len(tail) // 2, last=True)
         else:
+            self._time_words(ctx, 0, last=True)
             packets = ctx.opus.finish()
             real_left = ctx.opus.samples_in - ctx.samples_queued
             for i, packet in enumerate(packets):

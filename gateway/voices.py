@@ -3,11 +3,14 @@
 The engine's `Ready` message lists its speakers and languages (lower case). Users may also send
 OpenAI's voice names (Pipecat and others refuse any other name client-side), mapped here onto the
 nine CustomVoice speakers, English speakers for the neutral names. Matching is case-insensitive.
+Languages may also be given as ISO 639-1 codes (`en`, `zh-CN`, ...).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+
+from gateway.compat.languages import ISO_639_1, iso_language
 
 OPENAI_VOICES: dict[str, str] = {
     "alloy": "ryan",
@@ -49,11 +52,17 @@ def resolve_voice(name: str, speakers: Sequence[str]) -> str:
 
 
 def resolve_language(name: str, languages: Sequence[str]) -> str:
+    """A language name the engine serves, "auto", or an ISO 639-1 code for one (gateway/compat/languages.py)."""
     key = name.strip().lower()
     if key in languages or key == DEFAULT_LANGUAGE:
         return key
+    mapped = iso_language(key)
+    if mapped is not None and mapped in languages:
+        return mapped
     raise UnknownName(
-        "unknown_language", f"unknown language {name[:64]!r}; languages: {', '.join(languages)}"
+        "unknown_language",
+        f"unknown language {name[:64]!r}; languages: {', '.join(languages)}, or their ISO 639-1 codes "
+        f"({', '.join(code for code, lang in ISO_639_1.items() if lang in languages)})",
     )
 
 

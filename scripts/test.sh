@@ -22,5 +22,6 @@ fi
 $PY -c 'import torch' 2>/dev/null || $PY -m pip install -q torch==2.13.0
 $PY -m pip install -q -e '.[test,loadtest]'
 bash tools/oracle/setup.sh
+bash tests/compat/frameworks/setup.sh
 
 exec $PY -m pytest "$@"

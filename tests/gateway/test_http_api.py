@@ -132,7 +132,7 @@ def test_extra_fields_are_accepted(client: openai.OpenAI) -> None:
         ({"input": TEXT, "voice": "darth"}, 400, "unknown_voice"),
         ({"input": TEXT, "language": "klingon"}, 400, "unknown_language"),
         ({"input": TEXT, "speed": 1.5}, 400, "unsupported_speed"),
-        ({"input": TEXT, "response_format": "mp3"}, 400, "unsupported_response_format"),
+        ({"input": TEXT, "response_format": "webm"}, 400, "unsupported_response_format"),
         ({"input": ""}, 400, "missing_input"),
         ({"input": "x" * 70000}, 400, "text_too_long"),
         ({"input": TEXT, "seed": "seven"}, 400, "invalid_value"),

@@ -231,7 +231,8 @@ def test_metrics_render_in_prometheus_text_format() -> None:
     metrics.errors_total.inc('we"ird')
     metrics.ttfa_seconds.observe(0.03, "ws")
     text = metrics.render()
-    assert '# TYPE vivace_errors_total counter\nvivace_errors_total{code="we\\"ird"} 1' in text
-    assert 'vivace_ttfa_seconds_bucket{endpoint="ws",le="0.02"} 0' in text
-    assert 'vivace_ttfa_seconds_bucket{endpoint="ws",le="0.04"} 1' in text
-    assert 'vivace_ttfa_seconds_count{endpoint="ws"} 1' in text
+    assert '# TYPE vivace_errors_total counter\nvivace_errors_total{code="we\\"ird"} 1.0' in text
+    assert 'vivace_ttfa_seconds_bucket{endpoint="ws",le="0.02"} 0.0' in text
+    assert 'vivace_ttfa_seconds_bucket{endpoint="ws",le="0.04"} 1.0' in text
+    assert 'vivace_ttfa_seconds_count{endpoint="ws"} 1.0' in text
+    assert "_created" not in text  # created-series off
