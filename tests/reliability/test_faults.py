@@ -17,6 +17,8 @@ import pytest
 from loadtest.faults import FAULTS
 from tests.gateway.helpers import REPO
 
+pytestmark = pytest.mark.slow
+
 SERVES_AGAIN = {"engine-kill", "engine-kill-2", "engine-stall", "audio-ring-full", "request-ring-full"}
 
 
