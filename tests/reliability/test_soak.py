@@ -12,8 +12,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from loadtest.soak import MIX
 from tests.gateway.helpers import REPO
+
+pytestmark = pytest.mark.slow
 
 
 def test_a_60_second_soak_of_mixed_clients_passes(tmp_path: Path) -> None:
