@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 PROTOCOL = "vivace.speech.v1"
 SAMPLES_PER_FRAME = 1920
@@ -265,6 +265,11 @@ async def run_client(kind: str, make: Callable[[], Awaitable[str]], timeout_s: f
         return Outcome(kind, result, time.monotonic() - started)
     except ServerError as error:
         return Outcome(kind, f"error:{error.code}", time.monotonic() - started, error.detail)
+    except InvalidStatus as refused:  # the WebSocket handshake was refused: with a structured body, clearly
+        response = refused.response
+        error = _http_error(response.status_code, bytes(response.body or b""))
+        result = f"error:{error.code}" if isinstance(error, ServerError) else f"failed:{error.reason}"
+        return Outcome(kind, result, time.monotonic() - started, f"handshake HTTP {response.status_code}")
     except Broken as broken:
         return Outcome(kind, f"failed:{broken.reason}", time.monotonic() - started, broken.detail)
     except TimeoutError:
