@@ -3,7 +3,7 @@
 One promise: for each fault below it starts a fresh server (`python -m gateway --model tiny --device cpu`,
 or the fake engine where the fault needs an engine faster than a CPU), puts a steady mixed load on it
 (loadtest/soak_clients.py), injects the fault, and reports: what every in-flight and later request got,
-how long until the server served a new request again, and whether anything leaked (engine processes,
+how long until a new request got audio again (from the fault, or from its end for a pause), and whether anything leaked (engine processes,
 gateway descriptors, busy slots). A fault passes when every request completed or got a clear error, the
 server serves again (or, for a stop, exits 0 having drained), and nothing leaked. Exit status 1 if any
 fault failed; `--out` writes the table and the raw results as JSON.
@@ -136,11 +136,11 @@ async def _ws_long_appends(url: str, deadline: float) -> str:
 
 
 async def _serves_again(server: Server, since: float, limit_s: float = 60.0) -> float | None:
-    """Seconds from `since` until one new HTTP request completes (None: not within limit_s)."""
+    """Seconds from `since` until a new HTTP request gets its first audio (None: not within limit_s)."""
     async with httpx.AsyncClient(base_url=server.base, timeout=30) as http:
         while time.monotonic() - since < limit_s:
             with contextlib.suppress(sc.ServerError, sc.Broken, httpx.HTTPError, OSError):
-                if await sc.http_speech(http, "Back again.", "ryan", abandon=False) == "completed":
+                if await sc.http_speech(http, "Back again.", "ryan", abandon=True) == "abandoned":
                     return time.monotonic() - since
             await asyncio.sleep(0.1)
     return None
