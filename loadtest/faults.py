@@ -45,7 +45,7 @@ from loadtest.procstat import sample
 from loadtest.soak import (
     REPO,
     Server,
-    _free_port,
+    free_port,
     in_flight,
     parse_metrics,
     slot_pools,
@@ -129,7 +129,7 @@ async def _ws_long_appends(url: str, deadline: float) -> str:
         if "c" not in sock.done and not sock.errors:
             await sock.send(type="context.cancel", context_id="c")  # the text is long: do not wait for it
         await sock.until(lambda: "c" in sock.done, deadline)
-        code = sc._first_error_code(sock, "c")
+        code = sc.first_error_code(sock, "c")
         if code is not None:
             raise sc.ServerError(code)
         return str(sock.done["c"]["reason"])
@@ -317,7 +317,7 @@ async def shm_exhausted() -> FaultResult:
     if shutil.which("unshare") is None or subprocess.run(["unshare", "--mount", "true"]).returncode != 0:
         result.notes = "skipped: needs root (unshare --mount)"
         return result
-    gateway = f"exec {sys.executable} -m gateway --model tiny --device cpu --port {_free_port()}"
+    gateway = f"exec {sys.executable} -m gateway --model tiny --device cpu --port {free_port()}"
     started = time.monotonic()
     proc = await asyncio.to_thread(
         subprocess.run,

@@ -94,14 +94,14 @@ class Server:
         return children_with_arg(self.proc.pid, b"--socket")
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 def start_server(extra: tuple[str, ...], env_extra: dict[str, str], ready_within_s: float = 300.0) -> Server:
-    port = _free_port()
+    port = free_port()
     fd, log_name = tempfile.mkstemp(prefix="vivace-soak-", suffix=".log")
     command = [
         sys.executable,

@@ -176,7 +176,7 @@ class LiveSocket:
                 raise await self._closed(closed) from None
 
 
-def _first_error_code(sock: LiveSocket, context: str) -> str | None:
+def first_error_code(sock: LiveSocket, context: str) -> str | None:
     for event in sock.errors:
         if event.get("context_id") in (context, None):
             return str(event["error"]["code"])
@@ -186,7 +186,7 @@ def _first_error_code(sock: LiveSocket, context: str) -> str | None:
 def _check_completed(sock: LiveSocket, context: str, text: str) -> str:
     done = sock.done[context]
     if done["reason"] == "error":
-        code = _first_error_code(sock, context)
+        code = first_error_code(sock, context)
         if code is None:
             raise Broken("error_done_without_error_event", context)
         raise ServerError(code)
