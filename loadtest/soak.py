@@ -215,6 +215,7 @@ class Load:
             task = asyncio.create_task(self._one(phase, kind, self._client(kind, http)))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        await asyncio.sleep(max(0.0, end - time.monotonic()))  # the window lasts its full length
 
     async def _one(self, phase: str, kind: str, make: Any) -> None:
         self.outcomes.append((phase, await sc.run_client(kind, make, self.options.timeout_s + 5)))
