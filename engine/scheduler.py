@@ -371,8 +371,11 @@ class Scheduler:
         sizes = capture_sizes(self.config, kind)
         cohort = cohort[: sizes[-1]]
         costs, budget_ms = self.costs, self.config.max_step_ms
-        if kind is WorkKind.CODEC_CHUNK and self._startup_waiting():
-            budget_ms = min(budget_ms, self.config.startup_codec_ms)  # a newcomer must not wait behind it
+        urgent = self.config.policy is Policy.DEADLINE and cohort and cohort[0].key[0] == 0
+        if kind is WorkKind.CODEC_CHUNK and not urgent and self._startup_waiting():
+            # A newcomer must not wait behind a long codec batch; a rescue of a stream about to run dry
+            # (an urgent anchor) keeps its full budget, or playing streams would underrun under overload.
+            budget_ms = min(budget_ms, self.config.startup_codec_ms)
         while len(cohort) > 1 and batch_ms(costs, kind, next_size(sizes, len(cohort)), shape) > budget_ms:
             smaller = max((s for s in sizes if s < len(cohort)), default=1)
             cohort = cohort[:smaller]

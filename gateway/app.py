@@ -24,6 +24,7 @@ from starlette.websockets import WebSocket
 
 from gateway import http_api
 from gateway import protocol as p
+from gateway.body_limit import BodyLimitMiddleware, body_limit_for
 from gateway.compat import routes as compat_routes
 from gateway.engines import EnginePool, EngineStartFailure, EngineUnavailable
 from gateway.gpus import engine_gpus
@@ -186,5 +187,6 @@ def create_app(
     if settings.web_dir.is_dir():
         routes.append(Mount("/", StaticFiles(directory=settings.web_dir, html=True), name="web"))
     app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=body_limit_for(settings.limits.max_text_chars))
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -280,4 +280,9 @@ async def openapi(request: Request) -> Response:
 
 async def metrics(request: Request) -> Response:
     state = gateway_state(request)
+    if state.settings.metrics_need_key:
+        try:
+            check_api_key(request, state)
+        except HttpError as error:
+            return error_response(error, state)
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -32,6 +32,7 @@ class Settings:
     # The GPUs the server was given: CUDA_VISIBLE_DEVICES's entries; None when unset (every GPU of the host).
     gpus: tuple[str, ...] | None = None
     api_key: str | None = None
+    metrics_need_key: bool = False  # /metrics behind --api-key too (Prometheus then sends the key)
     # Browser origins allowed on the WebSocket. Empty: localhost and same-origin only; "*": any.
     allowed_origins: tuple[str, ...] = ()
     limits: Limits = field(default_factory=Limits)
@@ -108,6 +109,12 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "'vivace.auth.<key>' next to 'vivace.speech.v1'",
     )
     parser.add_argument(
+        "--metrics-need-key",
+        action="store_true",
+        default=_truthy(env("metrics-need-key")),
+        help="with --api-key, /metrics needs the key too (default: open, for scrapers on a private network)",
+    )
+    parser.add_argument(
         "--allowed-origins",
         default=env("allowed-origins", ""),
         help="comma-separated browser origins allowed on the WebSocket ('*' for any); "
@@ -181,6 +188,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         engines=args.engines,
         gpus=visible_gpus(environ.get("CUDA_VISIBLE_DEVICES")),
         api_key=args.api_key or None,
+        metrics_need_key=args.metrics_need_key,
         allowed_origins=origins,
         limits=limits,
         fake_engine=args.fake_engine,

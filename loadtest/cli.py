@@ -6,6 +6,7 @@ plot       PNG charts from run or sweep dirs
 fake-server  the PCM-streaming fake used by tests and selfbench
 selfbench  is the generator itself the bottleneck at N RPS on one core?
 soak       a steady mixed load on a server it starts (tiny model); fails on leaks and hangs (loadtest/soak.py)
+faults     engine kills and stalls, gateway SIGTERM, full rings, full /dev/shm under load (loadtest/faults.py)
 """
 
 from __future__ import annotations
@@ -235,6 +236,9 @@ def build_parser() -> argparse.ArgumentParser:
     soak.add_argument("--timeout", type=parse_duration, default=120.0, help="per-client limit (default 120s)")
     soak.add_argument("--seed", type=int, default=0)
     soak.add_argument("--out", type=Path, default=None, help="JSON report with every sample")
+    faults = commands.add_parser("faults", help="inject faults into a loaded server; print what requests got")
+    faults.add_argument("names", nargs="*", help="faults to run (default: all; see loadtest/faults.py)")
+    faults.add_argument("--out", type=Path, default=None, help="JSON with the table and raw results")
     soak.add_argument(
         "--malloc",
         choices=("fixed", "default"),
@@ -307,4 +311,11 @@ def _dispatch(args: argparse.Namespace) -> int:
                 malloc=args.malloc,
             )
         )
+    if args.command == "faults":
+        from loadtest.faults import FAULTS, run_faults
+
+        unknown = [n for n in args.names if n not in FAULTS]
+        if unknown:
+            raise ValueError(f"unknown fault(s) {unknown}; choose from {list(FAULTS)}")
+        return run_faults(args.names or list(FAULTS), args.out)
     raise AssertionError(args.command)

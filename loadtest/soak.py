@@ -94,14 +94,14 @@ class Server:
         return children_with_arg(self.proc.pid, b"--socket")
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
 def start_server(extra: tuple[str, ...], env_extra: dict[str, str], ready_within_s: float = 300.0) -> Server:
-    port = _free_port()
+    port = free_port()
     fd, log_name = tempfile.mkstemp(prefix="vivace-soak-", suffix=".log")
     command = [
         sys.executable,
@@ -215,6 +215,7 @@ class Load:
             task = asyncio.create_task(self._one(phase, kind, self._client(kind, http)))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+        await asyncio.sleep(max(0.0, end - time.monotonic()))  # the window lasts its full length
 
     async def _one(self, phase: str, kind: str, make: Any) -> None:
         self.outcomes.append((phase, await sc.run_client(kind, make, self.options.timeout_s + 5)))

@@ -4,7 +4,8 @@ One promise: every client function runs one user against a Vivace server and ret
 `result` is `completed`, `cancelled`, `abandoned` (the client itself hung up, on purpose), `error:<code>`
 (the server answered with a structured error: a JSON body or an `error` event with a code), or
 `failed:<why>` (no answer in time, wrong audio length, a broken protocol promise). Only `failed:` breaks
-the soak's rule that every request completes or gets a clear error.
+the soak's rule that every request completes or gets a clear error. A raw HTTP stream cut after its audio
+started is `error:stream_aborted`: that is how the API reports a failure once the status line is sent.
 
 Kinds: `http` (a whole WAV-less PCM body, length checked), `http_abandon` (hangs up after the first
 chunk), `ws_multi` (three contexts on one socket, text streamed word by word and interleaved),
@@ -17,6 +18,7 @@ samples.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from collections.abc import Awaitable, Callable
@@ -26,7 +28,7 @@ from typing import Any
 import httpx
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 PROTOCOL = "vivace.speech.v1"
 SAMPLES_PER_FRAME = 1920
@@ -92,8 +94,8 @@ async def http_speech(client: httpx.AsyncClient, text: str, voice: str, *, aband
                 received += len(chunk)
                 if abandon and received:
                     return "abandoned"  # leaving the block closes the connection mid-stream
-        except httpx.HTTPError as error:
-            raise Broken("http_stream_cut", f"after {received} bytes: {error!r}") from None
+        except httpx.HTTPError as error:  # how a raw stream reports a failure after audio started
+            raise ServerError("stream_aborted", f"after {received} bytes: {error!r}") from None
     want = 2 * expected_samples(text)
     if received != want:
         raise Broken("wrong_length", f"{received} bytes of PCM, want {want}")
@@ -116,7 +118,21 @@ class LiveSocket:
     errors: list[dict[str, Any]] = field(default_factory=list)
 
     async def send(self, **event: Any) -> None:
-        await self.ws.send(orjson.dumps(event).decode())
+        try:
+            await self.ws.send(orjson.dumps(event).decode())
+        except ConnectionClosed as closed:
+            raise await self._closed(closed) from None
+
+    async def _closed(self, closed: ConnectionClosed) -> Exception:
+        """The server closed the socket: read what it sent before (the error event that must precede a
+        close it chooses) and make that a ServerError; Broken if no error came first."""
+        with contextlib.suppress(ConnectionClosed, TimeoutError, Broken):
+            while True:
+                await self.receive(1.0)
+        if self.errors:
+            code = self.errors[-1]["error"]["code"]
+            return ServerError(str(code), f"closed {closed.rcvd.code if closed.rcvd else ''}")
+        return Broken("closed_without_error", repr(closed))
 
     async def receive(self, timeout_s: float) -> None:
         message = await asyncio.wait_for(self.ws.recv(), timeout_s)
@@ -157,15 +173,10 @@ class LiveSocket:
             except TimeoutError:
                 raise Broken("no_answer", "timed out waiting for the server") from None
             except ConnectionClosed as closed:
-                code = self.errors[-1]["error"]["code"] if self.errors else None
-                if code is not None:
-                    raise ServerError(
-                        code, f"socket closed {closed.rcvd.code if closed.rcvd else ''}"
-                    ) from None
-                raise Broken("closed_without_error", repr(closed)) from None
+                raise await self._closed(closed) from None
 
 
-def _first_error_code(sock: LiveSocket, context: str) -> str | None:
+def first_error_code(sock: LiveSocket, context: str) -> str | None:
     for event in sock.errors:
         if event.get("context_id") in (context, None):
             return str(event["error"]["code"])
@@ -175,7 +186,7 @@ def _first_error_code(sock: LiveSocket, context: str) -> str | None:
 def _check_completed(sock: LiveSocket, context: str, text: str) -> str:
     done = sock.done[context]
     if done["reason"] == "error":
-        code = _first_error_code(sock, context)
+        code = first_error_code(sock, context)
         if code is None:
             raise Broken("error_done_without_error_event", context)
         raise ServerError(code)
@@ -254,6 +265,11 @@ async def run_client(kind: str, make: Callable[[], Awaitable[str]], timeout_s: f
         return Outcome(kind, result, time.monotonic() - started)
     except ServerError as error:
         return Outcome(kind, f"error:{error.code}", time.monotonic() - started, error.detail)
+    except InvalidStatus as refused:  # the WebSocket handshake was refused: with a structured body, clearly
+        response = refused.response
+        error = _http_error(response.status_code, bytes(response.body or b""))
+        result = f"error:{error.code}" if isinstance(error, ServerError) else f"failed:{error.reason}"
+        return Outcome(kind, result, time.monotonic() - started, f"handshake HTTP {response.status_code}")
     except Broken as broken:
         return Outcome(kind, f"failed:{broken.reason}", time.monotonic() - started, broken.detail)
     except TimeoutError:

@@ -256,7 +256,7 @@ async def test_disconnect_mid_stream_cancels_engine_work(strict: GatewayProcess)
             while not client.frames:
                 await client.receive()
         # The socket is gone: only a cancel from the gateway ends the engine request.
-        await _wait_for(lambda: strict.metrics().get('vivace_engine_active_requests{engine="0"}', 1) == 0, 5)
+        await _wait_for(lambda: strict.metrics().get('vivace_engine_active_requests{engine="0"}', 1) == 0, 10)
 
     await alongside_healthy(strict, fault)
 
