@@ -130,7 +130,7 @@ BAD_BODIES: list[bytes] = [
     b'{"input": 5}',
     b'{"input": "hi", "voice": {"id": ["x"]}}',
     b'{"input": "hi", "voice": "no_such_voice"}',
-    b'{"input": "hi", "response_format": "mp3"}',
+    b'{"input": "hi", "response_format": "webm"}',
     b'{"input": "hi", "speed": "fast"}',
     b'{"input": "hi", "seed": 1e400}',
     b'{"input": "hi", "seed": 99999999999999999999999999}',
