@@ -16,18 +16,11 @@ from typing import Any
 
 import orjson
 
+from gateway.compat.errors import WireError
 from gateway.compat.timings import WordTiming
+from gateway.protocol import MAX_CONTEXT_ID_CHARS  # the native protocol's bound
 
-MAX_CONTEXT_ID_CHARS = 128
 STATUS_PARTIAL = 206
-
-
-class WireError(ValueError):
-    def __init__(self, code: str, message: str, context_id: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.context_id = context_id
 
 
 @dataclass(frozen=True, slots=True)
