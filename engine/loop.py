@@ -294,7 +294,7 @@ class EngineLoop:
             message = f"{plan.kind.label} step failed: {type(error).__name__}: {error}"
             self._complete(plan, self._rerun_rows_alone(plan, message))
             return
-        step.startup_pending = any(r.first_audio_ns is None for r in self.scheduler.requests)
+        step.startup_pending = self.scheduler.startup_waiting
         self.timeline.add(step)
         if not step.deferred:
             self._complete(plan, step.finish())  # results stay on the device: the next step can follow at once

@@ -372,7 +372,7 @@ class Scheduler:
         cohort = cohort[: sizes[-1]]
         costs, budget_ms = self.costs, self.config.max_step_ms
         urgent = self.config.policy is Policy.DEADLINE and cohort and cohort[0].key[0] == 0
-        if kind is WorkKind.CODEC_CHUNK and not urgent and self._startup_waiting():
+        if kind is WorkKind.CODEC_CHUNK and not urgent and self.startup_waiting:
             # A newcomer must not wait behind a long codec batch; a rescue of a stream about to run dry
             # (an urgent anchor) keeps its full budget, or playing streams would underrun under overload.
             budget_ms = min(budget_ms, self.config.startup_codec_ms)
@@ -381,7 +381,8 @@ class Scheduler:
             cohort = cohort[:smaller]
         return cohort
 
-    def _startup_waiting(self) -> bool:
+    @property
+    def startup_waiting(self) -> bool:
         """Some admitted request has no audio yet (its first steps are on the TTFA path)."""
         return any(r.first_audio_ns is None and not r.is_ended for r in self._requests.values())
 

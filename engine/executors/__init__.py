@@ -7,7 +7,7 @@ preallocated here from the engine settings, and they never make a scheduling dec
     TALKER_PREFILL  talker.TalkerExecutor.prefill        prompt rows -> KV slot, codebook 0 of frame 0
     CODE_PREDICT    code_predictor.CodePredictorExecutor  codebooks 1..15 of a frame, its embedding sum
     TALKER_DECODE   talker.TalkerExecutor.decode         frame + text row -> codebook 0 of the next frame
-    CODEC_CHUNK     codec.CodecExecutor.decode           frames -> int16 PCM (first audio decoded in full)
+    CODEC_CHUNK     codec.CodecExecutor.launch           frames -> int16 PCM (first audio decoded in full)
 
 Every executor is plain PyTorch (CPU and CUDA alike). A `FastPath` selection swaps in the GPU fast paths
 of engine/fast behind the same calls: `TalkerGraphs`, `CodePredictorGraphs`, and `CodecGraphs` over

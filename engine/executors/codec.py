@@ -10,7 +10,7 @@ trimmer held back on the last chunk, and converts to int16 little-endian.
     codes [C,F,16] --gather--> [B,16,N] --decode_incremental--> wav [B, N*1920] fp32 --pinned--> int16 per row
 
 `launch` queues all of it on the current CUDA stream and returns the host part as a function to run once the
-stream has passed it (the engine loop waits on an event, never on the device); `decode` is launch + wait.
+stream has passed it (the engine loop waits on an event, never on the device).
 
 Fast path (`graph_shapes` given): the same call runs on `CodecGraphs` over `FastCodecDecoder` (fused
 SnakeBeta and codebook kernels; one CUDA graph per (batch, frames) shape, eager at the same shapes off
@@ -94,14 +94,6 @@ class CodecExecutor:
     @property
     def open_streams(self) -> int:
         return len(self._streams)
-
-    def decode(self, request_ids: list[int], code_slots: list[int], first_frames: list[int], frames: int,
-               final: list[bool]) -> dict[int, np.ndarray]:
-        """Decode frames [first, first + frames) of each row; -> request id -> int16 samples to publish."""
-        finish = self.launch(request_ids, code_slots, first_frames, frames, final)
-        if self.codes.device.type == "cuda":
-            torch.cuda.current_stream(self.codes.device).synchronize()
-        return finish()
 
     def launch(self, request_ids: list[int], code_slots: list[int], first_frames: list[int], frames: int,
                final: list[bool]) -> Callable[[], dict[int, np.ndarray]]:
