@@ -88,7 +88,8 @@ def build(settings: EngineSettings) -> EngineLoop:
                           max_context=settings.max_context, max_frames=settings.max_frames,
                           max_batch=settings.max_batch, silence=settings.silence_config(), fast=fast,
                           shapes=settings.capture_shapes, codec_precision=settings.codec_precision,
-                          codec_stream=settings.codec_stream, cp_kernels=settings.cp_kernels)
+                          codec_stream=settings.codec_stream, cp_kernels=settings.cp_kernels,
+                          precompile_workers=settings.resolved_precompile_workers)
     loaded = time.perf_counter()
     executors.capture()  # before the warm-up: capturing writes over slot 0's state
     captured = time.perf_counter()

@@ -106,6 +106,7 @@ class EngineSettings:
     shutdown_grace_ms: int = 5000
     log_level: str = "info"
     cp_kernels: str = "layers"  # code-predictor fast path: layers (fused layer stack) | fused (frame kernels)
+    precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
     codec_stream: bool = True  # CUDA: codec chunks on a stream of their own, beside the generation steps
     sync_debug: str = "off"  # CUDA: "warn" logs every host-device synchronisation (torch sync debug mode)
@@ -142,9 +143,20 @@ class EngineSettings:
             raise ValueError("max_in_flight and profile_steps must be >= 1, profile_after_s >= 0")
         _check_choice("sync_debug", self.sync_debug, ("off", "warn"))
         _check_choice("cp_kernels", self.cp_kernels, ("layers", "fused"))
+        if self.precompile_workers < -1:
+            raise ValueError("precompile_workers must be >= 0, or -1 for one per core")
         SilenceConfig(threshold_dbfs=self.silence_threshold_dbfs, max_trim_ms=self.max_trim_ms)  # validates
 
     # ------------------------------------------------------------ derived sizes
+
+    @property
+    def resolved_precompile_workers(self) -> int:
+        """`precompile_workers` with -1 resolved (engine/fast/precompile.py's `default_workers`)."""
+        if self.precompile_workers >= 0:
+            return self.precompile_workers
+        from engine.fast.precompile import default_workers
+
+        return default_workers()
 
     @property
     def device_kind(self) -> str:
@@ -305,6 +317,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="code-predictor fast path: layers (the fused layer stack, cuBLAS products) or fused (about "
                         "28 kernels per step: Triton products with folded norms, short attention, one-kernel "
                         "sampler; longer start-up while Triton compiles)")
+    p.add_argument("--precompile-workers", type=int, default=d.precompile_workers,
+                   help="with --cp-kernels fused: child processes that compile its Triton kernels in parallel before "
+                        "capture (-1: one per CPU core, at most 8; 0: the capture compiles them one by one)")
     p.add_argument("--no-codec-stream", dest="codec_stream", action="store_false",
                    help="run codec chunks on the generation stream instead of a CUDA stream of their own")
     p.add_argument("--sync-debug", default=d.sync_debug, choices=("off", "warn"),

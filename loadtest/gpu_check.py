@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from engine.fast.measure import cuda_median_ms, relative_l2
+from engine.settings import EngineSettings
 
 COPY_BANDWIDTH = 4255e9  # B/s, measured device-to-device copy on the H200 (h200-floors.md)
 BATCHES = (1, 4, 16, 32, 64, 128)
@@ -68,8 +69,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     codes = new_code_buffer(slots_n, 64, model.device)
     t0 = time.perf_counter()
     fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256))
-    # The engine's default code-predictor path (--cp-kernels layers); tools/cp_kernels_check.py times the fused one.
-    fast_cp = CodePredictorGraphs(model, slots, codes, BATCHES, kernels=FrameKernels(fused=False))
+    # The code-predictor path the engine serves with (--cp-kernels); tools/cp_kernels_check.py compares them.
+    fast_cp = CodePredictorGraphs(model, slots, codes, BATCHES, kernels=FrameKernels(fused=args.cp_kernels == "fused"))
     fast_talker.decode_steps.capture()
     fast_cp.capture()
     prefill_error = None
@@ -376,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-codec", action="store_true")
     p.add_argument("--preset", default="1.7b", help="model shape (random weights)")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny model: correctness only, no timings")
+    p.add_argument("--cp-kernels", default=EngineSettings("1.7b", "").cp_kernels, choices=("layers", "fused"),
+                   help="the code-predictor fast path to check and time (default: the engine's)")
     args = p.parse_args(argv)
     if args.dry_run:
         return dry_run(args)

@@ -20,6 +20,7 @@ state). `run` is the same on either path.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from engine.fast.code_predictor_graph import CodePredictorGraphs
     from engine.fast.talker_graph import TalkerGraphs
 
+log = logging.getLogger("engine")
+
 
 @dataclass(slots=True)
 class RequestInputs:
@@ -61,11 +64,13 @@ class Executors:
                  max_batch: int, silence: SilenceConfig, fast: FastPath = FastPath(),  # noqa: B008
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
                  top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True,
-                 cp_kernels: str = "layers") -> None:  # fmt: skip
+                 cp_kernels: str = "layers", precompile_workers: int = 0) -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
         `codec_precision` must match the dtype the codec was loaded in (`executors.codec.codec_dtype`);
         `codec_stream`: on CUDA, codec chunks run on a stream of their own, beside the generation steps;
-        `cp_kernels`: the code predictor's fast path, "layers" or "fused" (engine/fast/code_predictor_graph.py)."""
+        `cp_kernels`: the code predictor's fast path, "layers" or "fused" (engine/fast/code_predictor_graph.py);
+        `precompile_workers`: child processes that compile the fused frame's Triton kernels before capture
+        (engine/fast/precompile.py; 0: the capture compiles them one by one)."""
         if model.codec is None:
             raise ValueError("the engine needs a model loaded with its codec")
         if fast.any and shapes is None:
@@ -75,6 +80,7 @@ class Executors:
         self.silence = silence
         self.fast = fast
         self.top_k_cap = top_k_cap
+        self.precompile_workers = precompile_workers
         self.generation = GenerationSlots(kv_slots, config.talker.hidden_size, config.talker.vocab_size,
                                           device=model.device, dtype=model.dtype)
         self.kv_cache = model.talker.new_cache(kv_slots, max_context)
@@ -113,10 +119,28 @@ class Executors:
         request is admitted: capturing runs every step on slot 0's state. A no-op for plain executors."""
         if self.codec.open_streams:
             raise RuntimeError("capture the fast paths before any request is admitted")
+        self._precompile()
         for executor in (self.talker, self.code_predictor, self.codec):
             capture = getattr(executor, "capture", None)
             if capture is not None:
                 capture()
+
+    def _precompile(self) -> None:
+        """Fill Triton's cache with the fused code-predictor frame's kernels from child processes, in
+        parallel, so the capture below loads them instead of compiling dozens one after the other."""
+        from engine.fast.code_predictor_graph import CodePredictorGraphs
+        from engine.fast.kernels import HAVE_TRITON, INTERPRET
+        from engine.fast.precompile import precompile_frames
+
+        predictor = self.code_predictor
+        if (not isinstance(predictor, CodePredictorGraphs) or not predictor.kernels.fused or not HAVE_TRITON
+                or INTERPRET or self.model.device.type != "cuda" or self.precompile_workers < 1):
+            return
+        config = self.model.config
+        seconds = precompile_frames(config.talker, config.code_predictor, self.model.dtype, predictor.sizes,
+                                    predictor.kernels, self.top_k_cap, self.precompile_workers)  # fmt: skip
+        log.info("fused code-predictor kernels precompiled by %d processes in %.1f s", self.precompile_workers,
+                 seconds)  # fmt: skip
 
     # ------------------------------------------------------------ request lifecycle
 
