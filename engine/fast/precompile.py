@@ -77,6 +77,7 @@ def precompile_frames(talker: TalkerConfig, predictor: CodePredictorConfig, dtyp
         command = [sys.executable, "-m", "engine.fast.precompile", "--job",
                    job_json(talker, predictor, dtype, share, kernels, top_k_cap)]  # fmt: skip
         children.append((share, subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)))
+    failed = 0
     for share, child in children:
         try:
             _, err = child.communicate(timeout=CHILD_TIMEOUT_S)
@@ -84,9 +85,11 @@ def precompile_frames(talker: TalkerConfig, predictor: CodePredictorConfig, dtyp
             child.kill()
             _, err = child.communicate()
         if child.returncode != 0:
+            failed += 1
             tail = err.decode(errors="replace").strip().splitlines()[-3:]
             log.warning("precompiling code-predictor sizes %s failed (status %s): %s", share, child.returncode,
                         " | ".join(tail))  # fmt: skip
+    log.info("precompile: %d of %d children compiled their sizes", len(children) - failed, len(children))
     return time.perf_counter() - started
 
 
@@ -126,12 +129,19 @@ def run_job(job: dict) -> None:
     from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
     from engine.fast.kernels.gemv import GemvConfig
     from engine.ipc.messages import Sampling
+    from engine.model.layers import RotaryEmbedding
 
     dtype = getattr(torch, job["dtype"])
     device = torch.device(job.get("device", "cuda"))  # tests run the same job on the CPU twins
     predictor = CodePredictorConfig(**job["predictor"])
-    with torch.device(device):
-        model = _PredictorOnly(job["talker_hidden"], job["talker_vocab"], predictor).to(dtype)
+    with torch.device("meta"):  # as engine.model.weights builds the serving model: no CPU copy
+        model = _PredictorOnly(job["talker_hidden"], job["talker_vocab"], predictor)
+    model = model.to(dtype=dtype).to_empty(device=device)
+    for module in model.modules():
+        if isinstance(module, RotaryEmbedding):
+            module.reset_inv_freq()  # fp32 table on the device
+    for parameter in model.parameters():
+        parameter.data.normal_(0.0, 0.02)  # finite values: what is compiled does not depend on them
     spec = dict(job["kernels"])
     spec["gemv"] = {name: GemvConfig(**tile) for name, tile in spec["gemv"].items()}
     sizes = sorted(job["sizes"])
@@ -158,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from engine.fast.code_predictor_graph import FrameKernels
     from engine.fast.sampling import DEFAULT_TOP_K_CAP
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     from engine.model.config import preset
     from engine.settings import EngineSettings
 
