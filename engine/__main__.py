@@ -56,7 +56,6 @@ def main(argv: list[str] | None = None) -> int:
 def build(settings: EngineSettings) -> EngineLoop:
     import torch  # imported here, not at the top: --help and argument errors stay instant
 
-    from engine.costmodel import CostModel
     from engine.executors import Executors
     from engine.executors.codec import codec_dtype
     from engine.fast.kernels import HAVE_TRITON
@@ -65,7 +64,7 @@ def build(settings: EngineSettings) -> EngineLoop:
     from engine.loop import EngineLoop
     from engine.model.presets import PRESETS
     from engine.model.weights import load_model
-    from engine.scheduler import Scheduler
+    from engine.scheduling import CostModel, Scheduler
     from engine.text.prompt import languages, speakers
 
     log.info("settings %s", settings.fingerprint())

@@ -55,7 +55,7 @@ from engine.ipc.messages import (
     Submit,
 )
 from engine.request import FinishReason, Phase, RequestState, WorkKind
-from engine.scheduler import Outcome, Plan, Scheduler
+from engine.scheduling import Outcome, Plan, Scheduler
 
 log = logging.getLogger("engine")
 

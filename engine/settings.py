@@ -31,8 +31,7 @@ from pathlib import Path
 
 from engine.codec.chunking import AdaptivePolicy, ChunkPolicy, FixedSchedule
 from engine.codec.silence import SilenceConfig
-from engine.costmodel import COSTS_DIR, DEFAULT_COSTS
-from engine.scheduler import SchedulerConfig
+from engine.scheduling import COSTS_DIR, DEFAULT_COSTS, SchedulerConfig
 
 FAST_COSTS = COSTS_DIR / "h200_fast.json"
 
@@ -304,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--codec-precision", default=d.codec_precision, choices=CODEC_PRECISIONS,
                    help="codec arithmetic: bf16 (bf16 weights and activations), tf32 (fp32 weights, TF32 convs and "
                         "matmuls on CUDA), fp32 (fp32, TF32 off); on CPU tf32 and fp32 are the same")
-    p.add_argument("--costs", default=d.costs, help="cost table (JSON) the scheduler predicts step times from; auto: engine/costs/h200_fast.json "
+    p.add_argument("--costs", default=d.costs, help="cost table (JSON) the scheduler predicts step times from; auto: engine/scheduling/costs/h200_fast.json "
                    "when the talker and code-predictor fast paths run, else h200_plain.json")
     p.add_argument("--heartbeat-s", type=float, default=d.heartbeat_s)
     p.add_argument("--shutdown-grace-ms", type=int, default=d.shutdown_grace_ms,

@@ -10,10 +10,10 @@ when that module exists. On the full-size model with random bf16 weights (never 
    identical logits and RNG counters (identical tokens);
 3. timings: CUDA events around graph replays after warm-up, medians; talker decode at context 512 with
    mixed per-request lengths and repetition penalty on; code-predictor frame; talker prefill per bucket;
-4. the cost table (`engine/costs/h200_fast.json` format) and a table with each time's ratio to its floor
+4. the cost table (`engine/scheduling/costs/h200_fast.json` format) and a table with each time's ratio to its floor
    (floor = bytes that must stream / 4255 GB/s measured copy bandwidth, h200-floors.md).
 
-    python -m loadtest.gpu_check --out /tmp/gpu_check.json [--costs engine/costs/h200_fast.json]
+    python -m loadtest.gpu_check --out /tmp/gpu_check.json [--costs engine/scheduling/costs/h200_fast.json]
 
 Needs only torch (and Triton) on the GPU machine: no gateway packages.
 """
@@ -371,7 +371,7 @@ def dry_run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="gpu_check.json", help="raw JSON results")
-    p.add_argument("--costs", default=None, help="write the cost-model JSON here (e.g. engine/costs/h200_fast.json)")
+    p.add_argument("--costs", default=None, help="write the cost-model JSON here (e.g. engine/scheduling/costs/h200_fast.json)")
     p.add_argument("--context", type=int, default=512, help="largest talker context of the decode timings")
     p.add_argument("--skip-talker", action="store_true")
     p.add_argument("--skip-codec", action="store_true")

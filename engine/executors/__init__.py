@@ -39,7 +39,7 @@ from engine.ipc.messages import Layout, Sampling, Submit
 from engine.model.generate import embed_prefill
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.request import TEXT_END, TEXT_PAD, RequestState, WorkKind
-from engine.scheduler import Outcome, Plan
+from engine.scheduling import Outcome, Plan
 from engine.settings import CaptureShapes, FastPath
 from engine.text.prompt import Prefill, build_prefill
 

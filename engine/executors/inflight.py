@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.plan import Outcome, Plan
+from engine.scheduling import Outcome, Plan
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ the full-size codec with seeded random weights (never zeros), every stream at it
    speed-up; the first-audio shape (B=1, fresh stream, one frame) through `CodecGraphs.decode`; a few shapes
    in tf32 and fp32. Each time with its floor: max(bytes / copy bandwidth, FLOPs / matmul rate), rates measured
    here, bytes = weights streamed + state read and written + waveform written;
-5. `codec_chunk` cost entries (format of engine/costs/h200_plain.json) and a table printed last.
+5. `codec_chunk` cost entries (format of engine/scheduling/costs/h200_plain.json) and a table printed last.
 
 A time budget (`--codec-budget-s`, default 300 s) skips the remaining timing sections rather than overrun.
 """

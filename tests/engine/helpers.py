@@ -7,14 +7,13 @@ import numpy as np
 import torch
 
 from engine.codec.silence import LeadingSilenceTrimmer, SilenceConfig
-from engine.costmodel import CostModel
 from engine.executors import Executors
 from engine.executors.codec import to_int16
 from engine.ipc.messages import Layout, Ready, Sampling, Submit
 from engine.loop import EngineLoop
 from engine.model.generate import decode_codes, generate_codes
 from engine.model.qwen3_tts import Qwen3TTS
-from engine.scheduler import Scheduler
+from engine.scheduling import CostModel, Scheduler
 from engine.settings import CaptureShapes, EngineSettings, FastPath
 from engine.text.prompt import build_prefill
 

@@ -12,8 +12,8 @@ import numpy as np
 
 from engine.executors.inflight import DeviceTimeline, InFlight
 from engine.model.qwen3_tts import Qwen3TTS
-from engine.plan import Plan, PlanRow
 from engine.request import WorkKind
+from engine.scheduling import Plan, PlanRow
 from tests.engine.helpers import SENTENCES, make_loop, reference, run_to_completion, submit
 
 

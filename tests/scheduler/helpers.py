@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engine.costmodel import CostModel
 from engine.ipc.messages import Layout
 from engine.request import RequestState
-from engine.scheduler import Outcome, Plan, Scheduler, SchedulerConfig
+from engine.scheduling import CostModel, Outcome, Plan, Scheduler, SchedulerConfig
 
 MS = 1_000_000
 COSTS = CostModel.load()

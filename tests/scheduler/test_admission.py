@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from engine.costmodel import DEFAULT_COSTS, CostModel
 from engine.ipc.messages import Layout
-from engine.scheduler import Outcome, Scheduler, SchedulerConfig
+from engine.scheduling import DEFAULT_COSTS, CostModel, Outcome, Scheduler, SchedulerConfig
 
 from .helpers import MS, admit, make_request, make_scheduler, run
 

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from engine.costmodel import DEFAULT_COSTS, CostModel, interpolate
 from engine.request import WorkKind
+from engine.scheduling import DEFAULT_COSTS, CostModel
+from engine.scheduling.costmodel import interpolate
 
 
 def test_costs_equal_the_measured_points_and_lie_between_them():

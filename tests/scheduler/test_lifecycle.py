@@ -6,7 +6,7 @@ import pytest
 
 from engine.ipc.messages import Layout
 from engine.request import SAMPLES_PER_FRAME, TEXT_END, TEXT_PAD, FinishReason, Phase, SlotPool, WorkKind
-from engine.scheduler import Outcome, Scheduler
+from engine.scheduling import Outcome, Scheduler
 
 from .helpers import MS, admit, make_request, make_scheduler, run, step
 

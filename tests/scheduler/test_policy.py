@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from engine.request import Phase, WorkKind
-from engine.scheduler import Outcome, Policy, Scheduler, SlackChunkPolicy
+from engine.scheduling import Outcome, Policy, Scheduler, SlackChunkPolicy
 
 from .helpers import COSTS, MS, admit, make_request, make_scheduler, run, step
 

@@ -6,10 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from engine.costmodel import CostModel
 from engine.request import length_model_frames
-from engine.scheduler import SchedulerConfig
-from engine.simulate import Workload, capacity_rps, load_prompts, simulate
+from engine.scheduling import CostModel, SchedulerConfig
+from engine.scheduling.simulate import Workload, capacity_rps, load_prompts, simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +44,7 @@ def test_overload_is_refused_rather_than_breaking_playing_streams():
 
 
 def test_simulator_runs_from_one_command_and_prints_a_row_per_rps():
-    out = subprocess.run([sys.executable, "-m", "engine.simulate", "--rps", "2", "8", "--duration", "2"],
+    out = subprocess.run([sys.executable, "-m", "engine.scheduling.simulate", "--rps", "2", "8", "--duration", "2"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=True).stdout
     lines = out.strip().splitlines()
     assert "capacity" in lines[0] and "p95 ms" in lines[1] and "underruns" in lines[1]

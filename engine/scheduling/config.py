@@ -12,7 +12,7 @@ from engine.request import WorkKind
 
 
 class Policy(Enum):
-    DEADLINE = "deadline"  # urgent streams > startup > the rest by slack (engine/scheduler.py's docstring)
+    DEADLINE = "deadline"  # urgent streams > startup > the rest by slack (engine/scheduling/scheduler.py's docstring)
     FIFO = "fifo"  # the oldest request's next item anchors: plain continuous batching, no priorities
     ROUND_ROBIN = "round_robin"  # the kind served least recently anchors (the peer's "balanced" profile)
 

@@ -1,6 +1,6 @@
 """Simulate the engine on a CPU in seconds: the real Scheduler, a cost model as the GPU clock.
 
-    python -m engine.simulate --rps 5 10 20 40 80 100 --duration 120 [--costs FILE] [--policy deadline]
+    python -m engine.scheduling.simulate --rps 5 10 20 40 80 100 --duration 120 [--costs FILE] [--policy deadline]
 
 Poisson arrivals (seeded) of Seed-TTS English prompts (`loadtest/data/seed-tts-eval-en.jsonl`), each
 speaking `ceil(12.5 * chars / 14)` frames (the random-weight length model) with ~chars/4.5 text tokens,
@@ -29,7 +29,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from engine.codec.chunking import AdaptivePolicy, ChunkPolicy, FixedSchedule
-from engine.costmodel import DEFAULT_COSTS, CostModel
 from engine.ipc.messages import Layout
 from engine.request import (
     NS_PER_SAMPLE,
@@ -39,9 +38,10 @@ from engine.request import (
     WorkKind,
     length_model_frames,
 )
-from engine.scheduler import Outcome, Policy, Scheduler, SchedulerConfig
+from engine.scheduling.costmodel import DEFAULT_COSTS, CostModel
+from engine.scheduling.scheduler import Outcome, Policy, Scheduler, SchedulerConfig
 
-PROMPTS = Path(__file__).resolve().parent.parent / "loadtest" / "data" / "seed-tts-eval-en.jsonl"
+PROMPTS = Path(__file__).resolve().parents[2] / "loadtest" / "data" / "seed-tts-eval-en.jsonl"
 CHARS_PER_TOKEN = 4.5
 MS = 1_000_000  # ns per ms
 STARVED_LOOKBACK_NS = 100 * MS  # an underrun this soon after waiting for text is blamed on the text
@@ -260,7 +260,7 @@ def format_row(r: SimResult) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m engine.simulate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m engine.scheduling.simulate", description=__doc__.splitlines()[0])
     parser.add_argument("--rps", type=float, nargs="+", default=[5, 10, 20, 40, 80, 100])
     parser.add_argument("--duration", type=float, default=120.0, help="seconds of arrivals per RPS")
     parser.add_argument("--costs", type=Path, default=DEFAULT_COSTS, help="cost table JSON")

@@ -1,7 +1,7 @@
 """Latency of each work kind as a function of its shape, interpolated from a measured JSON table.
 
 The scheduler asks it how long a batch will take (slack, admission, step budget); the simulator uses
-it as the clock. Tables live in `engine/costs/*.json` (format in `h200_plain.json`): per kind, the
+it as the clock. Tables live in `engine/scheduling/costs/*.json` (format in `h200_plain.json`): per kind, the
 milliseconds at a few batch sizes, and for the codec also at a few new-frame counts, for the prefill
 at a few total token counts. Between points the cost is piecewise linear; beyond the last point it
 extends the last segment (costs keep growing, never flatten), below the first it takes the first value.

@@ -16,7 +16,7 @@ Who is most pressing (policy DEADLINE, the default):
 FIFO and ROUND_ROBIN exist as baselines for the simulator (docs/scheduling.md compares them).
 
 Chunk sizes: each request's next codec chunk is chosen from its remaining playback buffer and its
-own generation pace (`engine.chunk_sizing`; any `engine.codec.chunking` policy plugs in instead): one
+own generation pace (`engine.scheduling.chunk_sizing`; any `engine.codec.chunking` policy plugs in instead): one
 frame while the listener has almost nothing, growing as the buffer grows. A codec batch takes the
 anchor's chunk size, and every row with at least that many frames ready joins it.
 
@@ -35,14 +35,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from engine import capacity
-from engine.capacity import batch_ms
-from engine.chunk_sizing import SlackChunkPolicy, request_chunk_frames
 from engine.codec.chunking import ChunkPolicy
-from engine.costmodel import CostModel
 from engine.ipc.messages import Layout
-from engine.pacing import Pace, pace_of
-from engine.plan import Admission, Outcome, Plan, PlanRow
 from engine.request import (
     SAMPLES_PER_FRAME,
     FinishReason,
@@ -53,7 +47,13 @@ from engine.request import (
     length_model_frames,
     runaway_frame_cap,
 )
-from engine.scheduling_config import Policy, SchedulerConfig, bucket, capture_sizes, next_size
+from engine.scheduling import capacity
+from engine.scheduling.capacity import batch_ms
+from engine.scheduling.chunk_sizing import SlackChunkPolicy, request_chunk_frames
+from engine.scheduling.config import Policy, SchedulerConfig, bucket, capture_sizes, next_size
+from engine.scheduling.costmodel import CostModel
+from engine.scheduling.pacing import Pace, pace_of
+from engine.scheduling.plan import Admission, Outcome, Plan, PlanRow
 
 # Public names; all but Scheduler live in the modules imported above and stay importable from here.
 __all__ = ["Admission", "Outcome", "Plan", "PlanRow", "Policy", "Scheduler", "SchedulerConfig",
@@ -172,7 +172,7 @@ class Scheduler:
         return capacity.realtime_utilization(self.config, self.costs, streams)
 
     def predicted_ttfa_ms(self, now_ns: int) -> float:
-        """Time to first audio of a request admitted now (`engine.capacity.predicted_ttfa_ms`)."""
+        """Time to first audio of a request admitted now (`engine.scheduling.capacity.predicted_ttfa_ms`)."""
         startup = 1 + sum(1 for r in self._requests.values() if r.first_audio_ns is None)
         generating = 1 + sum(1 for r in self._requests.values() if not r.generation_finished)
         oldest_wait_ms = max(((now_ns - r.arrival_ns) / 1e6 for r in self._requests.values()

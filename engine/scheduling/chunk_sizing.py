@@ -7,8 +7,8 @@ and `request_chunk_frames` feeds either one from a request's state. Plain Python
 from __future__ import annotations
 
 from engine.codec.chunking import ChunkPolicy
-from engine.costmodel import CostModel
 from engine.request import Phase, RequestState, WorkKind
+from engine.scheduling.costmodel import CostModel
 
 
 class SlackChunkPolicy:

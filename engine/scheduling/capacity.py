@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from engine.costmodel import CostModel
 from engine.request import WorkKind
-from engine.scheduling_config import SchedulerConfig, next_size
+from engine.scheduling.config import SchedulerConfig, next_size
+from engine.scheduling.costmodel import CostModel
 
 FRAME_MS = 80.0
 
