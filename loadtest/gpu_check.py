@@ -36,6 +36,7 @@ from typing import Any
 import torch
 
 from engine.fast.measure import cuda_median_ms, relative_l2
+from engine.scheduling.costmodel import COSTS_DIR
 from engine.settings import EngineSettings
 
 COPY_BANDWIDTH = 4255e9  # B/s, measured device-to-device copy on the H200 (h200-floors.md)
@@ -289,7 +290,7 @@ def measure(env: dict[str, Any], context: int) -> dict[str, Any]:
 
 
 def cost_table(timings: dict[str, Any], codec: dict[str, Any] | None, commit: str) -> dict[str, Any]:
-    plain = json.loads((Path(__file__).parent.parent / "engine" / "costs" / "h200_plain.json").read_text())
+    plain = json.loads((COSTS_DIR / "h200_plain.json").read_text())
     prefill = sorted({v["tokens"]: v["ms"] for v in timings["talker_prefill"].values()}.items())
     return {
         "name": "h200_fast",

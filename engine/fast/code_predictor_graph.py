@@ -56,8 +56,12 @@ class FrameKernels:
     down, head; `gemv` maps a name to its tile shape. Rows below are token rows (2n in a frame's first step)."""
 
     fused: bool = True
-    gemv_max_rows: int = 64  # up to here products run in `gemv`; above, cuBLAS
-    prologue_max_rows: int = 16  # up to here the RMSNorm runs inside the product; above, its own kernel
+    # Up to here products run in `gemv`; above, cuBLAS. Measured on the H200 (2026-12-01, gemv up to 64 rows):
+    # the CUDA-core gemv wins at 1-2 token rows (frame 3.8 ms at B=1 against 5.7 ms layered) but loses badly
+    # at 4-8 (16.9 ms at B=4), and its tensor-core form at 16-64 rows (4.5-5.5 ms) loses to cuBLAS (4.0 ms
+    # at B=128, where every product already went to cuBLAS).
+    gemv_max_rows: int = 2
+    prologue_max_rows: int = 2  # up to here the RMSNorm runs inside the product; above, its own kernel
     gemv: Mapping[str, GemvConfig] = field(default_factory=lambda: dict(DEFAULT_GEMV))
     radix_bits: int = 2  # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates
 
