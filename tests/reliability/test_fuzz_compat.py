@@ -43,7 +43,7 @@ ERROR_CLOSES = (1003, 1008, 1009)  # binary, policy (idle, slow reader), too big
 NEIGHBOUR_TEXT = "The neighbour keeps on streaming."
 IDS = ("a", "b", "c", "d")
 FUZZ_SETTINGS = settings(
-    max_examples=12,
+    max_examples=8,
     deadline=None,  # each example is bounded by ENDS_WITHIN_S; the test by its timeout mark
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -93,3 +93,15 @@ def test_a_seed_outside_the_engines_64_bit_range_is_refused_and_its_largest_valu
     }
     largest = httpx.post(server.http + path, json={**body, "seed": 2**64 - 1}, timeout=60)
     assert largest.status_code == 200 and largest.content, largest.text
+
+
+def test_the_routers_own_refusals_are_openai_errors_and_allow_names_the_routes_methods(
+    server: GatewayProcess,
+) -> None:
+    """Found by fuzzing: 404/405 were plain text, and a 405 said `Allow: GET, HEAD` (the static mount's)."""
+    wrong_method = httpx.request("OPTIONS", server.http + "/tts/bytes", timeout=10)
+    assert wrong_method.status_code == 405 and wrong_method.headers["allow"] == "POST"
+    assert wrong_method.json()["error"]["code"] == "method_not_allowed"
+    missing = httpx.get(server.http + "/v1/no-such-endpoint", timeout=10)
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "not_found"
+    assert httpx.get(server.http + "/", timeout=10).status_code == 200  # the demo page is still served
