@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
@@ -28,6 +29,7 @@ from gateway.body_limit import BodyLimitMiddleware, body_limit_for
 from gateway.compat import routes as compat_routes
 from gateway.engines import EnginePool, EngineStartFailure, EngineUnavailable
 from gateway.gpus import engine_gpus
+from gateway.http_common import router_error
 from gateway.metrics import GatewayMetrics
 from gateway.model_source import locate_model
 from gateway.session import Session
@@ -186,7 +188,7 @@ def create_app(
     ]
     if settings.web_dir.is_dir():
         routes.append(Mount("/", StaticFiles(directory=settings.web_dir, html=True), name="web"))
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: router_error})
     app.add_middleware(BodyLimitMiddleware, max_bytes=body_limit_for(settings.limits.max_text_chars))
     app.add_middleware(RequestIdMiddleware)
     return app

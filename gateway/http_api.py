@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 from engine.ipc.messages import Layout
 from gateway.encoders import FormatUnavailable, OutputFormat, StreamEncoder, make_encoder
 from gateway.engines import EngineUnavailable
-from gateway.http_common import HttpError, check_api_key, error_response, gateway_state
+from gateway.http_common import HttpError, check_api_key, check_seed, error_response, gateway_state
 from gateway.oneshot import EngineFailed, EngineStreamingResponse, PcmStream, build_submit, open_request
 from gateway.openapi import document as openapi_document
 from gateway.resample import ENGINE_RATE, OUTPUT_RATES
@@ -123,7 +123,7 @@ def parse_speech(body: Any, state: GatewayState) -> SpeechParams:
     speed = _field(body, "speed", (int, float), 1.0)
     if speed != 1.0:
         raise HttpError(400, "unsupported_speed", "only speed 1.0 is supported for now", param="speed")
-    seed = _field(body, "seed", int, None)
+    seed = check_seed(_field(body, "seed", int, None))
     _field(body, "stream", bool, True)  # accepted: audio is always streamed
     non_streaming = _field(body, "non_streaming_mode", bool, False)
     instructions = _field(body, "instructions", str, "")

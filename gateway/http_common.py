@@ -1,7 +1,8 @@
 """What every HTTP endpoint shares: the error type, its OpenAI-shaped JSON body, the API-key check.
 
 Errors are `{"error": {"message", "type", "param", "code"}}` on every endpoint, the compatible ones
-included (their clients read the status and show the body). The key is accepted in each vendor's
+included (their clients read the status and show the body), and on the router's own 404 and 405 (whose
+`Allow` names the methods of the routes at that path). The key is accepted in each vendor's
 header: `Authorization: Bearer` (OpenAI, Cartesia SDK), `X-API-Key` (Cartesia), `xi-api-key`
 (ElevenLabs).
 """
@@ -12,8 +13,10 @@ import secrets
 from typing import Any
 
 from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Match, Route
 
 from gateway.state import GatewayState
 
@@ -45,6 +48,37 @@ class HttpError(Exception):
 def error_response(error: HttpError, state: GatewayState) -> JSONResponse:
     state.metrics.errors_total.inc(error.code)
     return JSONResponse(error.body(), status_code=error.status)
+
+
+SEED_MAX = 2**64 - 1  # the engine wire carries the seed as an unsigned 64-bit integer
+
+
+def check_seed(seed: int | None) -> int | None:
+    """A request's `seed`: None or an integer 0 to 2^64 - 1 (else 400, not a failure to encode it)."""
+    if seed is not None and not 0 <= seed <= SEED_MAX:
+        raise HttpError(400, "invalid_value", "seed must be an integer from 0 to 2^64 - 1", param="seed")
+    return seed
+
+
+ROUTER_CODES = {404: "not_found", 405: "method_not_allowed"}
+
+
+async def router_error(request: Request, exc: Exception) -> Response:
+    """The router's refusals (no such path, wrong method) in the OpenAI error shape."""
+    assert isinstance(exc, HTTPException)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:  # the static mount at "/" answers for every path: name the routes' methods
+        methods = {
+            method
+            for route in request.app.routes
+            if isinstance(route, Route) and route.matches(request.scope)[0] is not Match.NONE
+            for method in route.methods or ()
+        }
+        if methods:
+            headers["Allow"] = ", ".join(sorted(methods))
+    code = ROUTER_CODES.get(exc.status_code, "http_error")
+    error = HttpError(exc.status_code, code, str(exc.detail))
+    return JSONResponse(error.body(), status_code=exc.status_code, headers=headers)
 
 
 def gateway_state(request: Request) -> GatewayState:

@@ -20,7 +20,7 @@ from starlette.types import Receive, Scope, Send
 
 from engine.ipc.messages import Audio, Done, DoneReason, Error, Layout, Outbound, Sampling, Submit
 from gateway.engines import EngineRequest, EngineUnavailable
-from gateway.http_common import HttpError
+from gateway.http_common import HttpError, check_seed
 from gateway.resample import ENGINE_RATE
 from gateway.state import GatewayState
 from gateway.textstream import TextStream
@@ -50,6 +50,7 @@ def build_submit(
     param: str = "input",
 ) -> Submit:
     """The engine request for one complete text: the ids the WebSocket path would send in one message."""
+    check_seed(seed)
     if len(text) > state.settings.limits.max_text_chars:
         raise HttpError(
             400,

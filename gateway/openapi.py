@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.compat.formats import elevenlabs_formats
+from gateway.encoders import MEDIA_TYPES
 from gateway.resample import OUTPUT_RATES
 
 _ERROR = {
@@ -41,15 +42,18 @@ _ERRORS = {
     )
 }
 _AUDIO = {
-    "description": "audio, streamed as the engine produces it",
-    "content": {"application/octet-stream": {}},
+    "description": "audio, streamed as the engine produces it, in the media type of the asked format",
+    "content": {media_type: {} for media_type in dict.fromkeys(MEDIA_TYPES.values())},
 }
+_SPEECH = {**_AUDIO, "content": {**_AUDIO["content"], "text/event-stream": {}}}  # stream_format sse
+_SEED = {"type": "integer", "minimum": 0, "maximum": 2**64 - 1}
 _LANGUAGE = {"type": "string", "description": "a language name, an ISO 639-1 code (en, zh-CN, ...) or auto"}
 _VOICE_ID = {
     "name": "voice_id",
     "in": "path",
     "required": True,
     "schema": {"type": "string"},
+    "example": "alloy",
     "description": "a speaker name or an OpenAI voice name",
 }
 
@@ -67,7 +71,7 @@ SPEECH_REQUEST = {
         "instructions": {"type": "string"},
         "speed": {"const": 1.0},
         "language": _LANGUAGE,
-        "seed": {"type": "integer"},
+        "seed": _SEED,
         "sample_rate": {"enum": list(OUTPUT_RATES), "default": 24000},
         "stream": {"type": "boolean"},
         "non_streaming_mode": {"type": "boolean"},
@@ -80,7 +84,7 @@ ELEVENLABS_REQUEST = {
         "text": {"type": "string", "minLength": 1},
         "model_id": {"type": "string", "description": "accepted and ignored"},
         "language_code": {"type": "string", "description": "ISO 639-1"},
-        "seed": {"type": "integer"},
+        "seed": _SEED,
         "voice_settings": {"type": "object", "description": "accepted and ignored"},
     },
 }
@@ -97,7 +101,7 @@ CARTESIA_REQUEST = {
             ]
         },
         "language": {"type": ["string", "null"], "description": "ISO 639-1; null: automatic"},
-        "seed": {"type": "integer"},
+        "seed": _SEED,
         "output_format": {
             "type": "object",
             "properties": {
@@ -158,7 +162,7 @@ def document() -> dict[str, Any]:
                     "summary": "Synthesize speech (OpenAI-compatible)",
                     "tags": ["OpenAI-compatible"],
                     "requestBody": _json_body("SpeechRequest"),
-                    "responses": {"200": _AUDIO, **_ERRORS},
+                    "responses": {"200": _SPEECH, **_ERRORS},
                 }
             },
             "/v1/models": _get("Served models", "OpenAI-compatible", "an OpenAI model list"),

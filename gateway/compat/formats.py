@@ -73,7 +73,7 @@ def cartesia_format(spec: Any) -> OutputFormat:
     if isinstance(rate, bool) or not isinstance(rate, int) or rate not in OUTPUT_RATES:
         raise FormatError(f"output_format.sample_rate must be one of {', '.join(map(str, OUTPUT_RATES))}")
     if container == "raw":
-        if encoding not in CARTESIA_ENCODINGS:
+        if not isinstance(encoding, str) or encoding not in CARTESIA_ENCODINGS:  # may be any JSON value
             raise FormatError(f"output_format.encoding must be one of {', '.join(CARTESIA_ENCODINGS)}")
         return OutputFormat(CARTESIA_ENCODINGS[encoding], rate)
     if container == "wav":
