@@ -56,14 +56,16 @@ def load_model(
     download: bool = False,
     codec_dtype: torch.dtype | None = None,
     seed: int = 0,
+    voice_models: bool = False,
 ) -> Qwen3TTS:
     """Load a model for inference. `codec_dtype` defaults to float32 (cleaner audio than the official bf16
-    codec; pass `dtype` to reproduce the official bf16 run). `seed` seeds random weights only."""
+    codec; pass `dtype` to reproduce the official bf16 run). `seed` seeds random weights only.
+    `voice_models=True` also loads Base (speaker encoder included) and VoiceDesign checkpoints."""
     if load_format not in LOAD_FORMATS:
         raise ValueError(f"unknown load_format {load_format!r}; choose one of {LOAD_FORMATS}")
     device = torch.device(device)
     codec_dtype = codec_dtype or torch.float32
-    config, root = model_config(source, load_format=load_format, download=download)
+    config, root = model_config(source, load_format=load_format, download=download, voice_models=voice_models)
     if config.random_weights:
         tokenizer = _tokenizer(root, config) if root is not None else None
         return _random_model(config, device, dtype, codec_dtype, seed, tokenizer=tokenizer)
@@ -76,7 +78,7 @@ def load_model(
 
 
 def model_config(
-    source: str | Path, *, load_format: str = "auto", download: bool = False
+    source: str | Path, *, load_format: str = "auto", download: bool = False, voice_models: bool = False
 ) -> tuple[ModelConfig, Path | None]:
     """The config to build and the checkpoint directory it came from (None: a preset, no files).
 
@@ -97,9 +99,9 @@ def model_config(
                 f"--load-format dummy needs the model's shapes: {name!r} is neither a checkpoint directory, "
                 f"a locally cached Hugging Face checkpoint nor a known model ({known})"
             )
-        return dataclasses.replace(load_config(root), random_weights=True), root
+        return dataclasses.replace(load_config(root, voice_models=voice_models), random_weights=True), root
     root = resolve_checkpoint_dir(source, download=download)
-    return load_config(root), root
+    return load_config(root, voice_models=voice_models), root
 
 
 def _local_checkpoint_dir(source: str | Path) -> Path | None:
