@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.codec.config import CodecConfig, codec_preset
+from engine.codec.encoder_config import CodecEncoderConfig, codec_encoder_preset
 from engine.text.prompt import PromptIds
 
 SUPPORTED_MODEL_TYPE = "qwen3_tts"
@@ -119,6 +120,7 @@ class ModelConfig:
     random_weights: bool  # True for presets and `load_format="dummy"`: the length model replaces EOS
     source: str  # where the config came from (directory or preset name), for logs and errors
     speaker_encoder: SpeakerEncoderConfig | None = None  # Base checkpoints only
+    codec_encoder: CodecEncoderConfig | None = None  # Base checkpoints only: reference audio -> codes
 
     @property
     def supports_instruct(self) -> bool:
@@ -151,8 +153,16 @@ def preset(name: str) -> ModelConfig:
     if key not in PRESETS:
         raise ConfigError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
     config_json, codec_name = PRESETS[key]()
+    encoder = (
+        codec_encoder_preset(codec_name) if config_json.get("tts_model_type") == BASE_MODEL_TYPE else None
+    )
     return _from_dicts(
-        config_json, codec_preset(codec_name), source=key, random_weights=True, voice_models=True
+        config_json,
+        codec_preset(codec_name),
+        source=key,
+        random_weights=True,
+        voice_models=True,
+        codec_encoder=encoder,
     )
 
 
@@ -164,12 +174,14 @@ def config_from_dicts(
     random_weights: bool,
     voice_models: bool = False,
 ) -> ModelConfig:
+    is_base = config_json.get("tts_model_type") == BASE_MODEL_TYPE
     return _from_dicts(
         config_json,
         CodecConfig.from_dict(codec_json),
         source=source,
         random_weights=random_weights,
         voice_models=voice_models,
+        codec_encoder=CodecEncoderConfig.from_dict(codec_json) if voice_models and is_base else None,
     )
 
 
@@ -180,6 +192,7 @@ def _from_dicts(
     source: str,
     random_weights: bool,
     voice_models: bool = False,
+    codec_encoder: CodecEncoderConfig | None = None,
 ) -> ModelConfig:
     _check_top_level(config_json, source, voice_models=voice_models)
     talker_json = _require(config_json, "talker_config", source)
@@ -205,6 +218,7 @@ def _from_dicts(
         random_weights=random_weights,
         source=source,
         speaker_encoder=speaker_encoder,
+        codec_encoder=codec_encoder,
     )
 
 

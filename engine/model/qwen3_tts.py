@@ -21,6 +21,7 @@ from engine.model.speaker_encoder import SpeakerEncoder
 from engine.model.talker import Talker
 
 if TYPE_CHECKING:
+    from engine.codec.encoder import CodecEncoder
     from engine.codec.model import CodecDecoder
     from engine.text.tokenizer import TextTokenizer
 
@@ -44,6 +45,9 @@ class Qwen3TTS(nn.Module):
         self.code_predictor = CodePredictor(config.code_predictor)
         self.speaker_encoder = SpeakerEncoder(config.speaker_encoder) if config.speaker_encoder else None
         self.codec = codec
+        self.codec_encoder: CodecEncoder | None = (
+            None  # Base only (speech_tokenizer encoder.*), set by the loader
+        )
         self.tokenizer = tokenizer
 
     @property

@@ -22,6 +22,7 @@ import torch
 from safetensors import safe_open
 from torch import Tensor
 
+from engine.codec.encoder_weights import load_codec_encoder, random_codec_encoder
 from engine.codec.weights import load_codec, random_codec
 from engine.model.config import ModelConfig, load_config, preset
 from engine.model.layers import RotaryEmbedding
@@ -74,6 +75,8 @@ def load_model(
     model = _materialise(config, device, dtype, tokenizer, codec=None)
     _load_checkpoint(model, root)
     model.codec = load_codec(root, device=device, dtype=codec_dtype)
+    if config.codec_encoder is not None:
+        model.codec_encoder = load_codec_encoder(root, device=device, dtype=codec_dtype)
     return model
 
 
@@ -178,6 +181,10 @@ def _random_model(
     with torch.no_grad():
         for name, tensor in model.checkpoint_tensors():
             _fill_random(name, tensor, generator)
+    if config.codec_encoder is not None:
+        model.codec_encoder = random_codec_encoder(
+            config.codec_encoder, device=device, dtype=codec_dtype, seed=seed
+        )
     return model
 
 
