@@ -222,9 +222,12 @@ def voices_reference(out: Path) -> None:
     for mode in ("xvector", "icl"):
         for language in ("english", "auto", "Chinese"):
             for streaming in (True, False):
-                for text in (TEXT, LONG_TEXT) if mode == "icl" else (TEXT,):
+                # in-context: a text longer than the reference codes (text left for the trailing queue)
+                # and one shorter than them (the text track padded with tts_pad)
+                pairs = ((LONG_TEXT, "a24k"), (TEXT, "long24k")) if mode == "icl" else ((TEXT, "a24k"),)
+                for text, audio in pairs:
                     variants.append({"model": "base", "mode": mode, "language": language,
-                                     "streaming": streaming, "text": text, "audio": "a24k"})  # fmt: skip
+                                     "streaming": streaming, "text": text, "audio": audio})  # fmt: skip
     for language in ("english", "auto"):
         for streaming in (True, False):
             for instruct in (INSTRUCT, ""):
@@ -282,8 +285,30 @@ def voices_reference(out: Path) -> None:
         meta["runs"].append({"name": name, "mode": mode, "streaming": streaming, "language": language,
                              "text": TEXT, "audio": "a24k", "frames": int(frames.shape[0])})  # fmt: skip
     meta["ref_text"] = REF_TEXT
+    meta["tables"] = full_size_tables()
     save_file(tensors, str(out / "voices.safetensors"))
     (out / "voices.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1))
+
+
+def full_size_tables() -> dict[str, dict[str, list[int]]]:
+    """name -> shape tables of the official full-size Base (1.7B, 0.6B) and VoiceDesign (1.7B) models,
+    built on the meta device from the CustomVoice configs with the published Base / VoiceDesign changes
+    (`tts_model_type`; Base: `speaker_encoder_config` with enc_dim = talker width, defaults otherwise)."""
+    tables = {}
+    for name, size, model_type in (("1.7b-base", "1.7b", "base"), ("0.6b-base", "0.6b", "base"),
+                                   ("1.7b-voice-design", "1.7b", "voice_design")):  # fmt: skip
+        cfg = json.loads(json.dumps(mr.FULL_CONFIGS[size]))
+        cfg["tts_model_type"] = model_type
+        cfg["talker_config"]["spk_id"], cfg["talker_config"]["spk_is_dialect"] = {}, {}
+        if model_type == "base":
+            cfg["speaker_encoder_config"] = {
+                "enc_dim": cfg["talker_config"]["hidden_size"],
+                "sample_rate": 24000,
+            }
+        with torch.device("meta"):
+            model = Qwen3TTSForConditionalGeneration(Qwen3TTSConfig(**cfg))
+        tables[name] = {k: list(v.shape) for k, v in model.state_dict().items()}
+    return tables
 
 
 def mr_resample(pcm: np.ndarray, rate: int) -> np.ndarray:
