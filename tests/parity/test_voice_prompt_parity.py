@@ -76,6 +76,7 @@ def test_in_context_variants_cover_both_streaming_branches(voices) -> None:
     """A text longer than the reference codes leaves text in the trailing queue; a shorter one pads."""
     meta, ref = voices
     icl = [v for v in meta["prefill"] if v["mode"] == "icl" and v["streaming"]]
-    frames = ref["a24k.codes"].shape[0]
-    lengths = {len(v["ref_ids"]) + len(v["text_ids"]) + 1 > frames + 1 for v in icl}
+    lengths = {
+        len(v["ref_ids"]) + len(v["text_ids"]) + 1 > ref[f"{v['audio']}.codes"].shape[0] + 1 for v in icl
+    }
     assert lengths == {True, False}
