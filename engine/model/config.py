@@ -2,7 +2,9 @@
 
 Torch-free on purpose (the gateway and tools import it). `load_config(dir)` reads a checkpoint
 directory (`config.json` + `speech_tokenizer/config.json`); `preset(name)` builds the same records
-for the built-in random-weight shapes (`tiny`, `1.7b`, `0.6b`; see `presets.py`). Anything this
+for the built-in random-weight shapes (`tiny`, `1.7b`, `0.6b`, and the Base / VoiceDesign shapes; see
+`presets.py`). Base (voice cloning) and VoiceDesign checkpoints are read only when the caller asks
+for them (`voice_models=True`): the serving path still accepts CustomVoice checkpoints only. Anything this
 implementation cannot run exactly (another model type, attention bias, a sliding window, a
 non-default RoPE) is rejected here with a message naming the field, never half-supported.
 """
@@ -15,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from engine.codec.config import CodecConfig, codec_preset
+from engine.codec.encoder_config import CodecEncoderConfig, codec_encoder_preset
 from engine.text.prompt import PromptIds
 
 SUPPORTED_MODEL_TYPE = "qwen3_tts"
 SUPPORTED_TOKENIZER_TYPE = "qwen3_tts_tokenizer_12hz"
 SUPPORTED_TTS_MODEL_TYPES = ("custom_voice",)
+VOICE_TTS_MODEL_TYPES = ("base", "voice_design")  # readable with voice_models=True (not served yet)
+BASE_MODEL_TYPE = "base"
 
 
 class ConfigError(ValueError):
@@ -69,6 +74,42 @@ class CodePredictorConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeakerEncoderConfig:
+    """`speaker_encoder_config` of a Base checkpoint (ECAPA-TDNN); absent fields take the official defaults."""
+
+    mel_dim: int
+    embedding_dim: int  # `enc_dim`: must equal the talker width (the x-vector is a codec-embedding row)
+    channels: tuple[int, ...]
+    kernel_sizes: tuple[int, ...]
+    dilations: tuple[int, ...]
+    attention_channels: int
+    res2net_scale: int
+    se_channels: int
+    sample_rate: int
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], where: str = "speaker_encoder_config") -> SpeakerEncoderConfig:
+        config = cls(
+            mel_dim=int(d.get("mel_dim", 128)),
+            embedding_dim=int(d.get("enc_dim", 1024)),
+            channels=tuple(int(x) for x in d.get("enc_channels", (512, 512, 512, 512, 1536))),
+            kernel_sizes=tuple(int(x) for x in d.get("enc_kernel_sizes", (5, 3, 3, 3, 1))),
+            dilations=tuple(int(x) for x in d.get("enc_dilations", (1, 2, 3, 4, 1))),
+            attention_channels=int(d.get("enc_attention_channels", 128)),
+            res2net_scale=int(d.get("enc_res2net_scale", 8)),
+            se_channels=int(d.get("enc_se_channels", 128)),
+            sample_rate=int(d.get("sample_rate", 24000)),
+        )
+        if not len(config.channels) == len(config.kernel_sizes) == len(config.dilations) >= 3:
+            raise ConfigError(f"{where}: enc_channels, enc_kernel_sizes, enc_dilations need one length >= 3")
+        if any(c % config.res2net_scale for c in config.channels[1:-1]):
+            raise ConfigError(f"{where}: SE-Res2Net channels must be multiples of enc_res2net_scale")
+        if config.mel_dim != 128 or config.sample_rate != 24000:
+            raise ConfigError(f"{where}: the official mel front end is fixed at 128 bands, 24 kHz")
+        return config
+
+
+@dataclass(frozen=True, slots=True)
 class ModelConfig:
     talker: TalkerConfig
     code_predictor: CodePredictorConfig
@@ -78,19 +119,30 @@ class ModelConfig:
     model_type: str  # `tts_model_type`: "custom_voice"
     random_weights: bool  # True for presets and `load_format="dummy"`: the length model replaces EOS
     source: str  # where the config came from (directory or preset name), for logs and errors
+    speaker_encoder: SpeakerEncoderConfig | None = None  # Base checkpoints only
+    codec_encoder: CodecEncoderConfig | None = None  # Base checkpoints only: reference audio -> codes
 
     @property
     def supports_instruct(self) -> bool:
         """The official wrapper drops instructions for the 0.6B model (reference 5.1)."""
         return self.model_size != "0b6"
 
+    @property
+    def is_base(self) -> bool:
+        """A Base checkpoint: voices come from reference audio (speaker encoder + codec encoder)."""
+        return self.model_type == BASE_MODEL_TYPE
 
-def load_config(path: str | Path) -> ModelConfig:
-    """Read `config.json` and `speech_tokenizer/config.json` of an official checkpoint directory."""
+
+def load_config(path: str | Path, *, voice_models: bool = False) -> ModelConfig:
+    """Read `config.json` and `speech_tokenizer/config.json` of an official checkpoint directory.
+
+    `voice_models=True` also accepts Base and VoiceDesign checkpoints (`VOICE_TTS_MODEL_TYPES`)."""
     root = Path(path)
     config_json = _read_json(root / "config.json")
     codec_json = _read_json(root / "speech_tokenizer" / "config.json")
-    return config_from_dicts(config_json, codec_json, source=str(root), random_weights=False)
+    return config_from_dicts(
+        config_json, codec_json, source=str(root), random_weights=False, voice_models=voice_models
+    )
 
 
 def preset(name: str) -> ModelConfig:
@@ -101,24 +153,61 @@ def preset(name: str) -> ModelConfig:
     if key not in PRESETS:
         raise ConfigError(f"unknown model preset {name!r}; choose one of {sorted(PRESETS)}")
     config_json, codec_name = PRESETS[key]()
-    return _from_dicts(config_json, codec_preset(codec_name), source=key, random_weights=True)
+    encoder = (
+        codec_encoder_preset(codec_name) if config_json.get("tts_model_type") == BASE_MODEL_TYPE else None
+    )
+    return _from_dicts(
+        config_json,
+        codec_preset(codec_name),
+        source=key,
+        random_weights=True,
+        voice_models=True,
+        codec_encoder=encoder,
+    )
 
 
 def config_from_dicts(
-    config_json: dict[str, Any], codec_json: dict[str, Any], *, source: str, random_weights: bool
+    config_json: dict[str, Any],
+    codec_json: dict[str, Any],
+    *,
+    source: str,
+    random_weights: bool,
+    voice_models: bool = False,
 ) -> ModelConfig:
+    is_base = config_json.get("tts_model_type") == BASE_MODEL_TYPE
     return _from_dicts(
-        config_json, CodecConfig.from_dict(codec_json), source=source, random_weights=random_weights
+        config_json,
+        CodecConfig.from_dict(codec_json),
+        source=source,
+        random_weights=random_weights,
+        voice_models=voice_models,
+        codec_encoder=CodecEncoderConfig.from_dict(codec_json) if voice_models and is_base else None,
     )
 
 
 def _from_dicts(
-    config_json: dict[str, Any], codec: CodecConfig, *, source: str, random_weights: bool
+    config_json: dict[str, Any],
+    codec: CodecConfig,
+    *,
+    source: str,
+    random_weights: bool,
+    voice_models: bool = False,
+    codec_encoder: CodecEncoderConfig | None = None,
 ) -> ModelConfig:
-    _check_top_level(config_json, source)
+    _check_top_level(config_json, source, voice_models=voice_models)
     talker_json = _require(config_json, "talker_config", source)
     predictor_json = _require(talker_json, "code_predictor_config", source)
     talker = _talker_config(talker_json, source)
+    speaker_encoder = None
+    if config_json["tts_model_type"] == BASE_MODEL_TYPE:
+        speaker_encoder = SpeakerEncoderConfig.from_dict(
+            config_json.get("speaker_encoder_config") or {}, f"{source}: speaker_encoder_config"
+        )
+        if speaker_encoder.embedding_dim != talker.hidden_size:
+            raise ConfigError(
+                f"{source}: speaker_encoder_config.enc_dim {speaker_encoder.embedding_dim} must equal the "
+                f"talker hidden size {talker.hidden_size} (the x-vector replaces a codec-embedding row)"
+            )
     return ModelConfig(
         talker=talker,
         code_predictor=_code_predictor_config(predictor_json, talker.hidden_size, source),
@@ -128,10 +217,12 @@ def _from_dicts(
         model_type=str(config_json["tts_model_type"]),
         random_weights=random_weights,
         source=source,
+        speaker_encoder=speaker_encoder,
+        codec_encoder=codec_encoder,
     )
 
 
-def _check_top_level(config_json: dict[str, Any], source: str) -> None:
+def _check_top_level(config_json: dict[str, Any], source: str, *, voice_models: bool = False) -> None:
     model_type = config_json.get("model_type")
     if model_type != SUPPORTED_MODEL_TYPE:
         raise ConfigError(f"{source}: unknown model_type {model_type!r}; expected {SUPPORTED_MODEL_TYPE!r}")
@@ -141,6 +232,8 @@ def _check_top_level(config_json: dict[str, Any], source: str) -> None:
             f"{source}: unknown tokenizer_type {tokenizer_type!r}; expected {SUPPORTED_TOKENIZER_TYPE!r}"
         )
     tts_model_type = config_json.get("tts_model_type")
+    if voice_models and tts_model_type in VOICE_TTS_MODEL_TYPES:
+        return
     if tts_model_type not in SUPPORTED_TTS_MODEL_TYPES:
         raise ConfigError(
             f"{source}: tts_model_type {tts_model_type!r} is not supported; only CustomVoice checkpoints "

@@ -6,6 +6,11 @@ tables) at widths small enough for one CPU core to run faster than realtime. `1.
 exact released shapes (reference section 2), used with random weights for GPU benchmarks.
 `CHECKPOINT_PRESETS` names the preset of each released checkpoint, so `--load-format dummy` with a known
 Hugging Face id needs neither its files nor a download.
+
+Voice presets: `tiny-base`, `1.7b-base`, `0.6b-base` (Base: no named speakers, a speaker encoder whose
+`enc_dim` is the talker width, the other `speaker_encoder_config` fields at the official defaults, as the
+published Base configs carry only `enc_dim` and `sample_rate`) and `tiny-voice-design`,
+`1.7b-voice-design` (VoiceDesign: no named speakers). Base presets also build the codec encoder.
 """
 
 from __future__ import annotations
@@ -39,7 +44,9 @@ _CODEC_IDS: dict[str, Any] = {
 }  # fmt: skip
 
 
-def _config_json(model_size: str, talker: dict[str, Any], predictor: dict[str, Any]) -> dict[str, Any]:
+def _config_json(
+    model_size: str, talker: dict[str, Any], predictor: dict[str, Any], model_type: str = "custom_voice"
+) -> dict[str, Any]:
     head_dim = talker["head_dim"]
     # M-RoPE sections as in the release (24/20/20 of 64), scaled to the head size; with identical
     # position streams they select identical values, so any split summing to head_dim/2 is equivalent.
@@ -50,7 +57,7 @@ def _config_json(model_size: str, talker: dict[str, Any], predictor: dict[str, A
         "model_type": "qwen3_tts",
         "tokenizer_type": "qwen3_tts_tokenizer_12hz",
         "tts_model_size": model_size,
-        "tts_model_type": "custom_voice",
+        "tts_model_type": model_type,
         "im_start_token_id": 151644,
         "im_end_token_id": 151645,
         "assistant_token_id": 77091,
@@ -126,15 +133,51 @@ _FULL_PREDICTOR: dict[str, Any] = {
     "head_dim": 128, "intermediate_size": 3072,
 }  # fmt: skip
 
+
+def _voice_variant(
+    builder: Callable[[], tuple[dict[str, Any], str]], model_type: str
+) -> Callable[[], tuple[dict[str, Any], str]]:
+    """The same shapes as a Base or VoiceDesign checkpoint: no named speakers; Base adds the speaker encoder."""
+
+    def build() -> tuple[dict[str, Any], str]:
+        config, codec = builder()
+        config["tts_model_type"] = model_type
+        config["talker_config"]["spk_id"] = {}
+        config["talker_config"]["spk_is_dialect"] = {}
+        if model_type == "base":
+            config["speaker_encoder_config"] = {
+                "enc_dim": config["talker_config"]["hidden_size"],
+                "sample_rate": 24000,
+                **(_TINY_SPEAKER_ENCODER if config["tts_model_size"] == "tiny" else {}),
+            }
+        return config, codec
+
+    return build
+
+
+# Small ECAPA-TDNN for the tiny Base preset (the released one is 512/1536 channels wide).
+_TINY_SPEAKER_ENCODER: dict[str, Any] = {
+    "enc_channels": [32, 32, 32, 32, 96], "enc_attention_channels": 16, "enc_res2net_scale": 4,
+    "enc_se_channels": 16,
+}  # fmt: skip
+
 # name -> builder of (config.json dict, codec preset name)
 PRESETS: dict[str, Callable[[], tuple[dict[str, Any], str]]] = {
     "tiny": tiny,
     "1.7b": size_1_7b,
     "0.6b": size_0_6b,
+    "tiny-base": _voice_variant(tiny, "base"),
+    "1.7b-base": _voice_variant(size_1_7b, "base"),
+    "0.6b-base": _voice_variant(size_0_6b, "base"),
+    "tiny-voice-design": _voice_variant(tiny, "voice_design"),
+    "1.7b-voice-design": _voice_variant(size_1_7b, "voice_design"),
 }
 
 # Hugging Face id of a released checkpoint -> the preset with its exact shapes (random weights need no files).
 CHECKPOINT_PRESETS: dict[str, str] = {
     "Qwen/Qwen3-TTS-12Hz-1.7B-CustomVoice": "1.7b",
     "Qwen/Qwen3-TTS-12Hz-0.6B-CustomVoice": "0.6b",
+    "Qwen/Qwen3-TTS-12Hz-1.7B-Base": "1.7b-base",
+    "Qwen/Qwen3-TTS-12Hz-0.6B-Base": "0.6b-base",
+    "Qwen/Qwen3-TTS-12Hz-1.7B-VoiceDesign": "1.7b-voice-design",
 }

@@ -22,6 +22,7 @@ import torch
 from safetensors import safe_open
 from torch import Tensor
 
+from engine.codec.encoder_weights import load_codec_encoder, random_codec_encoder
 from engine.codec.weights import load_codec, random_codec
 from engine.model.config import ModelConfig, load_config, preset
 from engine.model.layers import RotaryEmbedding
@@ -56,14 +57,16 @@ def load_model(
     download: bool = False,
     codec_dtype: torch.dtype | None = None,
     seed: int = 0,
+    voice_models: bool = False,
 ) -> Qwen3TTS:
     """Load a model for inference. `codec_dtype` defaults to float32 (cleaner audio than the official bf16
-    codec; pass `dtype` to reproduce the official bf16 run). `seed` seeds random weights only."""
+    codec; pass `dtype` to reproduce the official bf16 run). `seed` seeds random weights only.
+    `voice_models=True` also loads Base (speaker encoder included) and VoiceDesign checkpoints."""
     if load_format not in LOAD_FORMATS:
         raise ValueError(f"unknown load_format {load_format!r}; choose one of {LOAD_FORMATS}")
     device = torch.device(device)
     codec_dtype = codec_dtype or torch.float32
-    config, root = model_config(source, load_format=load_format, download=download)
+    config, root = model_config(source, load_format=load_format, download=download, voice_models=voice_models)
     if config.random_weights:
         tokenizer = _tokenizer(root, config) if root is not None else None
         return _random_model(config, device, dtype, codec_dtype, seed, tokenizer=tokenizer)
@@ -72,11 +75,13 @@ def load_model(
     model = _materialise(config, device, dtype, tokenizer, codec=None)
     _load_checkpoint(model, root)
     model.codec = load_codec(root, device=device, dtype=codec_dtype)
+    if config.codec_encoder is not None:
+        model.codec_encoder = load_codec_encoder(root, device=device, dtype=codec_dtype)
     return model
 
 
 def model_config(
-    source: str | Path, *, load_format: str = "auto", download: bool = False
+    source: str | Path, *, load_format: str = "auto", download: bool = False, voice_models: bool = False
 ) -> tuple[ModelConfig, Path | None]:
     """The config to build and the checkpoint directory it came from (None: a preset, no files).
 
@@ -97,9 +102,9 @@ def model_config(
                 f"--load-format dummy needs the model's shapes: {name!r} is neither a checkpoint directory, "
                 f"a locally cached Hugging Face checkpoint nor a known model ({known})"
             )
-        return dataclasses.replace(load_config(root), random_weights=True), root
+        return dataclasses.replace(load_config(root, voice_models=voice_models), random_weights=True), root
     root = resolve_checkpoint_dir(source, download=download)
-    return load_config(root), root
+    return load_config(root, voice_models=voice_models), root
 
 
 def _local_checkpoint_dir(source: str | Path) -> Path | None:
@@ -176,6 +181,10 @@ def _random_model(
     with torch.no_grad():
         for name, tensor in model.checkpoint_tensors():
             _fill_random(name, tensor, generator)
+    if config.codec_encoder is not None:
+        model.codec_encoder = random_codec_encoder(
+            config.codec_encoder, device=device, dtype=codec_dtype, seed=seed
+        )
     return model
 
 

@@ -201,3 +201,119 @@ def build_prefill(
         rows.append(PromptRow(ids.tts_pad, ids.codec_bos))
         trailing = (ids.tts_pad,)
     return Prefill(rows=tuple(rows), trailing=trailing)
+
+
+# ---------------------------------------------------------------- voice cloning (Base) and VoiceDesign
+#
+# Base checkpoints take the voice from reference audio instead of a named speaker:
+#   x-vector mode:   the CustomVoice layout without a named speaker, plus one row `tts_pad + x-vector`
+#                    (the speaker encoder's output) where the speaker row would be; no dialect rule.
+#   in-context mode: the same head (with the x-vector row), then the reference transcript, the target text
+#                    and the reference codes side by side. With R reference ids r_i, T text ids x_i and K
+#                    reference frames F_j (a frame's term is the sum of its 16 code embeddings):
+#                      text track  S = r_1..r_R x_1..x_T tts_eos        (n = R+T+1 rows)
+#                      codec track C = codec_bos F_1..F_K               (K+1 rows)
+#                    non-streaming: rows S_i + C(codec_pad), then tts_pad + C_j; trailing = tts_pad
+#                    streaming:     rows S_j + C_j for j <= K+1 (S padded with tts_pad when n <= K+1);
+#                                   trailing = S_{K+2}..S_n when n > K+1, else tts_pad
+#                    The official code projects r_1..x_T in ONE text-projection call (rows and trailing).
+# VoiceDesign checkpoints use the CustomVoice layout with an instruction and no speaker row.
+
+
+@dataclass(frozen=True)
+class VoiceRow:
+    """One prefill position of a voice request: P(text_id) + one codec term (or none).
+
+    The codec term is `C(codec_id)`, the x-vector (`speaker`), or the 16-code sum of reference frame
+    `ref_frame` (0-based); at most one of the three is set."""
+
+    text_id: int | None
+    codec_id: int | None = None
+    speaker: bool = False
+    ref_frame: int | None = None
+
+
+@dataclass(frozen=True)
+class VoicePrefill:
+    """Rows and trailing text of a voice request. `joint_text`: the text ids of the in-context rows and of
+    `trailing` are one projection call (in-context mode), not two."""
+
+    rows: tuple[VoiceRow, ...]
+    trailing: tuple[int, ...]
+    joint_text: bool = False
+
+
+def _voice_head(ids: PromptIds, language: str) -> list[VoiceRow]:
+    """Role rows, control rows, the x-vector row and `tts_bos + codec_pad` (no dialect rule: no speaker)."""
+    head = build_prefill(ids, speaker=None, language=language, text_ids=(0,), streaming=True).rows[:-1]
+    rows = [VoiceRow(r.text_id, r.codec_id) for r in head]
+    rows.insert(len(rows) - 1, VoiceRow(ids.tts_pad, speaker=True))
+    return rows
+
+
+def build_xvector_prefill(
+    ids: PromptIds, *, language: str, text_ids: Sequence[int], streaming: bool = True
+) -> VoicePrefill:
+    """A Base request in x-vector mode (the official `x_vector_only_mode=True`; its default is streaming)."""
+    text = tuple(int(t) for t in text_ids)
+    if not text:
+        raise ValueError("text_ids is empty: the prompt needs at least one text token (x_1)")
+    rows = _voice_head(ids, language)
+    if streaming:
+        rows.append(VoiceRow(text[0], ids.codec_bos))
+        trailing = (*text[1:], ids.tts_eos)
+    else:
+        rows += [VoiceRow(t, ids.codec_pad) for t in (*text, ids.tts_eos)]
+        rows.append(VoiceRow(ids.tts_pad, ids.codec_bos))
+        trailing = (ids.tts_pad,)
+    return VoicePrefill(rows=tuple(rows), trailing=trailing)
+
+
+def build_in_context_prefill(
+    ids: PromptIds,
+    *,
+    language: str,
+    text_ids: Sequence[int],
+    ref_text_ids: Sequence[int],
+    ref_frames: int,
+    streaming: bool = True,
+) -> VoicePrefill:
+    """A Base request in in-context mode (official default: streaming): `ref_text_ids` are the transcript's ids (see
+    `TextTokenizer.target_ids`), `ref_frames` the number of reference code frames (layout above)."""
+    text = tuple(int(t) for t in text_ids)
+    ref = tuple(int(t) for t in ref_text_ids)
+    if not text or not ref:
+        raise ValueError("in-context prompts need text ids and reference-transcript ids")
+    if ref_frames < 1:
+        raise ValueError("in-context prompts need at least one reference frame")
+    rows = _voice_head(ids, language)
+    track = (*ref, *text, ids.tts_eos)
+    codec = [VoiceRow(None, ids.codec_bos)] + [VoiceRow(None, ref_frame=j) for j in range(ref_frames)]
+    if not streaming:
+        rows += [VoiceRow(t, ids.codec_pad) for t in track]
+        rows += [VoiceRow(ids.tts_pad, c.codec_id, ref_frame=c.ref_frame) for c in codec]
+        return VoicePrefill(rows=tuple(rows), trailing=(ids.tts_pad,), joint_text=True)
+    padded = track + (ids.tts_pad,) * max(0, len(codec) - len(track))
+    rows += [VoiceRow(t, c.codec_id, ref_frame=c.ref_frame) for t, c in zip(padded, codec, strict=False)]
+    trailing = track[len(codec) :] or (ids.tts_pad,)
+    return VoicePrefill(rows=tuple(rows), trailing=trailing, joint_text=True)
+
+
+def build_voice_design_prefill(
+    ids: PromptIds,
+    *,
+    language: str,
+    text_ids: Sequence[int],
+    instruct_ids: Sequence[int] = (),
+    streaming: bool = False,
+) -> Prefill:
+    """A VoiceDesign request: the CustomVoice layout with the instruction and no speaker row (the official
+    `generate_voice_design`; its default is non-streaming). Embed it with `embed_prefill`."""
+    return build_prefill(
+        ids,
+        speaker=None,
+        language=language,
+        text_ids=text_ids,
+        instruct_ids=instruct_ids,
+        streaming=streaming,
+    )

@@ -85,6 +85,15 @@ class Reference:
             self._models[key] = load_model(self.root / checkpoint, dtype=dtype)
         return self._models[key]
 
+    def voice_model(self, checkpoint: str, dtype: torch.dtype = torch.float32) -> Any:
+        """`load_model(<dir>, dtype=dtype, voice_models=True)` for the Base / VoiceDesign checkpoints, cached."""
+        from engine.model.weights import load_model
+
+        key = ("voice:" + checkpoint, dtype)
+        if key not in self._models:
+            self._models[key] = load_model(self.root / checkpoint, dtype=dtype, voice_models=True)
+        return self._models[key]
+
     def checkpoint(self, size: str) -> Path:
         return self.root / f"ckpt-{size}"
 

@@ -22,6 +22,8 @@ transformers 4.57.3, never by our code:
                              and one full decoder forward
     DIR/tables.json          name -> shape tables of the official 1.7B / 0.6B models and speech tokenizer
                              built on the meta device from the published configs
+    DIR/ckpt-base/, DIR/ckpt-design/, DIR/voices.json + .safetensors
+                             voice cloning (Base) and VoiceDesign references: see voices.py
 
 How the processed probabilities are captured: the official `generate` is run with sampling on, and
 `torch.multinomial` is replaced for the duration by a recorder that stores the `probs` it is given (the
@@ -777,6 +779,10 @@ def main() -> None:
     mark("codec")
     tables_reference(work)
     mark("tables")
+    import voices  # after the steps above: it imports this file as a module
+
+    voices.voices_reference(work)
+    mark("voices")
     import qwen_tts
     import transformers
 
