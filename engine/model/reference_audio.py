@@ -18,7 +18,6 @@ import math
 from functools import lru_cache
 
 import numpy as np
-import soxr
 import torch
 from torch import Tensor
 
@@ -42,6 +41,8 @@ def resample(pcm: np.ndarray, rate: int, to_rate: int) -> np.ndarray:
         return pcm
     ratio = float(to_rate) / rate
     target = int(math.ceil(pcm.shape[0] * ratio))  # this float order (1.1 s at 44.1 kHz -> 26401, not 26400)
+    import soxr  # here: serving built-in voices never resamples reference audio
+
     out = np.asarray(soxr.resample(pcm, rate, to_rate, quality="soxr_hq"), dtype=np.float32)
     if out.shape[0] >= target:
         return out[:target]
