@@ -81,12 +81,6 @@ def build(settings: EngineSettings) -> EngineLoop:
                        download=settings.download, seed=settings.seed,
                        codec_dtype=codec_dtype(settings.codec_precision))
     config = model.config
-    if device.type == "cuda" and settings.generation_priority:
-        # Generation (prefill, talker, code predictor) on a high-priority stream from here on (capture and replays
-        # run on the current stream): when codec and generation blocks are both ready, the GPU starts these first.
-        high = torch.cuda.Stream(device, priority=-1)
-        high.wait_stream(torch.cuda.current_stream(device))  # the weights were written on the default stream
-        torch.cuda.set_stream(high)
     scheduler = Scheduler(settings.scheduler_config(random_weights=config.random_weights, device_kind=device.type),
                           CostModel.load(settings.costs_path(fast)), settings.chunk_policy_object())
     executors = Executors(model, kv_slots=settings.kv_slots, streams=settings.streams,

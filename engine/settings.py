@@ -108,7 +108,6 @@ class EngineSettings:
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
     codec_stream: bool = True  # CUDA: codec chunks on a stream of their own, beside the generation steps
-    generation_priority: bool = False  # CUDA: generation steps on a high-priority stream (codec blocks yield)
     sync_debug: str = "off"  # CUDA: "warn" logs every host-device synchronisation (torch sync debug mode)
     profile_dir: str = ""  # profile the loop (engine/profiling.py) and write summary tables here
     profile_after_s: float = 30.0  # ... this long after the first real request
@@ -321,9 +320,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precompile-workers", type=int, default=d.precompile_workers,
                    help="with --cp-kernels fused: child processes that compile its Triton kernels in parallel before "
                         "capture (-1: one per CPU core, at most 8; 0: the capture compiles them one by one)")
-    p.add_argument("--generation-priority", action="store_true",
-                   help="CUDA: run prefill, talker and code-predictor steps on a high-priority stream, so the GPU "
-                        "schedules their blocks before the codec stream's when both are ready")
     p.add_argument("--no-codec-stream", dest="codec_stream", action="store_false",
                    help="run codec chunks on the generation stream instead of a CUDA stream of their own")
     p.add_argument("--sync-debug", default=d.sync_debug, choices=("off", "warn"),
