@@ -278,9 +278,10 @@ class EngineSlot:
         if isinstance(msg, Ready):
             self.info = msg
         elif isinstance(msg, Heartbeat):
+            before = self.last_heartbeat.step_stats if self.last_heartbeat is not None else None
+            self.frame_ms = smoothed_frame_ms(self.frame_ms, msg.step_stats, before)
             self.last_heartbeat = msg
             self._last_heartbeat_at = time.monotonic()
-            self.frame_ms = smoothed_frame_ms(self.frame_ms, msg.step_stats)
             self.metrics.engine_active.set(msg.active_requests, self.label)
             self.metrics.engine_queued.set(msg.queued_requests, self.label)
             for kind, (first, second) in msg.step_stats.items():

@@ -7,9 +7,13 @@
 - `queued`: e's last `Heartbeat.queued_requests`, the requests it accepted but has no slot for yet
   (at most `in_flight`: a heartbeat is up to a second old). They are already in `in_flight`; they
   count a second time because a newcomer would wait behind them, not share steps with them.
-- `frame_ms`: how long e takes per frame cycle, the mean `talker_decode` step plus the mean
-  `code_predict` step of its heartbeats' step figures (prefill and codec steps run once per request
-  or per chunk, not per frame, and are left out). It is smoothed over heartbeats (the newest figure
+- `frame_ms`: how long e takes per frame cycle: the device time of one `talker_decode` plan plus one
+  `code_predict` plan between two heartbeats (their cumulative `gpu.<kind>` figures: plans finished,
+  device seconds; the engine loop launches without waiting, so its host step times measure launches,
+  not the GPU). When a heartbeat carries no device figures for those kinds (an engine without CUDA
+  events, or none of those plans finished since the last one), the mean host step times of its step
+  figures stand in. Prefill and codec plans run once per request or per chunk, not per frame, and are
+  left out. It is smoothed over heartbeats (the newest figure
   weighs `SMOOTHING`); a heartbeat without figures (an idle engine) keeps the last value. An engine
   never measured is assumed as fast as the fastest measured one (1 ms when none is): optimistic, so
   it gets traffic and with it a measurement.
@@ -40,18 +44,40 @@ class EngineLoad:
     frame_ms: float | None = None  # smoothed frame time; None: never measured
 
 
-def frame_ms_sample(step_stats: Mapping[str, tuple[float, float]]) -> float | None:
-    """One heartbeat's frame time: the per-frame kinds' mean step ms added up; None if it ran none."""
+def frame_ms_sample(step_stats: Mapping[str, tuple[float, float]],
+                    previous: Mapping[str, tuple[float, float]] | None = None) -> float | None:
+    """One heartbeat's frame time in ms: device ms per plan of each per-frame kind since `previous` (the
+    engine's last heartbeat), added up; else the kinds' mean host step ms; None if it ran none."""
+    device = _device_ms_per_plan(step_stats, previous) if previous is not None else None
+    if device is not None:
+        return device
     total = sum(step_stats[kind][1] for kind in PER_FRAME_KINDS if kind in step_stats)
     return total if total > 0 else None
 
 
-def smoothed_frame_ms(previous: float | None, step_stats: Mapping[str, tuple[float, float]]) -> float | None:
-    """The engine's frame time after one more heartbeat."""
-    sample = frame_ms_sample(step_stats)
-    if sample is None or previous is None:
-        return previous if sample is None else sample
-    return previous + SMOOTHING * (sample - previous)
+def _device_ms_per_plan(now: Mapping[str, tuple[float, float]],
+                        before: Mapping[str, tuple[float, float]]) -> float | None:
+    """Sum over the per-frame kinds of (delta device seconds / delta plans) x 1000; None unless every kind has
+    device figures in both heartbeats and finished at least one plan in between."""
+    total = 0.0
+    for kind in PER_FRAME_KINDS:
+        key = f"gpu.{kind}"
+        if key not in now or key not in before:
+            return None
+        plans, seconds = now[key][0] - before[key][0], now[key][1] - before[key][1]
+        if plans <= 0 or seconds <= 0:
+            return None
+        total += seconds / plans * 1000.0
+    return total
+
+
+def smoothed_frame_ms(previous_ms: float | None, step_stats: Mapping[str, tuple[float, float]],
+                      previous_stats: Mapping[str, tuple[float, float]] | None = None) -> float | None:
+    """The engine's frame time after one more heartbeat (`previous_stats`: the heartbeat before it)."""
+    sample = frame_ms_sample(step_stats, previous_stats)
+    if sample is None or previous_ms is None:
+        return previous_ms if sample is None else sample
+    return previous_ms + SMOOTHING * (sample - previous_ms)
 
 
 def cost(load: EngineLoad, frame_ms: float) -> float:

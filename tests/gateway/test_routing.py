@@ -7,6 +7,8 @@ import asyncio
 import dataclasses
 from collections import Counter
 
+import pytest
+
 from engine.ipc.messages import Done, Error, Submit
 from gateway.engines import EnginePool, EngineRequest
 from gateway.metrics import GatewayMetrics
@@ -61,6 +63,19 @@ def test_the_frame_time_is_a_talker_decode_plus_a_code_predict_step() -> None:
     assert frame_ms_sample({"talker_decode": (1.0, 7.5)}) == 7.5
     assert frame_ms_sample({"slots.kv": (10.0, 64.0)}) is None  # an idle engine ran no steps
     assert frame_ms_sample({"talker_decode": (1.0, 0.0)}) is None
+
+
+def test_the_frame_time_is_device_time_per_plan_between_heartbeats_when_engines_report_it() -> None:
+    # Host step times measure launches only (the loop never waits); cumulative gpu.<kind> figures
+    # (plans, device seconds) are what the GPU spent: 10 plans of 3 ms talker, 10 of 4 ms predictor.
+    before = {"gpu.talker_decode": (100.0, 0.5), "gpu.code_predict": (100.0, 0.6), "talker_decode": (8.0, 0.2)}
+    now = {"gpu.talker_decode": (110.0, 0.53), "gpu.code_predict": (110.0, 0.64), "talker_decode": (8.0, 0.2),
+           "code_predict": (8.0, 0.1)}  # fmt: skip
+    assert frame_ms_sample(now, before) == pytest.approx(7.0)
+    assert frame_ms_sample(now) == pytest.approx(0.3)  # no earlier heartbeat: host step times stand in
+    idle = {"gpu.talker_decode": (110.0, 0.53), "gpu.code_predict": (110.0, 0.64)}
+    assert frame_ms_sample(idle, now) is None  # no plan finished in between: nothing measured
+    assert smoothed_frame_ms(9.0, now, before) == pytest.approx(8.0)
 
 
 def test_the_frame_time_follows_heartbeats_smoothly_and_survives_idle_ones() -> None:
