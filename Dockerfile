@@ -41,6 +41,7 @@ ENV DEBIAN_FRONTEND=noninteractive \
     PYTHONUNBUFFERED=1 \
     HOME=/home/vivace \
     HF_HOME=/models \
+    TRITON_CACHE_DIR=/models/triton \
     VIVACE_HOST=0.0.0.0 \
     VIVACE_PORT=8000
 # libopus0 for Opus output (opuslib loads it at run time); nothing else beyond Python.
@@ -56,7 +57,7 @@ COPY --from=build /app /app
 COPY web /app/web
 WORKDIR /app
 USER 10001:10001
-# Model weights (the Hugging Face cache, HF_HOME=/models) live on a volume, not in the image.
+# Model weights (the Hugging Face cache, HF_HOME=/models) and compiled Triton kernels live on a volume.
 VOLUME ["/models"]
 EXPOSE 8000
 # /ready answers 200 once the engine has loaded, captured its graphs and warmed up; a first run that
