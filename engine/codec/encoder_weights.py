@@ -14,13 +14,11 @@ import math
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 from torch import Tensor
 
 from engine.codec.encoder import CodecEncoder
 from engine.codec.encoder_config import CodecEncoderConfig
-from engine.codec.weights import resolve_codec_dir
-from engine.tensor_table import table_problems
+from engine.codec.weights import read_checked_tensors, resolve_codec_dir
 
 PREFIX = "encoder."
 
@@ -37,19 +35,8 @@ def load_codec_encoder(
 ) -> CodecEncoder:
     codec_dir = resolve_codec_dir(dir)
     config = CodecEncoderConfig.from_dict(json.loads((codec_dir / "config.json").read_text()))
-    weights_file = codec_dir / "model.safetensors"
-    if not weights_file.is_file():
-        raise FileNotFoundError(f"codec weights missing: {weights_file}")
-    expected = expected_encoder_tensor_table(config)
-    with safe_open(str(weights_file), framework="pt", device="cpu") as handle:
-        found = {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()  # noqa: SIM118
-                 if key.startswith(PREFIX)}  # fmt: skip
-        problems = table_problems(expected, found)
-        if problems:
-            raise ValueError(
-                f"{weights_file} does not match the encoder config in {codec_dir}: " + "; ".join(problems)
-            )
-        tensors = {key[len(PREFIX) :]: handle.get_tensor(key).to(device=device, dtype=dtype) for key in found}
+    tensors = read_checked_tensors(codec_dir, expected_encoder_tensor_table(config),
+                                   lambda key: key.startswith(PREFIX), PREFIX, "encoder", device, dtype)  # fmt: skip
     with torch.device("meta"):
         encoder = CodecEncoder(config)
     encoder.load_state_dict(tensors, strict=True, assign=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -57,25 +58,30 @@ def load_codec(
     """Build the decoder from `dir/speech_tokenizer/{config.json, model.safetensors}` (or a standalone codec dir)."""
     codec_dir = resolve_codec_dir(dir)
     config = CodecConfig.from_dict(json.loads((codec_dir / "config.json").read_text()))
-    weights_file = codec_dir / "model.safetensors"
-    if not weights_file.is_file():
-        raise FileNotFoundError(f"codec weights missing: {weights_file}")
-    expected = expected_codec_tensor_table(config)
-
-    with safe_open(str(weights_file), framework="pt", device="cpu") as handle:
-        found = {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys()  # noqa: SIM118
-                 if not key.startswith(IGNORED_PREFIXES)}  # fmt: skip
-        problems = table_problems(expected, found)
-        if problems:
-            raise ValueError(
-                f"{weights_file} does not match the codec config in {codec_dir}: " + "; ".join(problems)
-            )
-        tensors = {key[len(PREFIX) :]: handle.get_tensor(key).to(device=device, dtype=dtype) for key in found}
-
+    tensors = read_checked_tensors(codec_dir, expected_codec_tensor_table(config),
+                                   lambda key: not key.startswith(IGNORED_PREFIXES), PREFIX, "codec", device,
+                                   dtype)  # fmt: skip
     with torch.device("meta"):
         decoder = CodecDecoder(config)
     decoder.load_state_dict(tensors, strict=True, assign=True)
     return decoder.eval().requires_grad_(False)
+
+
+def read_checked_tensors(codec_dir: Path, expected: dict[str, tuple[int, ...]], keep: Callable[[str], bool],
+                         prefix: str, what: str, device: str | torch.device,
+                         dtype: torch.dtype) -> dict[str, Tensor]:  # fmt: skip
+    """The `keep` tensors of `codec_dir/model.safetensors`, checked name by name and shape by shape against
+    `expected` (checkpoint keys) before any is read, -> {module name (`prefix` removed): tensor on device}.
+    A missing file or a mismatch raises with every problem listed (`what`: "codec", "encoder")."""
+    weights_file = codec_dir / "model.safetensors"
+    if not weights_file.is_file():
+        raise FileNotFoundError(f"codec weights missing: {weights_file}")
+    with safe_open(str(weights_file), framework="pt", device="cpu") as handle:
+        found = {key: tuple(handle.get_slice(key).get_shape()) for key in handle.keys() if keep(key)}  # noqa: SIM118
+        problems = table_problems(expected, found)
+        if problems:
+            raise ValueError(f"{weights_file} does not match the {what} config in {codec_dir}: " + "; ".join(problems))
+        return {key[len(prefix) :]: handle.get_tensor(key).to(device=device, dtype=dtype) for key in found}
 
 
 def random_codec(
