@@ -41,6 +41,7 @@ class Context:
     created_ns: int
     instruct_ids: tuple[int, ...] = ()
     max_lead_ms: int = 0  # pacing (session.update max_lead_ms): audio the engine may run ahead; 0 = unpaced
+    seed: int | None = None  # the sampling seed a client chose (compatible protocols); None: a random one
     request: EngineRequest | None = None
     pump: asyncio.Task[None] | None = None
     opus: OpusPacketizer | None = None
@@ -81,7 +82,7 @@ class Context:
             text_ended=ended,
             instruct_ids=self.instruct_ids,
             layout=Layout.STREAMING,
-            seed=secrets.randbits(31),
+            seed=secrets.randbits(31) if self.seed is None else self.seed,
             arrival_ns=self.first_text_ns or self.created_ns,
             max_lead_ms=self.max_lead_ms,
         )

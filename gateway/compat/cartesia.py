@@ -31,7 +31,7 @@ from gateway.compat.socket import CompatContext, CompatError, CompatSocket, serv
 from gateway.compat.timings import CharTiming, WordTimeline
 from gateway.encoders import FormatUnavailable, OutputFormat, make_encoder
 from gateway.engines import EngineUnavailable
-from gateway.http_common import HttpError, check_api_key, error_response, gateway_state
+from gateway.http_common import SEED_MAX, HttpError, check_api_key, error_response, gateway_state
 from gateway.oneshot import EngineStreamingResponse, PcmStream, build_submit, open_request
 from gateway.state import GatewayState
 from gateway.voices import UnknownName, default_voice, resolve_language, resolve_voice
@@ -88,7 +88,11 @@ class CartesiaSocket(CompatSocket):
             raise CompatError(exc.code, str(exc), context_id=request.context_id) from None
         except FormatError as exc:
             raise CompatError("unsupported_output_format", str(exc), context_id=request.context_id) from None
-        ctx = self.open_context(request.context_id, voice=voice, language=language, output=output)
+        if request.seed is not None and not 0 <= request.seed <= SEED_MAX:
+            raise CompatError("invalid_request", "seed must be an integer from 0 to 2^64 - 1",
+                              context_id=request.context_id)  # fmt: skip
+        ctx = self.open_context(request.context_id, voice=voice, language=language, output=output,
+                                seed=request.seed)  # fmt: skip
         self.words[ctx.context_id] = WordTimeline() if request.add_timestamps else None
         self.last_chunk_ns[ctx.context_id] = ctx.created_ns
         return ctx

@@ -37,7 +37,7 @@ from gateway.compat.socket import CompatContext, CompatError, CompatSocket, serv
 from gateway.compat.timings import CharTimeline, CharTiming
 from gateway.encoders import FormatUnavailable, OutputFormat, make_encoder
 from gateway.engines import EngineUnavailable
-from gateway.http_common import HttpError, check_api_key, error_response, gateway_state
+from gateway.http_common import SEED_MAX, HttpError, check_api_key, error_response, gateway_state
 from gateway.oneshot import EngineFailed, EngineStreamingResponse, PcmStream, build_submit, open_request
 from gateway.state import GatewayState
 from gateway.voices import UnknownName, resolve_language, resolve_voice
@@ -87,6 +87,7 @@ class ElevenLabsSocket(CompatSocket):
         )
         self.output = _output(query.get("output_format"))
         timeout = _int_param(query, "inactivity_timeout", INACTIVITY_DEFAULT_S, 1, INACTIVITY_MAX_S)
+        self.seed = _int_param(query, "seed", None, 0, SEED_MAX)  # every context of the socket samples with it
         super().__init__(websocket, state, idle_timeout_s=float(timeout or INACTIVITY_DEFAULT_S))
         self.multi = multi
         self.endpoint = "elevenlabs_ws"
@@ -158,7 +159,8 @@ class ElevenLabsSocket(CompatSocket):
             self.flush(ctx)
 
     def _open(self, context_id: str) -> CompatContext:
-        return self.open_context(context_id, voice=self.voice, language=self.language, output=self.output)
+        return self.open_context(context_id, voice=self.voice, language=self.language, output=self.output,
+                                 seed=self.seed)  # fmt: skip
 
     # ------------------------------------------------------------ replies out
 

@@ -345,7 +345,8 @@ class CompatSocket:
     # ------------------------------------------------------------ contexts
 
     def open_context(
-        self, context_id: str, *, voice: str, language: str, output: OutputFormat, instructions: str = ""
+        self, context_id: str, *, voice: str, language: str, output: OutputFormat, instructions: str = "",
+        seed: int | None = None,
     ) -> CompatContext:
         if self.draining:
             raise CompatError(
@@ -376,6 +377,7 @@ class CompatSocket:
             max_lead_ms=self.state.settings.max_lead_ms,
             encoder=encoder,
             output_rate=output.sample_rate,
+            seed=seed,
         )
         self.contexts.next_stream += 1
         self.contexts.add(ctx)

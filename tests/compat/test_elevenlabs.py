@@ -249,3 +249,21 @@ def _no_context_or_session_leaks(gateway: GatewayProcess) -> Iterator[None]:
     yield
     metrics = gateway.metrics()
     assert metrics["vivace_contexts_active"] == 0 and metrics["vivace_sessions_active"] == 0
+
+
+async def test_the_seed_query_parameter_makes_every_context_of_the_socket_sample_the_same_audio(
+    gateway: GatewayProcess,
+) -> None:
+    async def speak(url: str, contexts: tuple[str, ...]) -> list[bytes]:
+        async with connect(url) as ws:
+            for context_id in contexts:
+                await send(ws, text=TEXT + " ", context_id=context_id, flush=True)
+                await send(ws, context_id=context_id, close_context=True)
+            messages = await collect(ws, finals=len(contexts))
+        assert not [m for m in messages if "error" in m]
+        return [audio_of(messages, context_id) for context_id in contexts]
+
+    seeded = await speak(ws_url(gateway, "multi-stream-input", output_format="pcm_24000", seed="7"), ("a", "b"))
+    unseeded = await speak(ws_url(gateway, "multi-stream-input", output_format="pcm_24000"), ("c",))
+    assert seeded[0] and seeded[0] == seeded[1]  # the same seed and text: the same draws, the same audio
+    assert unseeded[0] != seeded[0]  # without one each context draws its own seed
