@@ -127,3 +127,39 @@ def test_what_a_base_model_cannot_serve_is_refused_with_the_reason(base_model: Q
     custom.handle(LINK, dataclasses.replace(good, speaker="ryan"), custom.clock())
     errors = [r for _, r in custom.take_replies() if isinstance(r, Error)]
     assert errors and "saved voices need a Base model" in errors[0].message
+
+
+async def test_the_engine_process_serves_a_base_preset_with_saved_voices(base_model: Qwen3TTS, store: VoiceStore) -> None:
+    # `python -m engine --model tiny-base --voices-dir DIR`: Ready lists no built-in speakers, a request naming
+    # a saved voice streams the reference voice loop's PCM, one naming none is refused.
+    import asyncio
+    import os
+    import uuid
+
+    from engine.ipc.client import EngineLink
+    from engine.ipc.messages import Ready
+    from engine.ipc.process import engine_command, spawn_engine, stop_engine, wait_for_socket
+    from tests.engine.test_engine_process import REPO, Client
+
+    path = f"@vivace-voice-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    proc = spawn_engine(engine_command("engine", "--model", "tiny-base", "--device", "cpu", "--kv-slots", "4",
+                                       "--max-batch", "4", "--voices-dir", str(store.root)),
+                        path, env=dict(os.environ, PYTHONPATH=str(REPO)))  # fmt: skip
+    try:
+        wait_for_socket(path, timeout_s=120, proc=proc)
+        link = await EngineLink.connect(path)
+        readies: list[Ready] = []
+        link.on_engine_message(lambda m: readies.append(m) if isinstance(m, Ready) else None)
+        await asyncio.wait_for(link.ready.wait(), 10)
+        client = Client(link)
+        assert readies and readies[0].speakers == () and readies[0].model_id == "tiny-base"
+        msg = _submit(base_model, 1, SENTENCES[3], "nova", seed=9)
+        received, refused = await asyncio.wait_for(asyncio.gather(
+            client.run(msg), client.run(dataclasses.replace(msg, request_id=2, voice=""))), 60)
+        assert received.error is None and received.done.reason is DoneReason.COMPLETED
+        _, pcm = _voice_reference(base_model, msg, store.tensors("nova")[1])
+        assert len(received.pcm) == len(pcm) and np.abs(received.pcm.astype(np.int32) - pcm).max() <= 1
+        assert refused.error is not None and "saved voice" in refused.error.message
+        await client.link.close()
+    finally:
+        stop_engine(proc, timeout_s=10)
