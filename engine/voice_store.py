@@ -181,7 +181,8 @@ class VoiceStore:
             raise VoiceStoreError("exists", f"a voice named {name!r} exists; delete it first")
         if len(self.names()) >= lim.max_voices:
             raise VoiceStoreError("too_many", f"the store holds its limit of {lim.max_voices} voices")
-        if self.total_bytes() + len(audio) > lim.max_total_bytes:
+        tensor_bytes = 4 * voice.embedding.numel() + (0 if voice.ref_codes is None else 8 * voice.ref_codes.numel())
+        if self.total_bytes() + len(audio) + tensor_bytes > lim.max_total_bytes:
             raise VoiceStoreError("full", f"the store would exceed its limit of {lim.max_total_bytes} bytes")
 
         info = VoiceInfo(name=name, voice_id=uuid.uuid4().hex, model_id=model_id, audio_file=f"reference.{audio_ext}",

@@ -17,7 +17,6 @@ from engine.ipc.messages import DoneReason, Error, Layout, Sampling, Submit
 from engine.model.generate import decode_codes
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.model.voices import embed_voice_prefill, generate_voice_codes
-from engine.model.weights import load_model
 from engine.request import WorkKind, length_model_frames
 from engine.text.prompt import build_xvector_prefill
 from engine.voice_store import VoiceStore, compute_voice
@@ -25,12 +24,6 @@ from tests.engine.helpers import LINK, SENTENCES, make_loop, run_to_completion, 
 
 GREEDY = Sampling(greedy=True, subtalker_greedy=True)
 RATE = 24000
-
-
-@pytest.fixture(scope="module")
-def base_model() -> Qwen3TTS:
-    torch.set_num_threads(1)
-    return load_model("tiny-base")
 
 
 def _reference_pcm(seed: int, seconds: float = 1.5) -> np.ndarray:
