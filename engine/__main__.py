@@ -1,6 +1,10 @@
 """Engine process entry: settings -> load weights -> allocate -> capture graphs -> warm up -> listen -> serve.
 
-    python -m engine --model tiny|DIR|HF_ID --socket PATH [--device auto|cpu|cuda] [--dtype ...] [...]
+    python -m engine --model tiny|tiny-base|DIR|HF_ID --socket PATH [--device auto|cpu|cuda] [--voices-dir DIR] [...]
+
+CustomVoice models serve their built-in speakers; Base models serve the saved voices of `--voices-dir`
+(x-vector mode; Ready lists no speakers) and warm up with an all-zero x-vector that no store holds.
+VoiceDesign models are refused (not served yet).
 
 The control socket appears only once the engine can serve (weights loaded, caches allocated, fast-path
 graphs captured, one warm-up synthesis done), and every gateway link gets `Ready` as it connects. SIGTERM /
@@ -27,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("engine")
 
 WARM_UP_TEXT = "Warm up."
+WARM_UP_VOICE = "@warm-up"  # never a store name (engine/voice_store.py: names start with [a-z0-9])
 
 
 class _Stopped(Exception):
@@ -58,6 +63,7 @@ def build(settings: EngineSettings) -> EngineLoop:
 
     from engine.executors import Executors
     from engine.executors.codec import codec_dtype
+    from engine.executors.voices import VoiceBank
     from engine.fast.kernels import HAVE_TRITON
     from engine.gpu_identity import gpu_uuid
     from engine.ipc.messages import Ready, Submit
@@ -79,8 +85,15 @@ def build(settings: EngineSettings) -> EngineLoop:
         log.warning("--fast-path on without Triton: graphs replay the kernels' PyTorch twins (slow)")
     model = load_model(settings.model, device=device, dtype=dtype, load_format=settings.load_format,
                        download=settings.download, seed=settings.seed,
-                       codec_dtype=codec_dtype(settings.codec_precision))
+                       codec_dtype=codec_dtype(settings.codec_precision), voice_models=True)
     config = model.config
+    if config.model_type not in ("custom_voice", "base"):
+        raise SystemExit(f"error: {settings.model} is a {config.model_type} model; only CustomVoice and Base "
+                         "models are served")
+    from engine.voice_store import VoiceStore
+
+    store = VoiceStore(settings.voices_dir) if settings.voices_dir else None
+    voices = VoiceBank(store, model_id=settings.model, hidden=config.talker.hidden_size, device=device, dtype=dtype)
     scheduler = Scheduler(settings.scheduler_config(random_weights=config.random_weights, device_kind=device.type),
                           CostModel.load(settings.costs_path(fast)), settings.chunk_policy_object())
     executors = Executors(model, kv_slots=settings.kv_slots, streams=settings.streams,
@@ -88,7 +101,7 @@ def build(settings: EngineSettings) -> EngineLoop:
                           max_batch=settings.max_batch, silence=settings.silence_config(), fast=fast,
                           shapes=settings.capture_shapes, codec_precision=settings.codec_precision,
                           codec_stream=settings.codec_stream, cp_kernels=settings.cp_kernels,
-                          precompile_workers=settings.resolved_precompile_workers)
+                          precompile_workers=settings.resolved_precompile_workers, voices=voices)
     loaded = time.perf_counter()
     executors.capture()  # before the warm-up: capturing writes over slot 0's state
     captured = time.perf_counter()
@@ -102,9 +115,14 @@ def build(settings: EngineSettings) -> EngineLoop:
                       shutdown_grace_ms=settings.shutdown_grace_ms, max_in_flight=settings.max_in_flight)
     assert model.tokenizer is not None
     text_ids = tuple(model.tokenizer.target_ids(WARM_UP_TEXT))
-    voice = ready.speakers[0] if ready.speakers else ""
-    steps = loop.warm_up(Submit(request_id=1, speaker=voice, language="auto", text_ids=text_ids,
-                                text_chars=len(WARM_UP_TEXT), text_ended=True))
+    speaker = ready.speakers[0] if ready.speakers else ""
+    saved_voice = ""
+    if config.is_base:
+        saved_voice = WARM_UP_VOICE
+        voices.pin(WARM_UP_VOICE, torch.zeros(config.talker.hidden_size))
+    steps = loop.warm_up(Submit(request_id=1, speaker=speaker, language="auto", text_ids=text_ids,
+                                text_chars=len(WARM_UP_TEXT), text_ended=True, voice=saved_voice))
+    voices.unpin(WARM_UP_VOICE)
     log.info("model %s on %s%s (%s, %s weights) loaded in %.1f s; warm-up %.1f s (%s)", settings.model, device,
              f" ({ready.gpu_uuid})" if ready.gpu_uuid else "", dtype,
              "random" if config.random_weights else "real", loaded - started, time.perf_counter() - captured,

@@ -112,6 +112,7 @@ class EngineSettings:
     profile_dir: str = ""  # profile the loop (engine/profiling.py) and write summary tables here
     profile_after_s: float = 30.0  # ... this long after the first real request
     profile_steps: int = 300  # ... over this many working turns
+    voices_dir: str = ""  # Base models: the saved-voice store (engine/voice_store.py); "" none
 
     def __post_init__(self) -> None:
         _check_choice("device", self.device.split(":")[0], DEVICES)
@@ -269,7 +270,9 @@ def build_parser() -> argparse.ArgumentParser:
     d = EngineSettings(model="", socket="")
     p = argparse.ArgumentParser(prog="python -m engine",
                                 description="Vivace engine: one process per GPU serving Qwen3-TTS over shared memory.")
-    p.add_argument("--model", required=True, help="preset (tiny, 1.7b, 0.6b), checkpoint directory or HF repo id")
+    p.add_argument("--model", required=True,
+                   help="preset (tiny, 1.7b, 0.6b, tiny-base, 1.7b-base, 0.6b-base), checkpoint directory or HF repo id "
+                        "(CustomVoice or Base)")
     p.add_argument("--socket", required=True, help='control socket path ("@name": Linux abstract namespace)')
     p.add_argument("--device", default=d.device, help="auto | cpu | cuda | cuda:N (auto: cuda when available)")
     p.add_argument("--dtype", default=d.dtype, choices=DTYPES, help="auto: bfloat16 on cuda, float32 on cpu")
@@ -329,6 +332,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-after-s", type=float, default=d.profile_after_s,
                    help="start profiling this long after the first real request")
     p.add_argument("--profile-steps", type=int, default=d.profile_steps, help="working loop turns to profile")
+    p.add_argument("--voices-dir", default=d.voices_dir,
+                   help="Base models: directory of saved voices (engine/voice_store.py) that Submit.voice names")
     return p
 
 

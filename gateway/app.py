@@ -17,13 +17,14 @@ from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from gateway import http_api
+from gateway import http_api, voice_api
 from gateway import protocol as p
 from gateway.body_limit import BodyLimitMiddleware, body_limit_for
 from gateway.compat import routes as compat_routes
@@ -154,6 +155,11 @@ async def drain(state: GatewayState) -> None:
         await asyncio.sleep(0.02)
 
 
+async def voices(request: Request) -> Response:
+    """GET: what the model offers (gateway.http_api); POST: save a voice (gateway.voice_api)."""
+    return await (voice_api.create if request.method == "POST" else http_api.voices)(request)
+
+
 def create_app(
     settings: Settings, on_engine_failure: Callable[[EngineStartFailure], None] | None = None
 ) -> Starlette:
@@ -180,7 +186,8 @@ def create_app(
         WebSocketRoute("/v1/audio/speech/live", live),
         Route("/v1/audio/speech", http_api.speech, methods=["POST"]),
         Route("/v1/models", http_api.models),
-        Route("/v1/audio/voices", http_api.voices),
+        Route("/v1/audio/voices", voices, methods=["GET", "POST"]),
+        Route("/v1/audio/voices/{name}", voice_api.one_voice, methods=["GET", "DELETE"]),
         Route("/health", http_api.health),
         Route("/ready", http_api.ready),
         Route("/metrics", http_api.metrics),
@@ -189,6 +196,7 @@ def create_app(
     if settings.web_dir.is_dir():
         routes.append(Mount("/", StaticFiles(directory=settings.web_dir, html=True), name="web"))
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: router_error})
-    app.add_middleware(BodyLimitMiddleware, max_bytes=body_limit_for(settings.limits.max_text_chars))
+    app.add_middleware(BodyLimitMiddleware, max_bytes=body_limit_for(settings.limits.max_text_chars),
+                       path_limits={"/v1/audio/voices": voice_api.UPLOAD_LIMIT_BYTES})
     app.add_middleware(RequestIdMiddleware)
     return app

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from engine.ipc.messages import Layout
+from gateway import voice_api
 from gateway.encoders import FormatUnavailable, OutputFormat, StreamEncoder, make_encoder
 from gateway.engines import EngineUnavailable
 from gateway.http_common import HttpError, check_api_key, check_seed, error_response, gateway_state
@@ -249,6 +250,7 @@ async def voices(request: Request) -> Response:
             "voices": list(info.speakers),
             "openai_aliases": aliases,
             "languages": sorted({*info.languages, "auto"}),
+            "saved_voices": voice_api.saved_names(state),
         }
     )
 

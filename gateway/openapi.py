@@ -48,6 +48,7 @@ _AUDIO = {
 _SPEECH = {**_AUDIO, "content": {**_AUDIO["content"], "text/event-stream": {}}}  # stream_format sse
 _SEED = {"type": "integer", "minimum": 0, "maximum": 2**64 - 1}
 _LANGUAGE = {"type": "string", "description": "a language name, an ISO 639-1 code (en, zh-CN, ...) or auto"}
+_VOICE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 _VOICE_ID = {
     "name": "voice_id",
     "in": "path",
@@ -166,7 +167,32 @@ def document() -> dict[str, Any]:
                 }
             },
             "/v1/models": _get("Served models", "OpenAI-compatible", "an OpenAI model list"),
-            "/v1/audio/voices": _get("Voices, OpenAI aliases and languages", "OpenAI-compatible", "voices"),
+            "/v1/audio/voices": {
+                **_get("Voices, OpenAI aliases, languages and saved voices", "OpenAI-compatible", "voices"),
+                "post": {
+                    "summary": "Save a voice from a reference recording (--voices-dir)",
+                    "tags": ["Saved voices"],
+                    "requestBody": {
+                        "required": True,
+                        "content": {"multipart/form-data": {"schema": {
+                            "type": "object",
+                            "required": ["name", "audio"],
+                            "properties": {
+                                "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9_-]{0,63}$"},
+                                "audio": {"type": "string", "format": "binary"},
+                                "transcript": {"type": "string"},
+                            },
+                        }}},
+                    },
+                    "responses": {"201": {"description": "the saved voice"}, **_ERRORS},
+                },
+            },
+            "/v1/audio/voices/{name}": {
+                "get": {"summary": "A saved voice", "tags": ["Saved voices"], "parameters": [_VOICE_NAME],
+                        "responses": {"200": {"description": "the saved voice"}, **_ERRORS}},
+                "delete": {"summary": "Delete a saved voice", "tags": ["Saved voices"], "parameters": [_VOICE_NAME],
+                           "responses": {"200": {"description": "deleted"}, **_ERRORS}},
+            },
             "/v1/text-to-speech/{voice_id}": _elevenlabs("Synthesize speech (ElevenLabs-compatible)", _AUDIO),
             "/v1/text-to-speech/{voice_id}/stream": _elevenlabs(
                 "Stream speech (ElevenLabs-compatible)", _AUDIO

@@ -44,6 +44,8 @@ class Settings:
     max_lead_ms: int = 0  # every session's default pacing (session.update max_lead_ms); 0 = unpaced
     web_dir: Path = REPO_ROOT / "web"
     log_level: str = "info"
+    voices_dir: str | None = None  # saved voices (engine/voice_store.py), shared with every engine; None: off
+    voice_timeout_s: float = 300.0  # how long computing one uploaded voice may take (engine.voice_tool)
 
     def engine_command(self, python: str = sys.executable) -> list[str]:
         """The engine's argv without `--socket` (added per engine)."""
@@ -53,6 +55,8 @@ class Settings:
         command += ["--device", "cuda" if self.device == "auto" and self.engines > 1 else self.device]
         if self.download:
             command.append("--download")
+        if self.voices_dir:
+            command += ["--voices-dir", self.voices_dir]
         return command + list(self.engine_args)
 
 
@@ -148,6 +152,13 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         "its requests fail and it is restarted (default 10)",
     )
     parser.add_argument("--log-level", default=env("log-level", "info"))
+    parser.add_argument(
+        "--voices-dir",
+        default=env("voices-dir"),
+        help="directory of saved voices (POST /v1/audio/voices), shared with every engine; Base models "
+        "speak with them (default: off)",
+    )
+    parser.add_argument("--voice-timeout-s", type=float, default=300.0, help=argparse.SUPPRESS)
     # Hidden: for tests and the gateway overhead benchmark only.
     parser.add_argument(
         "--fake-engine", action="store_true", default=_truthy(env("fake-engine")), help=argparse.SUPPRESS
@@ -198,4 +209,6 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         drain_timeout_s=args.drain_timeout,
         max_lead_ms=args.max_lead_ms,
         log_level=args.log_level,
+        voices_dir=args.voices_dir or None,
+        voice_timeout_s=args.voice_timeout_s,
     )

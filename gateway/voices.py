@@ -38,6 +38,12 @@ class UnknownName(ValueError):
 
 
 def resolve_voice(name: str, speakers: Sequence[str]) -> str:
+    if not speakers:  # a Base model: it speaks with saved voices, which requests cannot name here yet
+        raise UnknownName(
+            "unknown_voice",
+            f"unknown voice {name[:64]!r}: this model has no built-in voices, and speaking with saved voices "
+            "is not available through the gateway yet",
+        )
     key = name.strip().lower()
     if key in speakers:
         return key
@@ -67,4 +73,8 @@ def resolve_language(name: str, languages: Sequence[str]) -> str:
 
 
 def default_voice(speakers: Sequence[str]) -> str:
+    """"ryan", else the first speaker; "" for a model without built-in voices (the engine then refuses the
+    request with its reason)."""
+    if not speakers:
+        return ""
     return DEFAULT_VOICE if DEFAULT_VOICE in speakers else speakers[0]

@@ -16,6 +16,12 @@ of engine/fast behind the same calls: `TalkerGraphs`, `CodePredictorGraphs`, and
 their largest shape, and take sampler settings only up to a static top-k width, which `check_submit`
 enforces at Submit. `capture()` runs once, before any request is admitted (capture writes over slot 0's
 state). `run` is the same on either path.
+
+Voices. CustomVoice models speak with a built-in speaker (`Submit.speaker`). Base models speak with a saved
+voice (`Submit.voice`) in x-vector mode: the prefill rows are `build_xvector_prefill`'s, embedded by
+`embed_voice_prefill` with the voice's x-vector, which `VoiceBank` reads from the voice store at Submit and
+the request keeps until it closes; every later step (decode, code predictor, codec) is the same as for a
+built-in speaker, since the x-vector layout's trailing text equals the CustomVoice one.
 """
 
 from __future__ import annotations
@@ -34,14 +40,16 @@ from engine.executors.codec import CodecExecutor
 from engine.executors.inflight import InFlight, StepResult
 from engine.executors.slots import GenerationSlots, check_sampling, new_code_buffer
 from engine.executors.talker import TalkerExecutor
+from engine.executors.voices import VoiceBank
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k
 from engine.ipc.messages import Layout, Sampling, Submit
 from engine.model.generate import embed_prefill
 from engine.model.qwen3_tts import Qwen3TTS
+from engine.model.voices import embed_voice_prefill
 from engine.request import TEXT_END, TEXT_PAD, RequestState, WorkKind
 from engine.scheduling import Outcome, Plan
 from engine.settings import CaptureShapes, FastPath
-from engine.text.prompt import Prefill, build_prefill
+from engine.text.prompt import Prefill, VoicePrefill, build_prefill, build_xvector_prefill
 
 if TYPE_CHECKING:
     from engine.fast.code_predictor_graph import CodePredictorGraphs
@@ -64,15 +72,19 @@ class Executors:
                  max_batch: int, silence: SilenceConfig, fast: FastPath = FastPath(),  # noqa: B008
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
                  top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True,
-                 cp_kernels: str = "layers", precompile_workers: int = 0) -> None:  # fmt: skip
+                 cp_kernels: str = "layers", precompile_workers: int = 0,
+                 voices: VoiceBank | None = None) -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
         `codec_precision` must match the dtype the codec was loaded in (`executors.codec.codec_dtype`);
         `codec_stream`: on CUDA, codec chunks run on a stream of their own, beside the generation steps;
         `cp_kernels`: the code predictor's fast path, "layers" or "fused" (engine/fast/code_predictor_graph.py);
         `precompile_workers`: child processes that compile the fused frame's Triton kernels before capture
-        (engine/fast/precompile.py; 0: the capture compiles them one by one)."""
+        (engine/fast/precompile.py; 0: the capture compiles them one by one);
+        `voices`: where a Base model's saved voices come from (None: a bank without a store)."""
         if model.codec is None:
             raise ValueError("the engine needs a model loaded with its codec")
+        if model.config.model_type not in ("custom_voice", "base"):
+            raise ValueError(f"the engine serves CustomVoice and Base models, not {model.config.model_type!r}")
         if fast.any and shapes is None:
             raise ValueError("the fast path needs its capture shapes (EngineSettings.capture_shapes)")
         config = model.config
@@ -81,6 +93,9 @@ class Executors:
         self.fast = fast
         self.top_k_cap = top_k_cap
         self.precompile_workers = precompile_workers
+        self.voices = voices or VoiceBank(None, model_id=config.source, hidden=config.talker.hidden_size,
+                                          device=model.device, dtype=model.dtype)
+        self._request_voices: dict[int, torch.Tensor] = {}  # request id -> x-vector, from open to close
         self.generation = GenerationSlots(kv_slots, config.talker.hidden_size, config.talker.vocab_size,
                                           device=model.device, dtype=model.dtype)
         self.kv_cache = model.talker.new_cache(kv_slots, max_context)
@@ -153,6 +168,16 @@ class Executors:
         self.check_text_ids(msg.instruct_ids, what="instruct_ids")
         if msg.instruct_ids and not config.supports_instruct:
             raise ValueError(f"the {config.model_size} model does not take instructions")
+        if config.is_base:
+            if not msg.voice:
+                raise ValueError("a Base model speaks with a saved voice: name one (voice), not a speaker")
+            if msg.speaker:
+                raise ValueError(f"a Base model has no built-in speakers (got speaker {msg.speaker!r})")
+            if msg.instruct_ids:
+                raise ValueError("a Base model does not take instructions")
+            self.voices.resolve(msg.voice)
+        elif msg.voice:
+            raise ValueError(f"saved voices need a Base model; this {config.model_type} model has built-in speakers")
         # The streaming layout's prefill length does not depend on the text: a placeholder x_1 sizes it.
         text = msg.text_ids or ((0,) if msg.layout is Layout.STREAMING else ())
         return len(self._prefill(msg, text).rows)
@@ -184,10 +209,13 @@ class Executors:
                                         default_sampling=submit.sampling == Sampling(),
                                         instruct=bool(submit.instruct_ids), frames_decoded=0)
         self.codec.open(request_id, skip_first_frame=skip)
+        if submit.voice:
+            self._request_voices[request_id] = self.voices.cached(submit.voice)
 
     def close(self, request_id: int) -> None:
         """Free the request's device state that outlives its plan rows. Idempotent."""
         self.codec.close(request_id)
+        self._request_voices.pop(request_id, None)
 
     @property
     def free_codec_states(self) -> int:
@@ -234,8 +262,12 @@ class Executors:
         if plan.kind is WorkKind.TALKER_PREFILL:
             requests = [inputs[row.request_id] for row in rows]
             embeds = []
-            for r in requests:
-                embed = embed_prefill(self.model, self._prefill(r.submit, r.state.text_ids))  # [L,H]
+            for row, r in zip(rows, requests, strict=True):
+                prefill = self._prefill(r.submit, r.state.text_ids)
+                if isinstance(prefill, VoicePrefill):
+                    embed = embed_voice_prefill(self.model, prefill, self._request_voices[row.request_id])[0]
+                else:
+                    embed = embed_prefill(self.model, prefill)  # [L,H]
                 assert embed.shape[0] == r.state.prefill_len, "prefill length changed since admission"
                 embeds.append(embed)
             self.talker.prefill(kv_slots, embeds, [r.submit.sampling for r in requests],  # type: ignore[arg-type]
@@ -271,7 +303,10 @@ class Executors:
 
         return audio
 
-    def _prefill(self, submit: Submit, text_ids: Sequence[int]) -> Prefill:
+    def _prefill(self, submit: Submit, text_ids: Sequence[int]) -> Prefill | VoicePrefill:
+        if submit.voice:
+            return build_xvector_prefill(self.model.config.prompt_ids, language=submit.language, text_ids=text_ids,
+                                         streaming=submit.layout is Layout.STREAMING)
         return build_prefill(self.model.config.prompt_ids, speaker=submit.speaker, language=submit.language,
                              text_ids=text_ids, instruct_ids=submit.instruct_ids,
                              streaming=submit.layout is Layout.STREAMING)

@@ -6,7 +6,7 @@ the records mean.
 
 Inbound (gateway -> engine), all keyed by a `request_id` the gateway chooses (unique per ring):
 
-    Submit        a new request: prompt inputs as token ids, voice, language, sampling, seed
+    Submit        a new request: prompt inputs as token ids, speaker or saved voice, language, sampling, seed
     AppendText    more stable text token ids for a running request (input streaming)
     Flush         decode and publish every frame generated so far, without waiting to fill a chunk
     EndText       no more text will come; the talker may now end the utterance
@@ -75,6 +75,7 @@ class Submit:
     deadline_ns: int = 0  # 0: no deadline yet (the engine assumes playback starts at first audio)
     arrival_ns: int = 0  # when the gateway accepted the request (for TTFA accounting)
     max_lead_ms: int = 0  # pacing: generation pauses while the listener has more audio ahead; 0 = unpaced
+    voice: str = ""  # Base models: a saved voice's name (x-vector mode, read from the voice store); "" none
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,10 @@ Every record starts with a 2-byte head; all integers are little-endian, nothing 
 
     kind  record       flags                                       fixed struct                 then
     1     Submit       0 text_ended 1 greedy 2 subtalker_greedy    Q request_id I text_chars    str speaker
-                                                                   B layout Q seed              str language
+                       3 has voice                                 B layout Q seed              str language
                                                                    q deadline_ns q arrival_ns   ids text_ids
                                                                    d temperature i top_k        ids instruct_ids
+                                                                                                [str voice]
                                                                    d repetition_penalty
                                                                    d subtalker_temperature
                                                                    i subtalker_top_k
@@ -47,7 +48,7 @@ Every record starts with a 2-byte head; all integers are little-endian, nothing 
 
 Optional fields added after a layout was first used come last, each announced by a flag bit, and are
 left out (bit clear) when empty: a record without them is byte-identical to the older layout, and a
-record from an older peer decodes with the field's default. `[str gpu_uuid]` above is one.
+record from an older peer decodes with the field's default. `[str gpu_uuid]` and `[str voice]` above are.
 
 A record's length is known from its container (a ring record), so nothing stores it; `decode` checks
 that the body uses exactly the bytes given. Anything malformed raises `WireError`, never a bare
@@ -198,7 +199,7 @@ def _encode_fixed(msg: Inbound | Outbound) -> bytes:
         return _HEAD.pack(KIND_CANCEL, 0) + _ID.pack(msg.request_id)
     if kind is Submit:
         s = msg.sampling
-        flags = (msg.text_ended and 1) | (s.greedy and 2) | (s.subtalker_greedy and 4)
+        flags = (msg.text_ended and 1) | (s.greedy and 2) | (s.subtalker_greedy and 4) | (8 if msg.voice else 0)
         fixed = _SUBMIT.pack(
             msg.request_id, msg.text_chars, int(msg.layout), msg.seed, msg.deadline_ns, msg.arrival_ns,
             s.temperature, s.top_k, s.repetition_penalty, s.subtalker_temperature, s.subtalker_top_k,
@@ -206,7 +207,7 @@ def _encode_fixed(msg: Inbound | Outbound) -> bytes:
         )  # fmt: skip
         return b"".join(
             (_HEAD.pack(KIND_SUBMIT, flags), fixed, _str(msg.speaker), _str(msg.language),
-             _ids(msg.text_ids), _ids(msg.instruct_ids))
+             _ids(msg.text_ids), _ids(msg.instruct_ids), _str(msg.voice) if msg.voice else b"")
         )  # fmt: skip
     if kind is Error:
         return _HEAD.pack(KIND_ERROR, 0) + _ID.pack(msg.request_id) + _str(msg.code) + _str(msg.message)
@@ -290,6 +291,7 @@ def _submit(r: _Reader, flags: int) -> Submit:
     (rid, chars, layout, seed, deadline, arrival, temp, top_k, rep, sub_temp, sub_top_k, lead) = r.fixed(_SUBMIT)
     speaker, language = r.str(), r.str()
     text_ids, instruct_ids = r.ids(), r.ids()
+    voice = r.str() if flags & 8 else ""
     sampling = Sampling(
         greedy=bool(flags & 2), temperature=temp, top_k=top_k, repetition_penalty=rep,
         subtalker_greedy=bool(flags & 4), subtalker_temperature=sub_temp, subtalker_top_k=sub_top_k,
@@ -297,7 +299,7 @@ def _submit(r: _Reader, flags: int) -> Submit:
     return Submit(
         request_id=rid, speaker=speaker, language=language, text_ids=text_ids, text_chars=chars,
         text_ended=bool(flags & 1), instruct_ids=instruct_ids, layout=_enum(Layout, layout), seed=seed,
-        sampling=sampling, deadline_ns=deadline, arrival_ns=arrival, max_lead_ms=lead,
+        sampling=sampling, deadline_ns=deadline, arrival_ns=arrival, max_lead_ms=lead, voice=voice,
     )  # fmt: skip
 
 

@@ -4,8 +4,8 @@ Torch-free on purpose (the gateway and tools import it). `load_config(dir)` read
 directory (`config.json` + `speech_tokenizer/config.json`); `preset(name)` builds the same records
 for the built-in random-weight shapes (`tiny`, `1.7b`, `0.6b`, and the Base / VoiceDesign shapes; see
 `presets.py`). Base (voice cloning) and VoiceDesign checkpoints are read only when the caller asks
-for them (`voice_models=True`): the serving path still accepts CustomVoice checkpoints only. Anything this
-implementation cannot run exactly (another model type, attention bias, a sliding window, a
+for them (`voice_models=True`); the engine asks, and serves Base in x-vector mode (VoiceDesign not
+yet). Anything this implementation cannot run exactly (another model type, attention bias, a sliding window, a
 non-default RoPE) is rejected here with a message naming the field, never half-supported.
 """
 
@@ -23,7 +23,7 @@ from engine.text.prompt import PromptIds
 SUPPORTED_MODEL_TYPE = "qwen3_tts"
 SUPPORTED_TOKENIZER_TYPE = "qwen3_tts_tokenizer_12hz"
 SUPPORTED_TTS_MODEL_TYPES = ("custom_voice",)
-VOICE_TTS_MODEL_TYPES = ("base", "voice_design")  # readable with voice_models=True (not served yet)
+VOICE_TTS_MODEL_TYPES = ("base", "voice_design")  # readable with voice_models=True
 BASE_MODEL_TYPE = "base"
 
 

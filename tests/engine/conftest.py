@@ -1,4 +1,5 @@
-"""Engine test fixtures: one seeded tiny random-weight model per session, torch single-threaded."""
+"""Engine test fixtures: one seeded tiny random-weight model (and one tiny Base model) per session, torch
+single-threaded."""
 
 from __future__ import annotations
 
@@ -13,3 +14,9 @@ from engine.model.weights import load_model
 def tiny_model() -> Qwen3TTS:
     torch.set_num_threads(1)  # tiny matrices: threads only add contention on shared CI cores
     return load_model("tiny")
+
+
+@pytest.fixture(scope="session")
+def base_model() -> Qwen3TTS:
+    torch.set_num_threads(1)
+    return load_model("tiny-base")

@@ -9,6 +9,7 @@ import torch
 from engine.codec.silence import LeadingSilenceTrimmer, SilenceConfig
 from engine.executors import Executors
 from engine.executors.codec import to_int16
+from engine.executors.voices import VoiceBank
 from engine.ipc.messages import Layout, Ready, Sampling, Submit
 from engine.loop import EngineLoop
 from engine.model.generate import decode_codes, generate_codes
@@ -36,16 +37,17 @@ def text_ids(model: Qwen3TTS, text: str) -> tuple[int, ...]:
 
 def make_loop(model: Qwen3TTS, *, kv_slots: int = 16, max_batch: int = 16, length_model: bool | None = None,
               fast: FastPath = FastPath(), shapes: CaptureShapes | None = None,  # noqa: B008
-              **settings: object) -> EngineLoop:
+              voices: VoiceBank | None = None, **settings: object) -> EngineLoop:
     """The engine's loop, scheduler and executors in this process (no IPC), sized like a small engine.
-    `fast` selects fast paths (captured over `shapes`, by default the settings' own), as `--fast-path`."""
+    `fast` selects fast paths (captured over `shapes`, by default the settings' own), as `--fast-path`;
+    `voices`: where a Base model's saved voices come from."""
     s = EngineSettings(model="tiny", socket="@unused", kv_slots=kv_slots, max_batch=max_batch, **settings)  # type: ignore[arg-type]
     random_weights = model.config.random_weights if length_model is None else length_model
     scheduler = Scheduler(s.scheduler_config(random_weights=random_weights, device_kind="cpu"),
                           CostModel.load(s.costs_path(fast)), s.chunk_policy_object())
     executors = Executors(model, kv_slots=s.kv_slots, streams=s.streams, max_context=s.max_context,
                           max_frames=s.max_frames, max_batch=s.max_batch, silence=s.silence_config(), fast=fast,
-                          shapes=shapes or s.capture_shapes, codec_precision=s.codec_precision)
+                          shapes=shapes or s.capture_shapes, codec_precision=s.codec_precision, voices=voices)
     executors.capture()
     ready = Ready("tiny", random_weights, 24000, ("ryan",), ("auto",), "cpu", s.max_batch)
     return EngineLoop(scheduler, executors, ready)

@@ -62,7 +62,7 @@ def _submit(rng: random.Random) -> Submit:
             subtalker_temperature=_float(rng), subtalker_top_k=_int(rng, -(2**31), 2**31 - 1),
         ),
         deadline_ns=_int(rng, I64_MIN, I64_MAX), arrival_ns=_int(rng, I64_MIN, I64_MAX),
-        max_lead_ms=_int(rng, 0, U32),
+        max_lead_ms=_int(rng, 0, U32), voice=rng.choice(("", _text(rng, 40))),
     )  # fmt: skip
 
 
@@ -142,6 +142,18 @@ def test_a_ready_without_gpu_uuid_keeps_the_layout_from_before_the_field_existed
     on_gpu = encode(replace(ready, device="cuda:0", gpu_uuid="GPU-5f1c"))
     assert on_gpu[1] == 0b11 and on_gpu.endswith(s("GPU-5f1c"))
     assert decode(on_gpu).gpu_uuid == "GPU-5f1c"
+
+
+def test_a_submit_without_voice_keeps_the_layout_from_before_the_field_existed() -> None:
+    """Version safety both ways: a Submit naming no saved voice is byte-identical to the older layout (no
+    flag bit 3, nothing after instruct_ids), and one naming a voice carries it last."""
+    plain = Submit(7, "ryan", "english", (1, 2, 3), 11, True)
+    older = encode(plain)
+    assert older[1] & 8 == 0 and older.endswith(struct.pack("<I", 0))  # ends with the empty instruct_ids
+    assert decode(older).voice == ""
+    named = encode(replace(plain, speaker="", voice="alloy"))
+    assert named[1] & 8 and named.endswith(struct.pack("<I", 5) + b"alloy")
+    assert decode(named) == replace(plain, speaker="", voice="alloy")
 
 
 def test_audio_pcm_is_its_own_part_and_decoded_as_an_independent_copy() -> None:
