@@ -71,6 +71,34 @@ class PreTransformer(nn.Module):
             x = layer(x, cos, sin, self.window)
         return self.output_proj(self.norm(x))
 
+    def stream_layout(
+        self, positions: Tensor, n: int, dtype: torch.dtype
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """What every layer of a streaming step shares, for positions [B] and n new frames: RoPE cos, sin
+        [B, n, head_dim] in `dtype`, the attention mask allowed [B, n, W-1+n] over (ring, new keys), and the ring
+        slots [B, keep] the newest keep = min(n, W-1) keys overwrite (their positions mod W-1)."""
+        device = positions.device
+        ring_len = self.window - 1
+        offsets = torch.arange(n, device=device)
+        query_pos = positions[:, None] + offsets[None, :]  # [B, N] absolute frame positions
+        cos, sin = rope_tables(query_pos, self.inv_freq(device), dtype)
+
+        # Absolute position held by each ring entry (negative: never written), [B, W-1].
+        newest = positions[:, None] - 1
+        ring_pos = newest - torch.remainder(newest - torch.arange(ring_len, device=device)[None, :], ring_len)
+        ring_allowed = (ring_pos[:, None, :] >= 0) & (
+            ring_pos[:, None, :] > query_pos[:, :, None] - self.window
+        )
+        new_allowed = (offsets[None, :] <= offsets[:, None]) & (
+            offsets[None, :] > offsets[:, None] - self.window
+        )
+        allowed = torch.cat([ring_allowed, new_allowed[None].expand(positions.shape[0], n, n)], dim=-1)
+
+        # Only the newest W-1 keys can be seen again; they overwrite the ring at their positions mod W-1.
+        keep = min(n, ring_len)
+        slots = torch.remainder(query_pos[:, n - keep :], ring_len)  # [B, keep], distinct per row
+        return cos, sin, allowed, slots
+
     def forward_stream(
         self, x: Tensor, positions: Tensor, rings: list[tuple[Tensor, Tensor]]
     ) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
@@ -80,27 +108,8 @@ class PreTransformer(nn.Module):
         """
         x = self.input_proj(x)
         batch, n = x.shape[0], x.shape[1]
-        ring_len = self.window - 1
-        offsets = torch.arange(n, device=x.device)
-        query_pos = positions[:, None] + offsets[None, :]  # [B, N] absolute frame positions
-        cos, sin = rope_tables(query_pos, self.inv_freq(x.device), x.dtype)
-
-        # Absolute position held by each ring entry (negative: never written), [B, W-1].
-        newest = positions[:, None] - 1
-        ring_pos = newest - torch.remainder(
-            newest - torch.arange(ring_len, device=x.device)[None, :], ring_len
-        )
-        ring_allowed = (ring_pos[:, None, :] >= 0) & (
-            ring_pos[:, None, :] > query_pos[:, :, None] - self.window
-        )
-        new_allowed = (offsets[None, :] <= offsets[:, None]) & (
-            offsets[None, :] > offsets[:, None] - self.window
-        )
-        allowed = torch.cat([ring_allowed, new_allowed[None].expand(batch, n, n)], dim=-1)  # [B, N, W-1+N]
-
-        # Only the newest W-1 keys can be seen again; they overwrite the ring at their positions mod W-1.
-        keep = min(n, ring_len)
-        slots = torch.remainder(query_pos[:, n - keep :], ring_len)  # [B, keep], distinct per row
+        cos, sin, allowed, slots = self.stream_layout(positions, n, x.dtype)
+        keep = slots.shape[1]
         new_rings = []
         for layer, (k_ring, v_ring) in zip(self.layers, rings, strict=True):
             x, k, v = layer.forward_stream(x, cos, sin, k_ring, v_ring, allowed)

@@ -5,8 +5,12 @@ with the slot as leading dimension, plus an int64 frame position per slot (the v
 KV-ring entries hold real frames). Shapes never depend on history, so requests at different positions decode
 in one batch and a CUDA graph per (batch, frames) shape can later index the same storage.
 
-    pool.tensors[name]   [rows, *layout[name]]    model dtype, zeroed when a slot is allocated
+    pool.flat            [rows, state elements]   model dtype, one row per slot, zeroed when a slot is allocated
+    pool.tensors[name]   [rows, *layout[name]]    views of columns of `flat`, in layout order
     pool.positions       [rows] int64             frames decoded so far (device copy, used by the kernels)
+
+One flat row per slot makes gathering a batch's state one `index_select` instead of one per state tensor
+(~37): at the engine's small batches a codec step is launch-bound.
     host mirror          positions + allocated flags, for validation without reading the device
 
 `rows` is the storage built; `slots` the streams it can hold: `rows` minus the rows `reserve()` took for good
@@ -74,15 +78,25 @@ class CodecStatePool:
         self.device = torch.empty(0, device=device).device  # "cuda" -> "cuda:0", comparable with tensors'
         self.dtype = dtype
         self.layout = codec_state_layout(config)
-        self.tensors: dict[str, Tensor] = {
-            name: torch.zeros((slots, *shape), device=self.device, dtype=dtype)
-            for name, shape in self.layout.items()
-        }
+        self._columns: dict[str, tuple[int, int, tuple[int, ...]]] = {}  # name -> (start, stop, shape)
+        start = 0
+        for name, shape in self.layout.items():
+            stop = start + int(np.prod(shape, dtype=np.int64))
+            self._columns[name] = (start, stop, tuple(shape))
+            start = stop
+        self.flat = torch.zeros(slots, start, device=self.device, dtype=dtype)
+        self.tensors: dict[str, Tensor] = self._views(self.flat)
         self.positions = torch.zeros(slots, device=self.device, dtype=torch.int64)
         self._host_positions = [0] * slots
         self._allocated = [False] * slots
         self._reserved: set[int] = set()
         self._free: deque[int] = deque(range(slots))
+
+    def _views(self, rows: Tensor) -> dict[str, Tensor]:
+        """Per-name views [R, *shape] of flat state rows [R, state elements]."""
+        return {
+            name: rows[:, a:b].view(rows.shape[0], *shape) for name, (a, b, shape) in self._columns.items()
+        }
 
     # ------------------------------------------------------------------ accounting
 
@@ -116,8 +130,7 @@ class CodecStatePool:
         if not self._free:
             raise CodecStateError(f"codec state pool exhausted: all {self.slots} slots are in use")
         slot = self._free.popleft()
-        for tensor in self.tensors.values():
-            tensor[slot].zero_()
+        self.flat[slot].zero_()
         self.positions[slot : slot + 1].zero_()  # a kernel; a Python scalar written in would sync
         self._host_positions[slot] = 0
         self._allocated[slot] = True
@@ -140,8 +153,7 @@ class CodecStatePool:
         """An independent pool with the same state, positions, streams and reservations (checks and tests
         that decode the same streams two ways)."""
         copy = CodecStatePool(self.config, self.rows, self.device, self.dtype)
-        for name, tensor in self.tensors.items():
-            copy.tensors[name].copy_(tensor)
+        copy.flat.copy_(self.flat)
         copy.positions.copy_(self.positions)
         copy._host_positions = list(self._host_positions)
         copy._allocated = list(self._allocated)
@@ -188,9 +200,8 @@ class CodecStatePool:
                     )
 
     def gather(self, index: Tensor) -> tuple[Tensor, dict[str, Tensor]]:
-        return self.positions.index_select(0, index), {
-            n: t.index_select(0, index) for n, t in self.tensors.items()
-        }
+        """index [B] -> (positions [B], state per name [B, *shape]: views of one gathered copy, not the pool)."""
+        return self.positions.index_select(0, index), self._views(self.flat.index_select(0, index))
 
     def scatter(self, index: Tensor, slots: Sequence[int], state: dict[str, Tensor], frames: int) -> None:
         for name, tensor in self.tensors.items():

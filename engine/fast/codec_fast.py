@@ -18,7 +18,9 @@ kernels, bias and residual adds, the history concatenations), so that is what ch
 - Conv histories: the SnakeBeta that feeds a dilated conv writes straight into that conv's input buffer after
   the carried history, so no concatenation copies the activation.
 - Dequantizer: entries pre-divided once, one gather-and-sum kernel per codebook group (`kernels/codebook.py`).
-- The pre-transformer, pre-conv and upsampling stages run the plain modules (1-5 % of the time in graphs).
+- Pre-transformer: `FastPreTransformer` (codec_transformer.py), ~16 kernels a layer instead of ~47: at the
+  engine's shapes the step is launch-bound and the plain layers were over half of its ~650 kernels.
+- The pre-conv and upsampling stages run the plain modules.
 
 Layout: NCL ([B, C, L]) end to end, as the plain modules; cuDNN picks its own internal layout.
 Precision is a setting: "bf16" (bf16 weights and activations, the default, as the official examples run the
@@ -40,6 +42,7 @@ from engine.codec.config import CodecConfig
 from engine.codec.layers import CausalConv1d, CausalTransposedConv1d, DecoderBlock, ResidualUnit, SnakeBeta
 from engine.codec.model import CodecDecoder
 from engine.codec.stream import CodecStatePool, decode_incremental
+from engine.fast.codec_transformer import FastPreTransformer
 from engine.fast.kernels.codebook import codebook_sum, codebook_tables
 from engine.fast.kernels.snake import snake, snake_params
 
@@ -155,6 +158,7 @@ class FastCodecDecoder:
             self._rest_proj = quantizer.rvq_rest.output_proj.weight
             self._blocks = tuple(_Block.of(decoder.decoder[i]) for i in range(1, rates + 1))
             self._final_act = _Snake.of(decoder.decoder[rates + 1])
+        self._pre_transformer = FastPreTransformer(decoder.pre_transformer)
         self._conv0: CausalConv1d = decoder.decoder[0]
         self._final_conv: CausalConv1d = decoder.decoder[rates + 2]
         self._final_name = f"decoder.{rates + 2}"
@@ -209,7 +213,7 @@ class FastCodecDecoder:
             for i in range(len(d.pre_transformer.layers))
         ]
         rings = [(state[k], state[v]) for k, v in names]
-        hidden, rings = d.pre_transformer.forward_stream(hidden.transpose(1, 2), positions, rings)
+        hidden, rings = self._pre_transformer.forward_stream(hidden.transpose(1, 2), positions, rings)
         for (k_name, v_name), (k_ring, v_ring) in zip(names, rings, strict=True):
             new[k_name], new[v_name] = k_ring, v_ring
         hidden = hidden.permute(0, 2, 1)
