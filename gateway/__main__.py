@@ -1,7 +1,8 @@
 """`python -m gateway`: parse settings, check the model is there, serve until SIGTERM drains us.
 
-Exit status: 0 after SIGTERM/SIGINT, 2 when the model's files are missing or --engines asks for more GPUs
-than the server was given (gateway.gpus), 1 when an engine cannot start (it exited before Ready
+Exit status: 0 after SIGTERM/SIGINT, 2 when the model's files are missing, the model is a kind the engine
+does not serve (VoiceDesign; gateway.model_source) or --engines asks for more GPUs than the server was
+given (gateway.gpus), 1 when an engine cannot start (it exited before Ready
 `gateway.engines.START_ATTEMPTS` times in a row; its last stderr lines are repeated on ours).
 """
 
@@ -19,7 +20,7 @@ from starlette.applications import Starlette
 from gateway.app import create_app, drain
 from gateway.engines import EngineStartFailure
 from gateway.gpus import NotEnoughGpus
-from gateway.model_source import ModelMissing
+from gateway.model_source import ModelMissing, ModelUnsupported
 from gateway.settings import Settings, parse_settings
 
 log = logging.getLogger("vivace")
@@ -74,7 +75,7 @@ def run(settings: Settings) -> int:
 
     try:
         app = create_app(settings, on_engine_failure=engine_failed)
-    except (ModelMissing, NotEnoughGpus) as exc:
+    except (ModelMissing, ModelUnsupported, NotEnoughGpus) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     config = uvicorn.Config(

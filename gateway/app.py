@@ -163,7 +163,8 @@ async def voices(request: Request) -> Response:
 def create_app(
     settings: Settings, on_engine_failure: Callable[[EngineStartFailure], None] | None = None
 ) -> Starlette:
-    """Build the app; raises ModelMissing when the model's files are not available, NotEnoughGpus
+    """Build the app; raises ModelMissing when the model's files are not available, ModelUnsupported for a
+    kind of model the engine does not serve (gateway.model_source), NotEnoughGpus
     when --engines asks for more GPUs than the server was given.
 
     `on_engine_failure` is called when an engine cannot start (see gateway.engines): the server should stop.

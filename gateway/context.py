@@ -23,6 +23,7 @@ from gateway.engines import EngineRequest
 from gateway.metrics import Gauge
 from gateway.resample import Resampler
 from gateway.textstream import Piece, TextStream
+from gateway.voices import Voice
 
 RECENT_CONTEXTS = 64  # finished contexts remembered so late playback reports are not errors
 DEADLINE_EARLIER_NS = 1 * NS_PER_MS  # an earlier deadline is always worth telling the engine
@@ -33,7 +34,7 @@ DEADLINE_LATER_NS = 200 * NS_PER_MS  # a later one only once it moved this much 
 class Context:
     context_id: str
     stream: int
-    voice: str
+    voice: Voice
     language: str
     instructions: str
     audio_format: str
@@ -75,7 +76,8 @@ class Context:
         """The engine request this context opens with its first piece of text."""
         return Submit(
             request_id=0,
-            speaker=self.voice,
+            speaker=self.voice.speaker,
+            voice=self.voice.saved,
             language=self.language,
             text_ids=piece.ids,
             text_chars=piece.chars,

@@ -24,7 +24,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from engine.ipc.messages import Layout
-from gateway import voice_api
 from gateway.encoders import FormatUnavailable, OutputFormat, StreamEncoder, make_encoder
 from gateway.engines import EngineUnavailable
 from gateway.http_common import HttpError, check_api_key, check_seed, error_response, gateway_state
@@ -32,7 +31,7 @@ from gateway.oneshot import EngineFailed, EngineStreamingResponse, PcmStream, bu
 from gateway.openapi import document as openapi_document
 from gateway.resample import ENGINE_RATE, OUTPUT_RATES
 from gateway.state import GatewayState
-from gateway.voices import OPENAI_VOICES, UnknownName, default_voice, resolve_language, resolve_voice
+from gateway.voices import UnknownName, Voice, resolve_language
 
 # OpenAI's response_format -> our codec names.
 RESPONSE_FORMATS = {
@@ -51,7 +50,7 @@ MODEL_ALIASES = ("tts-1", "tts-1-hd")
 @dataclass(frozen=True, slots=True)
 class SpeechParams:
     text: str
-    voice: str
+    voice: Voice
     language: str
     instructions: str
     response_format: str
@@ -93,13 +92,11 @@ def parse_speech(body: Any, state: GatewayState) -> SpeechParams:
         raise HttpError(400, "invalid_value", "'voice' must be a name or {\"id\": name}", param="voice")
     language_field = _field(body, "language", str, "auto")
     try:
-        voice = (
-            default_voice(info.speakers) if voice_field is None else resolve_voice(voice_field, info.speakers)
-        )
+        voice = state.voices().pick(voice_field)
         language = resolve_language(language_field, (*info.languages, "auto"))
     except UnknownName as exc:
         raise HttpError(
-            400, exc.code, str(exc), param="voice" if exc.code == "unknown_voice" else "language"
+            400, exc.code, str(exc), param="language" if exc.code == "unknown_language" else "voice"
         ) from None
     response_format = _field(body, "response_format", str, "mp3")
     if response_format not in RESPONSE_FORMATS:
@@ -244,13 +241,15 @@ async def voices(request: Request) -> Response:
         return error_response(error, state)
     except EngineUnavailable as exc:
         return error_response(HttpError(503, exc.code, str(exc)), state)
-    aliases = {name: speaker for name, speaker in OPENAI_VOICES.items() if speaker in info.speakers}
+    served = state.voices()
+    saved = served.saved_names()
     return JSONResponse(
         {
-            "voices": list(info.speakers),
-            "openai_aliases": aliases,
+            "voices": saved if served.saved_only else list(served.speakers),
+            "voice_kind": "saved" if served.saved_only else "built_in",
+            "openai_aliases": served.openai_aliases(),
             "languages": sorted({*info.languages, "auto"}),
-            "saved_voices": voice_api.saved_names(state),
+            "saved_voices": saved,
         }
     )
 

@@ -24,6 +24,7 @@ from gateway.http_common import HttpError, check_seed
 from gateway.resample import ENGINE_RATE
 from gateway.state import GatewayState
 from gateway.textstream import TextStream
+from gateway.voices import Voice
 
 ENGINE_ERROR_STATUS = {"bad_request": 400, "overloaded": 503, "engine_died": 503, "engine_unavailable": 503}
 
@@ -41,7 +42,7 @@ def build_submit(
     state: GatewayState,
     text: str,
     *,
-    voice: str,
+    voice: Voice,
     language: str,
     instructions: str = "",
     layout: Layout = Layout.STREAMING,
@@ -70,7 +71,7 @@ def build_submit(
         raise HttpError(400, "missing_input", "the text must not be empty", param=param)
     return Submit(
         request_id=0,
-        speaker=voice,
+        speaker=voice.speaker,
         language=language,
         text_ids=ids,
         text_chars=sum(piece.chars for piece in pieces),
@@ -80,6 +81,7 @@ def build_submit(
         seed=secrets.randbits(31) if seed is None else seed,
         sampling=Sampling(),
         arrival_ns=arrival_ns,
+        voice=voice.saved,
     )
 
 

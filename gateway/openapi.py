@@ -48,6 +48,7 @@ _AUDIO = {
 _SPEECH = {**_AUDIO, "content": {**_AUDIO["content"], "text/event-stream": {}}}  # stream_format sse
 _SEED = {"type": "integer", "minimum": 0, "maximum": 2**64 - 1}
 _LANGUAGE = {"type": "string", "description": "a language name, an ISO 639-1 code (en, zh-CN, ...) or auto"}
+_VOICE_HELP = "a speaker name or an OpenAI voice name; with a Base model, a saved voice's name (required)"
 _VOICE_NAME = {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
 _VOICE_ID = {
     "name": "voice_id",
@@ -55,7 +56,7 @@ _VOICE_ID = {
     "required": True,
     "schema": {"type": "string"},
     "example": "alloy",
-    "description": "a speaker name or an OpenAI voice name",
+    "description": _VOICE_HELP,
 }
 
 SPEECH_REQUEST = {
@@ -65,7 +66,8 @@ SPEECH_REQUEST = {
         "model": {"type": "string", "description": "any name selects the served model"},
         "input": {"type": "string", "minLength": 1},
         "voice": {
-            "oneOf": [{"type": "string"}, {"type": "object", "properties": {"id": {"type": "string"}}}]
+            "oneOf": [{"type": "string"}, {"type": "object", "properties": {"id": {"type": "string"}}}],
+            "description": _VOICE_HELP,
         },
         "response_format": {"enum": ["mp3", "opus", "aac", "flac", "wav", "pcm"], "default": "mp3"},
         "stream_format": {"enum": ["audio", "sse"], "default": "audio"},
@@ -99,7 +101,8 @@ CARTESIA_REQUEST = {
             "oneOf": [
                 {"type": "string"},
                 {"type": "object", "properties": {"id": {"type": "string"}, "mode": {"const": "id"}}},
-            ]
+            ],
+            "description": _VOICE_HELP,
         },
         "language": {"type": ["string", "null"], "description": "ISO 639-1; null: automatic"},
         "seed": _SEED,
@@ -168,7 +171,7 @@ def document() -> dict[str, Any]:
             },
             "/v1/models": _get("Served models", "OpenAI-compatible", "an OpenAI model list"),
             "/v1/audio/voices": {
-                **_get("Voices, OpenAI aliases, languages and saved voices", "OpenAI-compatible", "voices"),
+                **_get("The served model's voices (built-in or saved), OpenAI aliases, languages", "OpenAI-compatible", "voices"),
                 "post": {
                     "summary": "Save a voice from a reference recording (--voices-dir)",
                     "tags": ["Saved voices"],

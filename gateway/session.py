@@ -48,7 +48,7 @@ class Session:
         self.metrics = state.metrics
         self.session_id = "sess_" + secrets.token_hex(8)
         info = state.engine_info()
-        self.defaults = SessionDefaults(state, info.speakers, tuple(sorted({*info.languages, "auto"})))
+        self.defaults = SessionDefaults(state, state.voices(), tuple(sorted({*info.languages, "auto"})))
         self.model_id = info.model_id
         self.random_weights = info.random_weights
         self.contexts = ContextTable(self.limits.max_contexts, state.metrics.contexts_active)
@@ -226,13 +226,14 @@ class Session:
                 context_id=context_id,
             )
         self.contexts.check_room(context_id, event_id)
-        voice, language, audio_format = self.defaults.resolve(
+        chosen, language, audio_format = self.defaults.resolve(
             event.voice if event else None,
             event.language if event else None,
             event.audio_format if event else None,
             event_id,
             context_id,
         )
+        voice = self.defaults.context_voice(chosen, event_id, context_id)
         sample_rate = self.defaults.resolve_rate(
             event.sample_rate if event else None, audio_format, event_id, context_id
         )
@@ -446,7 +447,7 @@ class Session:
             "audio_formats": ["pcm16", "opus"] if opus_available() else ["pcm16"],
             "sample_rates": list(p.SAMPLE_RATES),
             "model": {"id": self.model_id, "random_weights": self.random_weights},
-            "voices": list(self.defaults.speakers),
+            "voices": self.defaults.voices.names(),
             "languages": list(self.defaults.languages),
             "limits": self.limits.public(),
             "defaults": self.defaults.describe(),

@@ -1,7 +1,8 @@
 """A session's defaults for new contexts, and the checks a client's voice/language/format/instructions pass.
 
 `session.update` changes the defaults; `context.create` may override them for one context. Voices
-and languages are resolved against what the engine announced (gateway/voices.py), Opus needs
+are resolved by the served model's one resolver (gateway/voices.py: built-in speakers, or a Base model's
+saved voices, which have no default), languages against what the engine announced, Opus needs
 libopus on this server, and instructions must tokenize; anything else is a `ProtocolError`.
 """
 
@@ -10,15 +11,15 @@ from __future__ import annotations
 from gateway import protocol as p
 from gateway.audio import opus_available
 from gateway.state import GatewayState
-from gateway.voices import UnknownName, default_voice, resolve_language, resolve_voice
+from gateway.voices import ServedVoices, UnknownName, Voice, resolve_language
 
 
 class SessionDefaults:
-    def __init__(self, state: GatewayState, speakers: tuple[str, ...], languages: tuple[str, ...]) -> None:
+    def __init__(self, state: GatewayState, voices: ServedVoices, languages: tuple[str, ...]) -> None:
         self.state = state
-        self.speakers = speakers
+        self.voices = voices
         self.languages = languages
-        self.voice = default_voice(self.speakers)
+        self.voice: Voice | None = voices.default()  # None: a Base model, whose requests name a saved voice
         self.language = "auto"
         self.instructions = ""
         self.audio_format = "pcm16"
@@ -47,9 +48,11 @@ class SessionDefaults:
         audio_format: str | None,
         event_id: str | None,
         context_id: str | None = None,
-    ) -> tuple[str, str, str]:
+    ) -> tuple[Voice | None, str, str]:
+        """The voice, language and audio format a client asked for, each defaulting to the session's (the
+        voice stays None on a Base model while none was named)."""
         try:
-            voice = self.voice if voice is None else resolve_voice(voice, self.speakers)
+            chosen = self.voice if voice is None else self.voices.resolve(voice)
             language = self.language if language is None else resolve_language(language, self.languages)
         except UnknownName as exc:
             raise p.ProtocolError(exc.code, str(exc), event_id=event_id, context_id=context_id) from None
@@ -61,7 +64,14 @@ class SessionDefaults:
                 event_id=event_id,
                 context_id=context_id,
             )
-        return voice, language, audio_format
+        return chosen, language, audio_format
+
+    def context_voice(self, voice: Voice | None, event_id: str | None, context_id: str) -> Voice:
+        """What a new context speaks with: `voice` (from `resolve`), else `missing_voice`."""
+        try:
+            return self.voices.pick(None, voice)
+        except UnknownName as exc:
+            raise p.ProtocolError(exc.code, str(exc), event_id=event_id, context_id=context_id) from None
 
     def resolve_rate(
         self, sample_rate: int | None, audio_format: str, event_id: str | None, context_id: str | None = None
@@ -91,7 +101,7 @@ class SessionDefaults:
     def describe(self) -> dict[str, object]:
         """The `defaults` shape of `session.created` and `session.updated`."""
         return {
-            "voice": self.voice,
+            "voice": self.voice.name if self.voice is not None else None,
             "language": self.language,
             "instructions": self.instructions,
             "audio": p.audio_description(

@@ -1,4 +1,4 @@
-"""What every request handler shares: settings, metrics, the engine pool, tokenizer, drain state."""
+"""What every request handler shares: settings, metrics, the engine pool, tokenizer, voices, drain state."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING
 
 from engine.ipc.messages import Ready
 from engine.text import TextTokenizer
+from engine.voice_store import VoiceStore
 from gateway.engines import EnginePool, EngineUnavailable
 from gateway.metrics import GatewayMetrics
 from gateway.model_source import ModelSource, load_tokenizer
 from gateway.settings import Settings
+from gateway.voices import ServedVoices
 
 if TYPE_CHECKING:
     from gateway.session import Session
@@ -30,6 +32,7 @@ class GatewayState:
     http_streams: int = 0
     http_idle: asyncio.Event = field(default_factory=asyncio.Event)
     _tokenizer: TextTokenizer | None = None
+    _store: VoiceStore | None = None
 
     def __post_init__(self) -> None:
         self.http_idle.set()
@@ -46,6 +49,14 @@ class GatewayState:
         if info is None:
             raise EngineUnavailable("engine_unavailable", "no engine is ready yet; try again shortly")
         return info
+
+    def voices(self) -> ServedVoices:
+        """The voices the served model speaks with (gateway/voices.py: the one resolver every route uses);
+        EngineUnavailable before any engine said Ready."""
+        info = self.engine_info()
+        if self._store is None and self.settings.voices_dir:
+            self._store = VoiceStore(self.settings.voices_dir)
+        return ServedVoices(info.speakers, self.settings.model, self._store)
 
     @contextlib.contextmanager
     def http_stream(self) -> Iterator[None]:

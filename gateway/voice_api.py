@@ -161,7 +161,3 @@ async def delete(request: Request) -> Response:
 async def one_voice(request: Request) -> Response:
     return await (delete if request.method == "DELETE" else read)(request)
 
-
-def saved_names(state: GatewayState) -> list[str]:
-    """The saved voices, for `GET /v1/audio/voices` (empty without --voices-dir)."""
-    return VoiceStore(state.settings.voices_dir).names() if state.settings.voices_dir else []

@@ -1,15 +1,29 @@
-"""Voice and language names users may send, resolved onto what the engine serves.
+"""Voice and language names users may send, resolved onto what the served model speaks with.
 
-The engine's `Ready` message lists its speakers and languages (lower case). Users may also send
-OpenAI's voice names (Pipecat and others refuse any other name client-side), mapped here onto the
-nine CustomVoice speakers, English speakers for the neutral names. Matching is case-insensitive.
-Languages may also be given as ISO 639-1 codes (`en`, `zh-CN`, ...).
+One rule for every route (OpenAI, native WebSocket, ElevenLabs, Cartesia): `ServedVoices.pick` turns the
+name a request sends (or none) into a `Voice`, the speaker or saved voice its `Submit` carries, or raises
+`UnknownName` with a code and a message listing what is offered.
+
+- A CustomVoice model (its engine's `Ready` lists speakers) speaks with its built-in speakers. Users may
+  also send OpenAI's voice names (Pipecat and others refuse any other name client-side), mapped here onto
+  the nine CustomVoice speakers, English speakers for the neutral names. Saved voices belong to Base
+  models and are not offered.
+- A Base model (no built-in speakers; the engine serves only CustomVoice and Base models) speaks with the
+  saved voices of `--voices-dir` that were computed for the served model (`VoiceInfo.model_id` equals the
+  gateway's `--model`, as the engines check). A saved voice may carry an OpenAI voice name (`alloy`), so
+  clients that allow only those names can use it. There is no default voice: a request must name one.
+
+Names match case-insensitively. The store is read at each resolution (one small `voice.json`), so a voice
+saved or deleted a moment ago is seen at once. Languages may also be given as ISO 639-1 codes (`en`,
+`zh-CN`, ...).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+from engine.voice_store import NAME_PATTERN, VoiceStore, VoiceStoreError
 from gateway.compat.languages import ISO_639_1, iso_language
 
 OPENAI_VOICES: dict[str, str] = {
@@ -37,24 +51,108 @@ class UnknownName(ValueError):
         self.code = code
 
 
-def resolve_voice(name: str, speakers: Sequence[str]) -> str:
-    if not speakers:  # a Base model: it speaks with saved voices, which requests cannot name here yet
+@dataclass(frozen=True, slots=True)
+class Voice:
+    """What one request speaks with: a built-in speaker (CustomVoice) or a saved voice (Base), never both."""
+
+    speaker: str = ""  # Submit.speaker
+    saved: str = ""  # Submit.voice: the saved voice's name in the shared store
+
+    @property
+    def name(self) -> str:
+        return self.saved or self.speaker
+
+
+class ServedVoices:
+    """The voices the served model offers, and the one place a requested name is resolved."""
+
+    def __init__(self, speakers: Sequence[str], model_id: str, store: VoiceStore | None) -> None:
+        self.speakers = tuple(speakers)
+        self.model_id = model_id
+        self.store = store
+
+    @property
+    def saved_only(self) -> bool:
+        """A Base model: its voices are the saved voices made for it."""
+        return not self.speakers
+
+    def names(self) -> list[str]:
+        """Every name a request may send as its voice (OpenAI aliases of built-ins aside)."""
+        return self.saved_names() if self.saved_only else list(self.speakers)
+
+    def saved_names(self) -> list[str]:
+        """The saved voices this model speaks with (none for a CustomVoice model, or without a store)."""
+        if not self.saved_only or self.store is None:
+            return []
+        names = []
+        for name in self.store.names():
+            try:
+                if self.store.info(name).model_id == self.model_id:
+                    names.append(name)
+            except VoiceStoreError:  # deleted meanwhile, or unreadable: not offered
+                continue
+        return names
+
+    def openai_aliases(self) -> dict[str, str]:
+        """OpenAI voice name -> the voice it speaks with, for the names that resolve."""
+        if self.saved_only:
+            return {name: name for name in self.saved_names() if name in OPENAI_VOICES}
+        return {name: speaker for name, speaker in OPENAI_VOICES.items() if speaker in self.speakers}
+
+    def default(self) -> Voice | None:
+        """"ryan", else the first speaker; None for a Base model (a request must name a saved voice)."""
+        if self.saved_only:
+            return None
+        return Voice(speaker=DEFAULT_VOICE if DEFAULT_VOICE in self.speakers else self.speakers[0])
+
+    def pick(self, name: str | None, fallback: Voice | None = None) -> Voice:
+        """`name` resolved; without one, `fallback`, else the model's default; UnknownName when none fits. A
+        saved fallback is checked again (it may have been deleted since it was chosen)."""
+        if name is not None:
+            return self.resolve(name)
+        voice = fallback or self.default()
+        if voice is not None and voice.saved:
+            return self.resolve(voice.saved)
+        if voice is None:
+            raise UnknownName("missing_voice", f"this model speaks with saved voices only: name one as the voice "
+                                               f"({self._saved_offer()})")  # fmt: skip
+        return voice
+
+    def resolve(self, name: str) -> Voice:
+        key = name.strip().lower()
+        if self.saved_only:
+            return Voice(saved=self._saved(key, name))
+        if key in self.speakers:
+            return Voice(speaker=key)
+        mapped = OPENAI_VOICES.get(key)
+        if mapped is not None and mapped in self.speakers:
+            return Voice(speaker=mapped)
         raise UnknownName(
             "unknown_voice",
-            f"unknown voice {name[:64]!r}: this model has no built-in voices, and speaking with saved voices "
-            "is not available through the gateway yet",
+            f"unknown voice {name[:64]!r}; voices: {', '.join(self.speakers)} (or an OpenAI voice name: "
+            f"{', '.join(OPENAI_VOICES)})",
         )
-    key = name.strip().lower()
-    if key in speakers:
+
+    def _saved(self, key: str, name: str) -> str:
+        if self.store is None:
+            raise UnknownName("unknown_voice", f"unknown voice {name[:64]!r}: this model has no built-in voices "
+                                               "and this server keeps no saved voices (start it with --voices-dir)")  # fmt: skip
+        if NAME_PATTERN.fullmatch(key) is None:
+            raise UnknownName("unknown_voice", f"unknown voice {name[:64]!r}; {self._saved_offer()}")
+        try:
+            info = self.store.info(key)
+        except VoiceStoreError as error:
+            detail = self._saved_offer() if error.code == "not_found" else str(error)
+            raise UnknownName("unknown_voice", f"unknown voice {name[:64]!r}; {detail}") from None
+        if info.model_id != self.model_id:
+            raise UnknownName("unknown_voice", f"voice {key!r} was saved for model {info.model_id!r}; this server "
+                                               f"serves {self.model_id!r} ({self._saved_offer()})")  # fmt: skip
         return key
-    mapped = OPENAI_VOICES.get(key)
-    if mapped is not None and mapped in speakers:
-        return mapped
-    raise UnknownName(
-        "unknown_voice",
-        f"unknown voice {name[:64]!r}; voices: {', '.join(speakers)} (or an OpenAI voice name: "
-        f"{', '.join(OPENAI_VOICES)})",
-    )
+
+    def _saved_offer(self) -> str:
+        names = self.saved_names()
+        listed = f"saved voices: {', '.join(names)}" if names else "no voice is saved for this model yet"
+        return f"{listed}; save one with POST /v1/audio/voices"
 
 
 def resolve_language(name: str, languages: Sequence[str]) -> str:
@@ -70,11 +168,3 @@ def resolve_language(name: str, languages: Sequence[str]) -> str:
         f"unknown language {name[:64]!r}; languages: {', '.join(languages)}, or their ISO 639-1 codes "
         f"({', '.join(code for code, lang in ISO_639_1.items() if lang in languages)})",
     )
-
-
-def default_voice(speakers: Sequence[str]) -> str:
-    """"ryan", else the first speaker; "" for a model without built-in voices (the engine then refuses the
-    request with its reason)."""
-    if not speakers:
-        return ""
-    return DEFAULT_VOICE if DEFAULT_VOICE in speakers else speakers[0]

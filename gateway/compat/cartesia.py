@@ -1,8 +1,9 @@
 """Cartesia-compatible API: the `/tts/websocket` WebSocket and `POST /tts/bytes`.
 
 The WebSocket runs on the native engine path (gateway/compat/socket.py). A request with a new
-`context_id` opens a context with its `voice` (one of our speaker names, or an OpenAI voice name),
-`language` (ISO 639-1, or null for automatic) and `output_format` (raw `pcm_s16le`, `pcm_f32le`,
+`context_id` opens a context with its `voice` (gateway/voices.py: one of our speaker names or an OpenAI
+voice name, or with a Base model a saved voice), `language` (ISO 639-1, or null for automatic) and
+`output_format` (raw `pcm_s16le`, `pcm_f32le`,
 `pcm_mulaw`, `pcm_alaw`, or `wav` / `mp3` containers, at any supported `sample_rate`); later
 requests on it append their `transcript`; `continue: false` ends its input, `flush: true` forces
 what is buffered, and `{"context_id": c, "cancel": true}` stops it at once (also after its input
@@ -34,7 +35,7 @@ from gateway.engines import EngineUnavailable
 from gateway.http_common import SEED_MAX, HttpError, check_api_key, error_response, gateway_state
 from gateway.oneshot import EngineStreamingResponse, PcmStream, build_submit, open_request
 from gateway.state import GatewayState
-from gateway.voices import UnknownName, default_voice, resolve_language, resolve_voice
+from gateway.voices import UnknownName, resolve_language
 
 IDLE_TIMEOUT_S = 300.0  # Cartesia closes idle sockets after about 5 minutes
 
@@ -75,11 +76,7 @@ class CartesiaSocket(CompatSocket):
 
     def _open(self, request: wire.Generation) -> CompatContext:
         try:
-            voice = (
-                default_voice(self.speakers)
-                if request.voice is None
-                else resolve_voice(request.voice, self.speakers)
-            )
+            voice = self.voices.pick(request.voice)
             language = (
                 "auto" if request.language is None else resolve_language(request.language, self.languages)
             )
@@ -155,16 +152,12 @@ async def tts_bytes(request: Request) -> Response:
             )
         info = state.engine_info()
         try:
-            voice = (
-                default_voice(info.speakers)
-                if parsed.voice is None
-                else resolve_voice(parsed.voice, info.speakers)
-            )
+            voice = state.voices().pick(parsed.voice)
             languages = (*info.languages, "auto")
             language = "auto" if parsed.language is None else resolve_language(parsed.language, languages)
         except UnknownName as exc:
             raise HttpError(
-                400, exc.code, str(exc), param="voice" if exc.code == "unknown_voice" else "language"
+                400, exc.code, str(exc), param="language" if exc.code == "unknown_language" else "voice"
             ) from None
         try:
             output: OutputFormat = cartesia_format(

@@ -2,7 +2,8 @@
 
 WebSockets `/v1/text-to-speech/{voice_id}/stream-input` (one context) and `.../multi-stream-input`
 (several concurrent contexts, `context_id` on every message) run on the native engine path
-(gateway/compat/socket.py). The voice id is one of our speaker names (or an OpenAI voice name);
+(gateway/compat/socket.py). The voice id is one of our speaker names (or an OpenAI voice name), or with
+a Base model a saved voice (gateway/voices.py resolves it);
 query `output_format`, `language_code` (ISO 639-1), `inactivity_timeout` and `seed` are honoured,
 `model_id`, `auto_mode`, `sync_alignment` and the other switches are accepted and ignored; a bad
 voice, language or format is refused at the handshake with an HTTP 400 and a JSON error.
@@ -40,21 +41,21 @@ from gateway.engines import EngineUnavailable
 from gateway.http_common import SEED_MAX, HttpError, check_api_key, error_response, gateway_state
 from gateway.oneshot import EngineFailed, EngineStreamingResponse, PcmStream, build_submit, open_request
 from gateway.state import GatewayState
-from gateway.voices import UnknownName, resolve_language, resolve_voice
+from gateway.voices import UnknownName, Voice, resolve_language
 
 SINGLE_CONTEXT = "0"  # stream-input's one context (its replies carry no contextId)
 INACTIVITY_DEFAULT_S = 20
 INACTIVITY_MAX_S = 3600
 
 
-def _voice_and_language(state: GatewayState, voice_id: str, language_code: str | None) -> tuple[str, str]:
+def _voice_and_language(state: GatewayState, voice_id: str, language_code: str | None) -> tuple[Voice, str]:
     info = state.engine_info()
     try:
-        voice = resolve_voice(voice_id, info.speakers)
+        voice = state.voices().resolve(voice_id)
         language = resolve_language(language_code, (*info.languages, "auto")) if language_code else "auto"
     except UnknownName as exc:
         raise HttpError(
-            400, exc.code, str(exc), param="voice_id" if exc.code == "unknown_voice" else "language_code"
+            400, exc.code, str(exc), param="language_code" if exc.code == "unknown_language" else "voice_id"
         ) from None
     return voice, language
 

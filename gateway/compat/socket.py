@@ -33,6 +33,7 @@ from gateway.resample import ENGINE_RATE
 from gateway.state import GatewayState
 from gateway.synthesis import Synthesis
 from gateway.textstream import TextStream
+from gateway.voices import Voice
 
 log = logging.getLogger("vivace.compat")
 
@@ -178,7 +179,7 @@ class CompatSocket:
         self.limits = state.settings.limits
         self.metrics = state.metrics
         info = state.engine_info()  # raises EngineUnavailable before the socket is accepted
-        self.speakers = info.speakers
+        self.voices = state.voices()  # the served model's voices (gateway/voices.py)
         self.languages = tuple(sorted({*info.languages, "auto"}))
         self.idle_timeout_s = idle_timeout_s or self.limits.idle_timeout_s
         self.contexts = ContextTable(self.limits.max_contexts, state.metrics.contexts_active)
@@ -345,7 +346,7 @@ class CompatSocket:
     # ------------------------------------------------------------ contexts
 
     def open_context(
-        self, context_id: str, *, voice: str, language: str, output: OutputFormat, instructions: str = "",
+        self, context_id: str, *, voice: Voice, language: str, output: OutputFormat, instructions: str = "",
         seed: int | None = None,
     ) -> CompatContext:
         if self.draining:

@@ -21,7 +21,6 @@ from gateway.limits import Limits, TokenBucket
 from gateway.metrics import GatewayMetrics
 from gateway.settings import parse_settings
 from gateway.textstream import TextStream
-from gateway.voices import UnknownName, default_voice, resolve_voice
 
 CORPUS = [
     "Hello, world! It's a fine day; isn't it? I'll say: 42 apples, 7 pears...",
@@ -238,9 +237,3 @@ def test_metrics_render_in_prometheus_text_format() -> None:
     assert 'vivace_ttfa_seconds_count{endpoint="ws"} 1.0' in text
     assert "_created" not in text  # created-series off
 
-
-def test_a_model_without_built_in_voices_gets_no_default_and_a_clear_unknown_voice() -> None:
-    assert default_voice(("vivian", "ryan")) == "ryan" and default_voice(("vivian",)) == "vivian"
-    assert default_voice(()) == ""  # a Base model: the engine refuses with its own reason
-    with pytest.raises(UnknownName, match="no built-in voices"):
-        resolve_voice("alloy", ())

@@ -1,0 +1,101 @@
+"""The one voice resolver every route uses (gateway/voices.py `ServedVoices`), and the model kinds the gateway
+starts with (gateway/model_source.py): in-process, no server. End to end over every route:
+tests/gateway/test_saved_voices.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from engine.model.presets import CHECKPOINT_PRESETS, PRESETS
+from engine.voice_store import ComputedVoice, VoiceStore
+from gateway.model_source import ModelUnsupported, locate_model
+from gateway.settings import parse_settings
+from gateway.voices import OPENAI_VOICES, ServedVoices, UnknownName, Voice
+
+BUILT_INS = ("aiden", "dylan", "eric", "ono_anna", "ryan", "serena", "sohee", "uncle_fu", "vivian")
+
+
+def _save(store: VoiceStore, name: str, model_id: str = "tiny-base") -> None:
+    voice = ComputedVoice(embedding=torch.zeros(64), ref_codes=None, duration_s=2.0, sample_rate=24000)
+    store.save(name, model_id=model_id, audio=b"RIFF", audio_ext="wav", voice=voice)
+
+
+def _code(call: object) -> str:
+    with pytest.raises(UnknownName) as caught:
+        call()  # type: ignore[operator]
+    return caught.value.code
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> VoiceStore:
+    store = VoiceStore(tmp_path / "voices")
+    for name in ("my-voice", "alloy"):
+        _save(store, name)
+    _save(store, "other-model", model_id="1.7b-base")
+    return store
+
+
+def test_custom_voice_models_keep_their_speakers_aliases_and_default_and_offer_no_saved_voices(
+    store: VoiceStore,
+) -> None:
+    served = ServedVoices(BUILT_INS, "tiny", store)
+    assert served.default() == Voice(speaker="ryan") and ServedVoices(("vivian",), "tiny", None).default() == Voice(
+        speaker="vivian"
+    )
+    assert served.resolve(" Vivian ") == Voice(speaker="vivian")
+    assert all(served.resolve(name) == Voice(speaker=speaker) for name, speaker in OPENAI_VOICES.items())
+    assert served.openai_aliases() == OPENAI_VOICES and served.names() == list(BUILT_INS)
+    assert served.saved_names() == [] and _code(lambda: served.resolve("my-voice")) == "unknown_voice"
+    assert served.pick(None) == Voice(speaker="ryan") and served.pick(None, Voice(speaker="eric")).speaker == "eric"
+
+
+def test_a_base_model_speaks_with_the_saved_voices_made_for_it(store: VoiceStore) -> None:
+    served = ServedVoices((), "tiny-base", store)
+    assert served.saved_only and served.names() == served.saved_names() == ["alloy", "my-voice"]
+    assert served.resolve("My-Voice") == Voice(saved="my-voice") and Voice(saved="my-voice").name == "my-voice"
+    assert served.resolve("alloy") == Voice(saved="alloy")  # an OpenAI name, saved: the saved voice wins
+    assert served.openai_aliases() == {"alloy": "alloy"}
+    with pytest.raises(UnknownName, match="saved for model '1.7b-base'"):
+        served.resolve("other-model")
+    with pytest.raises(UnknownName, match="saved voices: alloy, my-voice") as unknown:
+        served.resolve("nova")  # an OpenAI name nobody saved: no built-in to fall back on
+    assert unknown.value.code == "unknown_voice"
+    assert _code(lambda: served.resolve("Not a name!")) == "unknown_voice"
+    assert served.default() is None and _code(lambda: served.pick(None)) == "missing_voice"
+    store.delete("my-voice")  # a session default chosen earlier is checked again when used
+    assert _code(lambda: served.pick(None, Voice(saved="my-voice"))) == "unknown_voice"
+
+
+def test_a_base_model_without_a_voices_dir_says_how_to_get_voices() -> None:
+    served = ServedVoices((), "tiny-base", None)
+    with pytest.raises(UnknownName, match="--voices-dir"):
+        served.resolve("alloy")
+    assert served.saved_names() == [] and served.openai_aliases() == {}
+
+
+def test_the_gateway_accepts_every_engine_preset_but_refuses_voice_design_models(tmp_path: Path) -> None:
+    kinds = {}
+    for preset in PRESETS:
+        settings = parse_settings(["--model", preset], {})
+        try:
+            kinds[preset] = locate_model(settings).model_type
+        except ModelUnsupported as refused:
+            assert "voice_design" in str(refused) and "--voices-dir" in str(refused)
+            kinds[preset] = "refused"
+    assert kinds == {"tiny": "custom_voice", "1.7b": "custom_voice", "0.6b": "custom_voice", "tiny-base": "base",
+                     "1.7b-base": "base", "0.6b-base": "base", "tiny-voice-design": "refused",
+                     "1.7b-voice-design": "refused"}  # fmt: skip
+    assert locate_model(parse_settings(["--model", "Tiny-Base"], {})).model_type == "base"
+
+    checkpoint = tmp_path / "design"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text(json.dumps(PRESETS["tiny-voice-design"]()[0]))
+    with pytest.raises(ModelUnsupported):
+        locate_model(parse_settings(["--model", str(checkpoint)], {}))
+    [design_id] = [hf for hf, preset in CHECKPOINT_PRESETS.items() if preset == "1.7b-voice-design"]
+    with pytest.raises(ModelUnsupported):
+        locate_model(parse_settings(["--model", design_id, "--load-format", "dummy"], {}))
