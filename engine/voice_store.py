@@ -18,7 +18,8 @@ overwritten. `delete` renames the directory to a hidden trash name, then removes
 checked at save, so two processes saving at once may pass them by one voice each.
 
 `compute_voice` turns decoded float PCM + rate into the stored tensors with a Base model's speaker encoder
-(and its codec encoder when a transcript is given). Metadata operations import neither torch nor numpy,
+(and its codec encoder when a transcript is given), from a whole model or from its encoders alone
+(`engine.model.voice_encoders`). Metadata operations import neither torch nor numpy,
 so a torch-free process (the gateway) may list, read and delete voices; tensors need torch.
 """
 
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from torch import Tensor
 
     from engine.model.qwen3_tts import Qwen3TTS
+    from engine.model.voice_encoders import VoiceEncoders
 
 NAME_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 AUDIO_EXTENSION = re.compile(r"[a-z0-9]{1,8}")
@@ -230,7 +232,7 @@ def check_duration(seconds: float, limits: VoiceLimits) -> None:
         raise VoiceStoreError("too_long", f"reference audio is {seconds:.2f} s, at most {limits.max_seconds} s allowed")
 
 
-def compute_voice(model: Qwen3TTS, pcm: np.ndarray, rate: int, transcript: str | None = None,
+def compute_voice(model: Qwen3TTS | VoiceEncoders, pcm: np.ndarray, rate: int, transcript: str | None = None,
                   limits: VoiceLimits = VoiceLimits()) -> ComputedVoice:  # noqa: B008  # fmt: skip
     """Decoded mono float PCM [n] at `rate` -> the voice's tensors, with the official preprocessing
     (`speaker_embedding`: resample to 24 kHz, log-mel, speaker encoder; with a transcript also the codec

@@ -7,6 +7,10 @@ with M's speaker encoder (and codec encoder with a transcript) on the CPU, publi
 `{"ok": false, "code": ..., "message": ...}` for a refusal (exit status 1) or a failure (code internal,
 status 3). Status 2: bad arguments.
 
+Only those two encoders are loaded (`engine.model.voice_encoders`: their tensors alone are read from the
+checkpoint; the talker, code predictor and codec decoder are never built), with weights equal to the
+full model's, so the voice is the one `compute_voice` gives with `load_model(M)`.
+
 It exists so a torch-free process (the gateway) can register voices: it runs this as a subprocess,
 with a deadline, and never shares a device with the engines (it runs on the CPU). Limits are checked
 before the expensive work: the file's size first, then the decoded duration while decoding.
@@ -72,12 +76,12 @@ def save_voice(*, model: str, voices_dir: str, name: str, audio: Path, transcrip
     pcm, rate = decode_audio(audio, limits.max_seconds)
     import torch
 
-    from engine.model.weights import load_model
+    from engine.model.voice_encoders import load_voice_encoders
     from engine.voice_store import compute_voice
 
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))  # beside the engines, not over them
-    loaded = load_model(model, device="cpu", load_format=load_format, voice_models=True)
-    voice = compute_voice(loaded, pcm, rate, transcript, limits)  # type: ignore[arg-type]
+    encoders = load_voice_encoders(model, device="cpu", load_format=load_format)
+    voice = compute_voice(encoders, pcm, rate, transcript, limits)
     ext = audio.suffix.lower().lstrip(".") or "bin"
     info = store.save(name, model_id=model, audio=audio.read_bytes(), audio_ext=ext, voice=voice,
                       transcript=transcript, reserved=reserved)  # fmt: skip

@@ -6,6 +6,9 @@
  * Everything the page knows is kept in one object, `window.vivace`, which the UI renders from and
  * tests read (see `newContext` for the per-context fields). Sample counts are 24 kHz samples.
  *
+ * Saved voices (record or upload a reference, list, delete, speak with one) live in `voices.js`; their
+ * names join the voice list, and its state is `window.vivace.savedVoices` / `window.vivace.voicePanel`.
+ *
  * URL parameters: `record=1` keeps a copy of rendered audio per context (tests, debugging);
  * `target_ms=N` the jitter buffer's starting target; `server=ws://...` another gateway.
  */
@@ -15,6 +18,7 @@ import { OpusStream, opusSupported } from './opus-stream.js';
 import { Player } from './player.js';
 import { fnv1aInt16 } from './pcm-hash.js';
 import { drawTimeline } from './timeline.js';
+import { VoicePanel, httpBaseUrl } from './voices.js';
 
 const REPORT_EVERY_MS = 200;
 const EVENT_LOG_LIMIT = 300;
@@ -28,7 +32,9 @@ const vivace = {
   sessionId: null,
   model: null, // {id, random_weights}
   randomWeights: null,
-  voices: [],
+  voices: [], // the model's built-in voices (session.created)
+  savedVoices: [], // names of the saved voices (GET /v1/audio/voices), offered after the built-ins
+  voicePanel: null, // the saved-voices panel's state (voices.js)
   languages: [],
   limits: null,
   opusSupported: false,
@@ -229,7 +235,7 @@ function onSessionCreated(event) {
   vivace.voices = (event.voices || []).map(nameOf);
   vivace.languages = (event.languages || []).map(nameOf);
   vivace.limits = event.limits || null;
-  fillSelect($('voice'), vivace.voices);
+  renderVoiceSelect();
   fillSelect($('language'), vivace.languages, 'auto');
   const notice = $('weights-notice');
   if (vivace.randomWeights) {
@@ -264,6 +270,26 @@ function fillSelect(select, names, preferred) {
   );
   if (names.includes(previous)) select.value = previous;
   else if (preferred && names.includes(preferred)) select.value = preferred;
+}
+
+/** The voice list: the built-in voices, then the saved ones in their own group (a name is the voice). */
+function renderVoiceSelect() {
+  const select = $('voice');
+  const previous = select.value;
+  fillSelect(select, vivace.voices);
+  const saved = vivace.savedVoices.filter((n) => !vivace.voices.includes(n));
+  if (saved.length) {
+    const group = document.createElement('optgroup');
+    group.label = 'Saved voices';
+    for (const n of saved) {
+      const o = document.createElement('option');
+      o.value = n;
+      o.textContent = n;
+      group.append(o);
+    }
+    select.append(group);
+  }
+  if ([...vivace.voices, ...saved].includes(previous)) select.value = previous;
 }
 
 function onServerError(event, c) {
@@ -577,6 +603,21 @@ $('speak').addEventListener('click', () => begin('speak'));
 $('stream').addEventListener('click', () => begin('stream'));
 $('stop').addEventListener('click', () => stop());
 $('reconnect').addEventListener('click', () => connect().catch(() => {}));
+const voicePanel = new VoicePanel({
+  baseUrl: httpBaseUrl(params.get('server'), location),
+  apiKey: () => $('api-key').value.trim(),
+  onChange: (saved) => {
+    vivace.savedVoices = saved.map((v) => v.name);
+    renderVoiceSelect();
+  },
+  onUse: (name) => {
+    $('voice').value = name;
+    setStatus(`Voice ${name} selected. Press Speak.`);
+    $('text').focus();
+  },
+});
+vivace.voicePanel = voicePanel.state;
+$('api-key').addEventListener('change', () => voicePanel.refresh());
 $('text').addEventListener('keydown', (ev) => {
   if (ev.key === 'Enter' && (ev.ctrlKey || ev.metaKey)) {
     ev.preventDefault();
@@ -602,3 +643,4 @@ if (typeof AudioWorkletNode === 'undefined') {
   setStatus('This page needs AudioWorklet, which browsers give only to secure pages: open it via localhost or https.');
 }
 connect().catch(() => {});
+voicePanel.refresh();

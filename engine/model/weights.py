@@ -180,7 +180,7 @@ def _random_model(
     generator = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, tensor in model.checkpoint_tensors():
-            _fill_random(name, tensor, generator)
+            fill_random(name, tensor, generator)
     if config.codec_encoder is not None:
         model.codec_encoder = random_codec_encoder(
             config.codec_encoder, device=device, dtype=codec_dtype, seed=seed
@@ -188,8 +188,9 @@ def _random_model(
     return model
 
 
-def _fill_random(name: str, tensor: Tensor, generator: torch.Generator) -> None:
-    """In-place init that keeps activations O(1): unit-variance Linear outputs, O(1) embeddings."""
+def fill_random(name: str, tensor: Tensor, generator: torch.Generator) -> None:
+    """In-place init that keeps activations O(1): unit-variance Linear outputs, O(1) embeddings. Public for
+    `engine.model.voice_encoders`, which replays these fills to reproduce the speaker encoder's values."""
     if name.endswith("norm.weight"):
         tensor.uniform_(0.5, 1.5, generator=generator)
     elif name.endswith(".bias"):

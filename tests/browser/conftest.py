@@ -45,6 +45,8 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--autoplay-policy=no-user-gesture-required",
 ]
+# Chromium's fake microphone (a beeping tone) granted without a prompt: for recording a reference voice.
+FAKE_MICROPHONE_ARGS = ["--use-fake-device-for-media-stream", "--use-fake-ui-for-media-stream"]
 KINDS = ("gateway", "gateway-fake-engine", "standin")
 READY_TIMEOUT_S = {"gateway": 600.0, "gateway-fake-engine": 60.0, "standin": 30.0}
 
@@ -152,7 +154,8 @@ def web_server() -> Iterator[WebServer]:
 
 
 @pytest.fixture(scope="module")
-def chromium() -> Iterator[object]:
+def playwright_driver() -> Iterator[object]:
+    """One Playwright driver per module (its sync API allows only one at a time), shared by the browsers."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -160,11 +163,26 @@ def chromium() -> Iterator[object]:
     if not (Path(CHROMIUM).is_file() or shutil.which(CHROMIUM)):
         missing(f"no Chromium at {CHROMIUM} (Debian package 'chromium')")
     with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
+        yield p
+
+
+def launch_chromium(driver: object, extra_args: tuple[str, ...] = ()) -> Iterator[object]:
+    browser = driver.chromium.launch(executable_path=CHROMIUM, args=[*CHROMIUM_ARGS, *extra_args])  # type: ignore[attr-defined]
+    try:
+        yield browser
+    finally:
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def chromium(playwright_driver: object) -> Iterator[object]:
+    yield from launch_chromium(playwright_driver)
+
+
+@pytest.fixture(scope="module")
+def chromium_with_microphone(playwright_driver: object) -> Iterator[object]:
+    """Chromium whose microphone is the fake device (`FAKE_MICROPHONE_ARGS`), permission granted."""
+    yield from launch_chromium(playwright_driver, tuple(FAKE_MICROPHONE_ARGS))
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,6 @@
 """`python -m engine.voice_tool`: a recording in a common container becomes a saved voice equal to
-`compute_voice` on its decoded, channel-averaged PCM; refusals come back as one JSON line with a code."""
+`compute_voice` on its decoded, channel-averaged PCM; refusals come back as one JSON line with a code;
+from a checkpoint it reads only the encoders (the talker's shard may be absent, the talker never built)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.voice_store import VoiceStore, compute_voice
 from engine.voice_tool import decode_audio, main
+from tests.engine.base_checkpoint import forbid_building_the_generation_modules, sharded_without_the_talker
 
 RATE = 16000
 
@@ -67,3 +69,18 @@ def test_a_recording_becomes_the_voice_compute_voice_gives_for_its_decoded_pcm(
         status, out = _run(capsys, *args)
         assert status == 1 and out == {"ok": False, "code": code, "message": out["message"]}, (code, out)
     assert VoiceStore(voices).names() == ["my-voice"]
+
+
+def test_from_a_checkpoint_the_tool_reads_only_the_encoders_and_never_builds_the_talker(
+        base_model: Qwen3TTS, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    root = sharded_without_the_talker(tmp_path / "ckpt", base_model)  # the talker's shard is gone
+    forbid_building_the_generation_modules(monkeypatch)
+    audio = tmp_path / "ref.wav"
+    pcm = _stereo_wav(audio)
+    voices = tmp_path / "voices"
+    status, out = _run(capsys, "--model", str(root), "--voices-dir", str(voices), "--transcript", "Two tones.",
+                       "cloned", str(audio))
+    assert status == 0 and out["ok"] and out["voice"]["model_id"] == str(root), out
+    _, embedding, codes = VoiceStore(voices).tensors("cloned")
+    want = compute_voice(base_model, pcm, RATE, "Two tones.")
+    assert torch.equal(embedding, want.embedding) and torch.equal(codes, want.ref_codes)
