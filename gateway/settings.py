@@ -50,7 +50,7 @@ class Settings:
     def engine_command(self, python: str = sys.executable) -> list[str]:
         """The engine's argv without `--socket` (added per engine)."""
         if self.fake_engine:
-            return [python, "-m", "engine.ipc.fake_engine", *self.engine_args]
+            return [python, "-m", "engine.ipc.fake_engine", "--model", self.model, *self.engine_args]
         command = [python, "-m", "engine", "--model", self.model, "--load-format", self.load_format]
         command += ["--device", "cuda" if self.device == "auto" and self.engines > 1 else self.device]
         if self.download:

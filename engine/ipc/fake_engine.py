@@ -116,13 +116,14 @@ class FakeRequest:
 class FakeEngine:
     def __init__(
         self, endpoint: EngineEndpoint, *, delay_ms: float, ms_per_frame: float, heartbeat_s: float = HEARTBEAT_S,
-        gpu_uuid: str = "",
+        gpu_uuid: str = "", speakers: tuple[str, ...] = SPEAKERS,
     ) -> None:  # fmt: skip
         self.endpoint = endpoint
         self.delay_ns = int(delay_ms * 1e6)
         self.frame_ns = int(ms_per_frame * 1e6)
         self.heartbeat_s = heartbeat_s
         self.gpu_uuid = gpu_uuid
+        self.speakers = speakers
         self.requests: dict[tuple[int, int], FakeRequest] = {}
         self.shutdown_at_ns: int | None = None
         self.next_heartbeat = time.monotonic() + heartbeat_s
@@ -257,9 +258,17 @@ class FakeEngine:
         return max(0.0, wake)
 
     def _ready(self) -> Ready:
-        return Ready(model_id="fake-qwen3-tts", random_weights=True, sample_rate=SAMPLE_RATE, speakers=SPEAKERS,
+        return Ready(model_id="fake-qwen3-tts", random_weights=True, sample_rate=SAMPLE_RATE, speakers=self.speakers,
                      languages=LANGUAGES, device="cuda" if self.gpu_uuid else "cpu", max_batch=64,
                      gpu_uuid=self.gpu_uuid)  # fmt: skip
+
+
+def _is_base_preset(model: str) -> bool:
+    """A Base preset serves saved voices only, so a fake engine for it lists no speakers (as the real one)."""
+    from engine.model.presets import PRESETS  # torch-free
+
+    preset = PRESETS.get(model.lower())
+    return preset is not None and preset()[0]["tts_model_type"] == "base"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -270,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--delay-ms", type=float, default=0.0, help="time from Submit to the first frame")
     parser.add_argument("--ms-per-frame", type=float, default=0.0, help="generation time per 80 ms frame")
     parser.add_argument("--heartbeat-s", type=float, default=HEARTBEAT_S, help="seconds between heartbeats")
+    parser.add_argument(
+        "--model",
+        default="tiny",
+        help="the gateway's --model: a Base preset (tiny-base, ...) has no built-in speakers in Ready",
+    )
     parser.add_argument("--gpu-uuid", default="", help="the GPU UUID to report in Ready (default: none, CPU)")
     parser.add_argument(
         "--fail-start-on",
@@ -292,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     die_with_parent()
     endpoint = EngineEndpoint(args.socket)
     engine = FakeEngine(endpoint, delay_ms=args.delay_ms, ms_per_frame=args.ms_per_frame,
-                        heartbeat_s=args.heartbeat_s, gpu_uuid=args.gpu_uuid)  # fmt: skip
+                        heartbeat_s=args.heartbeat_s, gpu_uuid=args.gpu_uuid,
+                        speakers=() if _is_base_preset(args.model) else SPEAKERS)  # fmt: skip
 
     def on_sigterm(signum: int, frame: object) -> None:
         engine.request_shutdown(5000)
