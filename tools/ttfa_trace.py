@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
     )
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=30)
+    parser.add_argument("--requests", type=int, default=30, help="requests of an idle point (--rps 0)")
     parser.add_argument(
         "--rps",
         type=float,
@@ -187,6 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[0.0],
         help="one point per value, in order, on one engine: Poisson arrivals; 0: one at a time, idle",
     )
+    parser.add_argument("--duration-s", type=float, default=10.0, help="arrivals per point with --rps > 0")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(ours)
