@@ -107,7 +107,7 @@ class EngineSettings:
     cp_kernels: str = "fused"  # code-predictor fast path: fused (frame kernels) | layers (fused layer stack)
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
-    urgent_slack_ms: float = SchedulerConfig().urgent_slack_ms  # a playing stream this close to running dry goes first
+    rescue_slack_ms: float = SchedulerConfig().rescue_slack_ms  # a playing stream this near running dry goes first
     codec_stream: bool = True  # CUDA: codec chunks on a stream of their own, beside the generation steps
     sync_debug: str = "off"  # CUDA: "warn" logs every host-device synchronisation (torch sync debug mode)
     profile_dir: str = ""  # profile the loop (engine/profiling.py) and write summary tables here
@@ -140,8 +140,8 @@ class EngineSettings:
                              f"prefill ({self.prefill_token_buckets[-1]}); raise --max-context")
         if self.heartbeat_s <= 0 or self.shutdown_grace_ms < 0:
             raise ValueError("heartbeat_s must be > 0 and shutdown_grace_ms >= 0")
-        if self.urgent_slack_ms < 0:
-            raise ValueError("urgent_slack_ms must be >= 0")
+        if not 0 <= self.rescue_slack_ms <= SchedulerConfig().urgent_slack_ms:
+            raise ValueError(f"rescue_slack_ms must be in [0, {SchedulerConfig().urgent_slack_ms:g}]")
         if self.max_in_flight < 1 or self.profile_steps < 1 or self.profile_after_s < 0:
             raise ValueError("max_in_flight and profile_steps must be >= 1, profile_after_s >= 0")
         _check_choice("sync_debug", self.sync_debug, ("off", "warn"))
@@ -227,7 +227,7 @@ class EngineSettings:
             admission_control=admission,
             max_frames=self.max_frames,
             length_model=random_weights,
-            urgent_slack_ms=self.urgent_slack_ms,
+            rescue_slack_ms=self.rescue_slack_ms,
         )
 
     def chunk_policy_object(self) -> ChunkPolicy | None:
@@ -316,9 +316,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--shutdown-grace-ms", type=int, default=d.shutdown_grace_ms,
                    help="SIGTERM: time in-flight requests get to finish before they fail")
     p.add_argument("--log-level", default=d.log_level, choices=("debug", "info", "warning", "error"))
-    p.add_argument("--urgent-slack-ms", type=float, default=d.urgent_slack_ms,
+    p.add_argument("--rescue-slack-ms", type=float, default=d.rescue_slack_ms,
                    help="a playing stream whose slack (audio left minus the predicted time to its next audio) is "
-                        "under this goes before newcomers' first audio (docs/scheduling.md)")
+                        "under this goes before newcomers' startup work (docs/scheduling.md)")
     p.add_argument("--max-in-flight", type=int, default=d.max_in_flight,
                    help="plans queued on the GPU before the host waits for the oldest (host planning of step k+1 "
                         "overlaps the GPU's step k)")

@@ -28,11 +28,11 @@ class SchedulerConfig:
     max_codec_streams: int = 256  # codec state slots
     max_step_ms: float = 12.0  # a batch is cut so its predicted time stays under this (anchor always runs)
     startup_codec_ms: float = 4.0  # ... and a codec batch under this while any request awaits its first audio
-    # A playing stream with less slack than this goes before newcomers' startup work. 40 ms is still several
-    # frame steps of margin; at 60 ms streams that had just started (80-160 ms buffered) counted as urgent and
-    # held newcomers' first chunks back (tools/ttfa_trace.py on the H200; simulator: p95 TTFA at 40 RPS 33 -> 17
-    # ms, no underruns; docs/scheduling.md).
-    urgent_slack_ms: float = 40.0
+    urgent_slack_ms: float = 60.0  # a playing stream this near running dry is urgent: rescue work for admission
+    # ... and with less slack than this it also goes before newcomers' startup work. Lower than urgent: streams
+    # that have just started (80-160 ms buffered) are urgent, and at 60 ms they held every newcomer's first chunk
+    # back (tools/ttfa_trace.py on the H200; simulator at 40 RPS: p95 TTFA 33 -> 17 ms; docs/scheduling.md).
+    rescue_slack_ms: float = 40.0
     first_chunk_frames: int = 1  # 2 when the engine drops the fixed silent first frame
     chunk_margin_ms: float = 40.0  # a chunk must be out this long before its listener would run dry
     typical_chunk_frames: int = 8  # codec shape assumed by admission's real-time demand
@@ -55,6 +55,8 @@ class SchedulerConfig:
             sizes = getattr(self, name)
             if not sizes or sizes[0] < 1 or list(sizes) != sorted(set(sizes)):
                 raise ValueError(f"{name} must be positive and strictly increasing, got {sizes}")
+        if not 0 <= self.rescue_slack_ms <= self.urgent_slack_ms:
+            raise ValueError("rescue_slack_ms must be in [0, urgent_slack_ms]")
         if self.first_chunk_frames < 1 or self.max_requests < 1 or self.max_codec_streams < 1:
             raise ValueError("first_chunk_frames, max_requests and max_codec_streams must be >= 1")
         if not 0 < self.max_utilization <= 1:

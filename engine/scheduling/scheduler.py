@@ -8,11 +8,13 @@ and the step budget (`max_step_ms`, so no batch blocks a newcomer for long; `sta
 batches while any request awaits its first audio). The rest waits a turn.
 
 Who is most pressing (policy DEADLINE, the default):
-  1. urgent streams: already playing, slack < `urgent_slack_ms`, where
+  1. rescue: playing streams with slack < `rescue_slack_ms`, where
      slack = deadline - now - predicted time to produce their next audio;
   2. startup: requests without first audio (the TTFA path), their first codec chunk first, then
      prefill (it brings newcomers into step with the others), code predictor, talker decode;
-  3. everyone else by slack (earliest to run dry first): filler that builds buffers ahead.
+  3. urgent: playing streams with slack < `urgent_slack_ms` (rescue and urgent work are what admission's
+     pressure counts);
+  4. everyone else by slack (earliest to run dry first): filler that builds buffers ahead.
 FIFO and ROUND_ROBIN exist as baselines for the simulator (docs/scheduling.md compares them).
 
 Chunk sizes: each request's next codec chunk is chosen from its remaining playback buffer and its
@@ -64,6 +66,11 @@ GENERATION_PHASES = frozenset({Phase.PREFILL, Phase.CODE_PREDICT, Phase.TALKER_D
 # Order of a request's own items when it is the anchor: audio out first, then the pipeline front.
 STAGE_RANK = {WorkKind.CODEC_CHUNK: 0, WorkKind.TALKER_PREFILL: 1, WorkKind.CODE_PREDICT: 2,
               WorkKind.TALKER_DECODE: 3}
+# Tiers of the DEADLINE policy's keys (first element; smaller goes first). Rescue and urgent are both playing
+# streams near their deadlines (they count as rescue work for admission's pressure and keep their codec budget);
+# only rescue goes before newcomers' startup work.
+RESCUE, STARTUP, URGENT, FILLER = 0, 1, 2, 3
+URGENT_TIERS = (RESCUE, URGENT)
 MERGING_KINDS = {WorkKind.CODE_PREDICT: WorkKind.TALKER_DECODE, WorkKind.TALKER_DECODE: WorkKind.CODE_PREDICT}
 PHASE_KIND = {Phase.PREFILL: WorkKind.TALKER_PREFILL, Phase.CODE_PREDICT: WorkKind.CODE_PREDICT,
               Phase.TALKER_DECODE: WorkKind.TALKER_DECODE}
@@ -269,7 +276,7 @@ class Scheduler:
         self._served_at[anchor.kind] = self._plans
         plan = self._lower(anchor.kind, anchor.shape, self._cut(anchor.kind, anchor.shape, cohort))
         # Pressure: the share of recent GPU time spent rescuing streams close to running dry.
-        urgent = self.config.policy is Policy.DEADLINE and anchor.key[0] == 0
+        urgent = self.config.policy is Policy.DEADLINE and anchor.key[0] in URGENT_TIERS
         self._urgent_ms = PRESSURE_DECAY * self._urgent_ms + (plan.predicted_ms if urgent else 0.0)
         self._planned_ms = PRESSURE_DECAY * self._planned_ms + plan.predicted_ms
         return plan
@@ -340,10 +347,12 @@ class Scheduler:
         if self.config.policy is not Policy.DEADLINE:
             return (r.arrival_ns, rank)  # FIFO anchors by age; ROUND_ROBIN picks the kind first
         if r.first_audio_ns is None:
-            return (1, rank, r.arrival_ns)
+            return (STARTUP, rank, r.arrival_ns)
+        if slack < self.config.rescue_slack_ms:
+            return (RESCUE, slack, rank)
         if slack < self.config.urgent_slack_ms:
-            return (0, slack, rank)
-        return (2, slack, rank)
+            return (URGENT, slack, rank)
+        return (FILLER, slack, rank)
 
     def _anchor(self, items: list[_Item]) -> _Item:
         if self.config.policy is Policy.ROUND_ROBIN:
@@ -364,14 +373,14 @@ class Scheduler:
     def _may_merge(self, anchor: _Item) -> bool:
         """Never for urgent streams; for startup work only when `merge_startup` trades TTFA for throughput."""
         tier = anchor.key[0]
-        return tier == 2 or (tier == 1 and self.config.merge_startup)
+        return tier == FILLER or (tier == STARTUP and self.config.merge_startup)
 
     def _cut(self, kind: WorkKind, shape: int, cohort: list[_Item]) -> list[_Item]:
         """Split oversize cohorts: keep the most pressing rows that fit a capture size and the step budget."""
         sizes = capture_sizes(self.config, kind)
         cohort = cohort[: sizes[-1]]
         costs, budget_ms = self.costs, self.config.max_step_ms
-        urgent = self.config.policy is Policy.DEADLINE and cohort and cohort[0].key[0] == 0
+        urgent = self.config.policy is Policy.DEADLINE and cohort and cohort[0].key[0] in URGENT_TIERS
         if kind is WorkKind.CODEC_CHUNK and not urgent and self.startup_waiting:
             # A newcomer must not wait behind a long codec batch; a rescue of a stream about to run dry
             # (an urgent anchor) keeps its full budget, or playing streams would underrun under overload.

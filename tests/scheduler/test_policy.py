@@ -160,3 +160,26 @@ def test_a_newcomers_first_codec_batch_is_predicted_within_the_startup_budget():
     # Without the startup budget the same batch is larger and slower, so the bound above can fail.
     unbounded = _newcomers_first_codec_plan(startup_codec_ms=50.0, max_step_ms=50.0)
     assert len(unbounded.rows) > len(bounded.rows) and unbounded.predicted_ms > 4.0
+
+
+def _first_audio_plans_beside_streams_due_in(deadline_ms: float) -> list:
+    """A newcomer's plans up to its first audio, beside 40 playing streams whose listeners run dry in `deadline_ms`."""
+    scheduler = make_scheduler()
+    now = _established_streams(scheduler, 40, 0)
+    for rid in range(1, 41):
+        scheduler.set_deadline(rid, now + int(deadline_ms * MS))
+    newcomer = admit(scheduler, make_request(99, now, tokens=10, chars=45), now)
+    plans, _ = run(scheduler, now, lambda: newcomer.first_audio_ns is not None)
+    return plans
+
+
+def test_streams_with_some_slack_left_do_not_hold_a_newcomers_first_audio_back():
+    """Urgent (slack under urgent_slack_ms, 60) but above rescue_slack_ms (40): the newcomer goes first."""
+    plans = _first_audio_plans_beside_streams_due_in(62)
+    assert [p.kind for p in plans] == [WorkKind.TALKER_PREFILL, WorkKind.CODE_PREDICT, WorkKind.CODEC_CHUNK]
+    assert all(99 in plan.request_ids for plan in plans)
+
+
+def test_streams_about_to_run_dry_are_rescued_before_a_newcomer_starts():
+    plans = _first_audio_plans_beside_streams_due_in(25)
+    assert any(99 not in plan.request_ids for plan in plans)
