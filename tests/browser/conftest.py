@@ -126,14 +126,21 @@ def web_server() -> Iterator[WebServer]:
         command = [sys.executable, "-m", "gateway", "--model", "tiny", "--fake-engine", "--port", str(port)]
     else:
         command = [sys.executable, "-m", "tests.browser.standin_server", "--port", str(port)]
+    yield from serve(kind, command, f"browser-{kind}-server.log", READY_TIMEOUT_S[kind])
+
+
+def serve(kind: str, command: list[str], log_name: str, ready_timeout_s: float) -> Iterator[WebServer]:
+    """Run `command` (a server on the port its `--port` names) with its output in test-artifacts/`log_name`,
+    yield it once /ready answers 200, stop it afterwards (a fixture's body: `yield from serve(...)`)."""
+    port = command[command.index("--port") + 1]
     ARTIFACTS.mkdir(exist_ok=True)
-    log_path = ARTIFACTS / f"browser-{kind}-server.log"
+    log_path = ARTIFACTS / log_name
     env = {k: v for k, v in os.environ.items() if not k.startswith("VIVACE_")}
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
     server = WebServer(kind, f"http://127.0.0.1:{port}", process, log_path)
     try:
-        deadline = time.monotonic() + READY_TIMEOUT_S[kind]
+        deadline = time.monotonic() + ready_timeout_s
         while True:
             if process.poll() is not None:
                 pytest.fail(f"{' '.join(command)} exited with {process.returncode}:\n{server.log_tail()}")
@@ -141,7 +148,7 @@ def web_server() -> Iterator[WebServer]:
                 if server.get("/ready")[0] == 200:
                     break
             if time.monotonic() > deadline:
-                pytest.fail(f"{kind} server not ready within {READY_TIMEOUT_S[kind]} s:\n{server.log_tail()}")
+                pytest.fail(f"{kind} server not ready within {ready_timeout_s} s:\n{server.log_tail()}")
             time.sleep(0.2)
         yield server
     finally:

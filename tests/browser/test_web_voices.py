@@ -12,8 +12,6 @@ voice by name).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 import urllib.error
@@ -26,7 +24,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.browser.conftest import ARTIFACTS, REPO_ROOT, WebServer, free_port
+from tests.browser.conftest import WebServer, free_port, serve
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -41,33 +39,7 @@ def voices_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebServe
     port = free_port()
     command = [sys.executable, "-m", "gateway", "--model", "tiny-base", "--fake-engine", "--port", str(port),
                "--voices-dir", str(voices_dir), "--api-key", API_KEY]  # fmt: skip
-    ARTIFACTS.mkdir(exist_ok=True)
-    log_path = ARTIFACTS / "browser-voices-server.log"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VIVACE_")}
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
-    server = WebServer("gateway-fake-engine", f"http://127.0.0.1:{port}", process, log_path)
-    try:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while True:
-            assert process.poll() is None, f"{' '.join(command)} exited:\n{server.log_tail()}"
-            try:
-                if server.get("/ready")[0] == 200:
-                    break
-            except OSError:
-                pass  # not listening yet
-            assert time.monotonic() < deadline, (
-                f"gateway not ready in {READY_TIMEOUT_S} s:\n{server.log_tail()}"
-            )
-            time.sleep(0.2)
-        yield server
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
+    yield from serve("gateway-fake-engine", command, "browser-voices-server.log", READY_TIMEOUT_S)
 
 
 def server_voice(server: WebServer, name: str) -> tuple[int, dict[str, Any]]:
