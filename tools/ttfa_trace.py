@@ -23,6 +23,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
+from engine.__main__ import build
+from engine.ipc.messages import Audio, Error, Submit
+from engine.settings import parse_args
+from loadtest.prompts import load_prompts
+
 LINK = 1  # replies to any link but the internal one are kept (engine/loop.py)
 
 
@@ -42,13 +49,6 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def run(args: argparse.Namespace, engine_argv: list[str]) -> dict[str, Any]:
-    import torch
-
-    from engine.__main__ import build
-    from engine.ipc.messages import Audio, Error, Submit
-    from engine.settings import parse_args
-    from loadtest.prompts import load_prompts
-
     loop = build(parse_args(["--socket", "unused-by-ttfa-trace", *engine_argv]))  # no link is served
     tokenizer = loop.executors.model.tokenizer
     speaker = loop.ready.speakers[0] if loop.ready.speakers else ""
@@ -74,15 +74,14 @@ def run(args: argparse.Namespace, engine_argv: list[str]) -> dict[str, Any]:
     reports = []
     for rps in args.rps:
         launched.clear()
-        traces, refused = _drive(
-            loop, rps, args.requests, prompts, rng, tokenizer, speaker, Submit, Audio, Error
-        )
+        requests = args.requests if rps <= 0 else round(rps * args.duration_s)
+        traces, refused = _drive(loop, rps, requests, prompts, rng, tokenizer, speaker)
         reports.append(_report(loop, rps, traces, refused, launched, reference, reference_host))
     return {"engine_argv": engine_argv, "points": reports}
 
 
-def _drive(loop: Any, rps: float, requests: int, prompts: list, rng: random.Random, tokenizer: Any, speaker: str,
-           Submit: Any, Audio: Any, Error: Any) -> tuple[dict[int, Trace], int]:  # fmt: skip
+def _drive(loop: Any, rps: float, requests: int, prompts: list, rng: random.Random, tokenizer: Any,
+           speaker: str) -> tuple[dict[int, Trace], int]:  # fmt: skip
     """Submit `requests` prompts (Poisson at `rps`, or one at a time on an idle engine) and step the loop until
     each has its first audio; the engine is left idle."""
     base = loop._next_id * 1000  # gateway-side ids unique across points
