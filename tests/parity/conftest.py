@@ -109,6 +109,12 @@ def reference(oracle_dir: Path) -> Reference:
     return Reference(oracle_dir)
 
 
+@pytest.fixture(scope="session")
+def voices(reference: Reference) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The voice oracle's output (tools/oracle/voices.py): its JSON summary and its tensors."""
+    return reference.json("voices.json"), reference.tensors("voices.safetensors")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _few_threads() -> None:
     torch.set_num_threads(min(2, os.cpu_count() or 1))

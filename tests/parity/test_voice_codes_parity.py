@@ -20,11 +20,6 @@ from engine.model.reference_audio import resample
 AUDIOS = ["a24k", "a16k", "a44k", "long24k"]
 
 
-@pytest.fixture(scope="module")
-def voices(reference):
-    return reference.json("voices.json"), reference.tensors("voices.safetensors")
-
-
 @pytest.mark.parametrize("name", AUDIOS)
 def test_reference_codes_equal_the_official_encode_exactly(reference, voices, name: str) -> None:
     meta, ref = voices

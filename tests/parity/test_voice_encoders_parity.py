@@ -38,11 +38,6 @@ def encoders(reference, tmp_path_factory) -> VoiceEncoders:
     return load_voice_encoders(root)
 
 
-@pytest.fixture(scope="module")
-def voices(reference):
-    return reference.json("voices.json"), reference.tensors("voices.safetensors")
-
-
 @pytest.mark.parametrize("name", AUDIOS)
 def test_encoders_alone_give_the_official_x_vector_and_reference_codes(encoders, voices, name: str) -> None:
     meta, ref = voices

@@ -26,11 +26,6 @@ RUNS = ["xvector.streaming", "xvector.non_streaming", "icl.streaming"]
 GREEDY = Sampling(greedy=True, subtalker_greedy=True)
 
 
-@pytest.fixture(scope="module")
-def voices(reference):
-    return reference.json("voices.json"), reference.tensors("voices.safetensors")
-
-
 def _run(reference, voices, name: str) -> tuple[dict, torch.Tensor, torch.Tensor]:
     meta, ref = voices
     run = next(r for r in meta["runs"] if r["name"] == name)

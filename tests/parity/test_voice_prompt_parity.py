@@ -19,11 +19,6 @@ from engine.text.prompt import build_in_context_prefill, build_voice_design_pref
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
-@pytest.fixture(scope="module")
-def voices(reference):
-    return reference.json("voices.json"), reference.tensors("voices.safetensors")
-
-
 VARIANTS = 26  # tools/oracle/voices.py: 6 x-vector, 12 in-context, 8 VoiceDesign
 
 

@@ -17,11 +17,6 @@ from engine.model.speaker_encoder import speaker_embedding
 AUDIOS = ["a24k", "a16k", "a44k", "long24k"]
 
 
-@pytest.fixture(scope="module")
-def voices(reference):
-    return reference.json("voices.json"), reference.tensors("voices.safetensors")
-
-
 @pytest.mark.parametrize("name", AUDIOS)
 def test_resampled_reference_pcm_equals_librosa_soxr_hq_bit_for_bit(voices, name: str) -> None:
     meta, ref = voices

@@ -374,6 +374,25 @@ TINY_ENCODER = {
 }
 
 
+def write_preprocessor_config(speech_tokenizer_dir: Path) -> None:
+    """The released speech tokenizer's preprocessor_config.json (24 kHz Encodec feature extractor)."""
+    (speech_tokenizer_dir / "preprocessor_config.json").write_text(
+        json.dumps(
+            {
+                "chunk_length_s": None,
+                "feature_extractor_type": "EncodecFeatureExtractor",
+                "feature_size": 1,
+                "overlap": None,
+                "padding_side": "right",
+                "padding_value": 0.0,
+                "return_attention_mask": True,
+                "sampling_rate": 24000,
+            },
+            indent=2,
+        )
+    )
+
+
 def speech_tokenizer_config(decoder: dict, encoder: dict) -> dict:
     return {
         "architectures": ["Qwen3TTSTokenizerV2Model"],
@@ -451,21 +470,7 @@ def build_checkpoint(out: Path, size: str, seed: int) -> None:
             codec.decoder.decoder[-1].conv.weight.mul_(0.5)
     st = out / "speech_tokenizer"
     codec.save_pretrained(st, safe_serialization=True)
-    (st / "preprocessor_config.json").write_text(
-        json.dumps(
-            {
-                "chunk_length_s": None,
-                "feature_extractor_type": "EncodecFeatureExtractor",
-                "feature_size": 1,
-                "overlap": None,
-                "padding_side": "right",
-                "padding_value": 0.0,
-                "return_attention_mask": True,
-                "sampling_rate": 24000,
-            },
-            indent=2,
-        )
-    )
+    write_preprocessor_config(st)
 
 
 def load_official(ckpt: Path, dtype: torch.dtype) -> Qwen3TTSModel:

@@ -123,21 +123,7 @@ def build_voice_checkpoint(out: Path, config: dict, seed: int) -> None:
     (st / "config.json").write_text(
         json.dumps(mr.speech_tokenizer_config(mr.TINY_DECODER, BASE_ENCODER), indent=2)
     )
-    (st / "preprocessor_config.json").write_text(
-        json.dumps(
-            {
-                "chunk_length_s": None,
-                "feature_extractor_type": "EncodecFeatureExtractor",
-                "feature_size": 1,
-                "overlap": None,
-                "padding_side": "right",
-                "padding_value": 0.0,
-                "return_attention_mask": True,
-                "sampling_rate": 24000,
-            },
-            indent=2,
-        )
-    )
+    mr.write_preprocessor_config(st)
 
 
 def synthetic_audio(rate: int, seconds: float, seed: int) -> np.ndarray:
