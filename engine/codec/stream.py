@@ -8,10 +8,10 @@ in one batch and a CUDA graph per (batch, frames) shape can later index the same
     pool.flat            [rows, state elements]   model dtype, one row per slot, zeroed when a slot is allocated
     pool.tensors[name]   [rows, *layout[name]]    views of columns of `flat`, in layout order
     pool.positions       [rows] int64             frames decoded so far (device copy, used by the kernels)
+    host mirror          positions + allocated flags, for validation without reading the device
 
 One flat row per slot makes gathering a batch's state one `index_select` instead of one per state tensor
 (~37): at the engine's small batches a codec step is launch-bound.
-    host mirror          positions + allocated flags, for validation without reading the device
 
 `rows` is the storage built; `slots` the streams it can hold: `rows` minus the rows `reserve()` took for good
 (a runner's scratch row, e.g. `engine.fast.codec_graphs.CodecGraphs`' padding target). So `free_slots ==
