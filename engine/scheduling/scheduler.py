@@ -190,8 +190,8 @@ class Scheduler:
 
     def append_text(self, request_id: int, text_ids: Iterable[int], chars: int) -> bool:
         """More stable text for a running request; False if it is unknown or already ended."""
-        r = self._requests.get(request_id)
-        if r is None or r.is_ended:
+        r = self._live(request_id)
+        if r is None:
             return False
         if r.text_ended:
             raise ValueError(f"request {request_id}: text appended after its end")
@@ -200,9 +200,14 @@ class Scheduler:
         self._resume_if_text(r)
         return True
 
-    def end_text(self, request_id: int) -> bool:
+    def _live(self, request_id: int) -> RequestState | None:
+        """The request, unless it is unknown or has ended (input for it is then ignored)."""
         r = self._requests.get(request_id)
-        if r is None or r.is_ended:
+        return None if r is None or r.is_ended else r
+
+    def end_text(self, request_id: int) -> bool:
+        r = self._live(request_id)
+        if r is None:
             return False
         if r.text_ended:
             return True
@@ -217,32 +222,32 @@ class Scheduler:
         return True
 
     def flush(self, request_id: int) -> bool:
-        r = self._requests.get(request_id)
-        if r is None or r.is_ended:
+        r = self._live(request_id)
+        if r is None:
             return False
         r.flush_pending = True
         return True
 
     def set_deadline(self, request_id: int, deadline_ns: int) -> bool:
         """The gateway's absolute monotonic deadline; 0 returns to the first-audio assumption."""
-        r = self._requests.get(request_id)
-        if r is None or r.is_ended:
+        r = self._live(request_id)
+        if r is None:
             return False
         r.deadline_ns = deadline_ns or None
         return True
 
     def cancel(self, request_id: int) -> bool:
         """Stop at once. Resources are released now, or when the plan holding the request completes."""
-        r = self._requests.get(request_id)
-        if r is None or r.is_ended:
+        r = self._live(request_id)
+        if r is None:
             return False
         r.phase = Phase.CANCELLED
         self._retire_if_idle(r)
         return True
 
     def fail(self, request_id: int, message: str) -> bool:
-        r = self._requests.get(request_id)
-        if r is None or r.is_ended:
+        r = self._live(request_id)
+        if r is None:
             return False
         self._fail(r, message)
         return True
