@@ -3,7 +3,8 @@
 A context's engine request is submitted with its first piece of text; later text, flushes, the end
 and playback deadlines are sent on it. One pump task per context reads the request's replies
 (Audio/Done/Error) and queues audio frames and the closing `context.done` on the session's outbox.
-An engine failure ends only its context: an `error` event, then `context.done` with reason "error".
+An engine failure ends only its context: an `error` event, then `context.done` with reason "error";
+a context the client already cancelled ends "cancelled" even if its engine fails before confirming.
 """
 
 from __future__ import annotations
@@ -88,7 +89,10 @@ class Synthesis:
                     self._on_done(ctx, msg)
                     return
                 elif isinstance(msg, Error):
-                    self.fail(ctx, msg.code, msg.message, "server_error")
+                    if ctx.cancelled:  # the client asked to stop and was told so: its context ends cancelled
+                        self._finish_cancelled(ctx)
+                    else:
+                        self.fail(ctx, msg.code, msg.message, "server_error")
                     return
         finally:
             request.release()
@@ -123,8 +127,7 @@ class Synthesis:
         if ctx.finished:
             return
         if ctx.cancelled or done.reason == DoneReason.CANCELLED:
-            self._queue_lazy(lambda: p.dumps(p.context_done(ctx.context_id, "cancelled", ctx.samples_sent)))
-            self.contexts.finish(ctx, "cancelled")
+            self._finish_cancelled(ctx)
             return
         if done.reason == DoneReason.ERROR:
             self.fail(ctx, "engine_error", "the engine could not finish this context", "server_error")
@@ -144,6 +147,12 @@ class Synthesis:
         self._queue_lazy(lambda: p.dumps(p.context_done(ctx.context_id, "completed", ctx.samples_sent)))
         self.metrics.requests_total.inc("ws", "completed")
         self.contexts.finish(ctx, "completed")
+
+    def _finish_cancelled(self, ctx: Context) -> None:
+        if ctx.finished:
+            return
+        self._queue_lazy(lambda: p.dumps(p.context_done(ctx.context_id, "cancelled", ctx.samples_sent)))
+        self.contexts.finish(ctx, "cancelled")
 
     # ------------------------------------------------------------ to the outbox
 

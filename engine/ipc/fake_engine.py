@@ -304,6 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     logging.basicConfig(level=logging.INFO, format="%(asctime)s fake-engine %(levelname)s %(message)s")
     die_with_parent()
+    # SIGTERM waits until its handler exists: the socket appears inside EngineEndpoint(), and a supervisor
+    # that sees it may signal at once (the default action would kill the process with status -15).
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     endpoint = EngineEndpoint(args.socket)
     engine = FakeEngine(endpoint, delay_ms=args.delay_ms, ms_per_frame=args.ms_per_frame,
                         heartbeat_s=args.heartbeat_s, gpu_uuid=args.gpu_uuid,
@@ -314,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         endpoint.wakeup()
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     try:
         engine.run()
     finally:

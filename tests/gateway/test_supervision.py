@@ -55,6 +55,24 @@ async def test_engine_death_fails_its_contexts_then_the_engine_restarts(engine_k
         server.stop()
 
 
+async def test_a_context_cancelled_before_its_engine_dies_still_ends_cancelled(engine_kind: str) -> None:
+    server = start_gateway(engine=engine_kind, ms_per_frame=20.0)
+    try:
+        [engine_pid] = server.engine_pids()
+        async with LiveClient.open(server.ws) as client:
+            await start_context(server, client, "stopped")
+            os.kill(engine_pid, signal.SIGSTOP)  # the engine cannot confirm the cancel...
+            await client.send(type="context.cancel", context_id="stopped")
+            await client.until("context.cancelled", "stopped")
+            os.kill(engine_pid, signal.SIGKILL)  # ...and dies with the request still running
+            done = await client.until("context.done", "stopped", timeout_s=10)
+            assert done["reason"] == "cancelled"
+            assert not [e for e in client.events if e["type"] == "error" and e.get("context_id") == "stopped"]
+        server.wait_ready(timeout_s=60, status=200)
+    finally:
+        server.stop()
+
+
 async def test_with_two_engines_killing_one_fails_only_its_own_contexts(engine_kind: str) -> None:
     server = start_gateway("--engines=2", engine=engine_kind, ms_per_frame=20.0)
     try:
