@@ -108,6 +108,9 @@ class EngineSettings:
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
     rescue_slack_ms: float = SchedulerConfig().rescue_slack_ms  # a playing stream this near running dry goes first
+    # While slots run short: newcomers prefill after a decode of this many streams (0: never wait) ...
+    align_startup_rows: int = SchedulerConfig().align_startup_rows
+    saturated_step_ms: float = SchedulerConfig().saturated_step_ms  # ... and a batch may take this long
     codec_stream: bool = True  # CUDA: codec chunks on a stream of their own, beside the generation steps
     sync_debug: str = "off"  # CUDA: "warn" logs every host-device synchronisation (torch sync debug mode)
     profile_dir: str = ""  # profile the loop (engine/profiling.py) and write summary tables here
@@ -142,6 +145,8 @@ class EngineSettings:
             raise ValueError("heartbeat_s must be > 0 and shutdown_grace_ms >= 0")
         if not 0 <= self.rescue_slack_ms <= SchedulerConfig().urgent_slack_ms:
             raise ValueError(f"rescue_slack_ms must be in [0, {SchedulerConfig().urgent_slack_ms:g}]")
+        if self.align_startup_rows < 0 or self.saturated_step_ms <= 0:
+            raise ValueError("align_startup_rows must be >= 0 and saturated_step_ms > 0")
         if self.max_in_flight < 1 or self.profile_steps < 1 or self.profile_after_s < 0:
             raise ValueError("max_in_flight and profile_steps must be >= 1, profile_after_s >= 0")
         _check_choice("sync_debug", self.sync_debug, ("off", "warn"))
@@ -228,6 +233,8 @@ class EngineSettings:
             max_frames=self.max_frames,
             length_model=random_weights,
             rescue_slack_ms=self.rescue_slack_ms,
+            align_startup_rows=self.align_startup_rows,
+            saturated_step_ms=self.saturated_step_ms,
         )
 
     def chunk_policy_object(self) -> ChunkPolicy | None:
@@ -319,6 +326,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rescue-slack-ms", type=float, default=d.rescue_slack_ms,
                    help="a playing stream whose slack (audio left minus the predicted time to its next audio) is "
                         "under this goes before newcomers' startup work (docs/scheduling.md)")
+    p.add_argument("--align-startup-rows", type=int, default=d.align_startup_rows,
+                   help="while slots run short, a newcomer's prefill waits for the talker decode of at least this "
+                        "many streams, so its code predictor joins theirs (0: never wait; docs/scheduling.md)")
+    p.add_argument("--saturated-step-ms", type=float, default=d.saturated_step_ms,
+                   help="while slots run short, a batch may take this long (else the scheduler's 12 ms step budget)")
     p.add_argument("--max-in-flight", type=int, default=d.max_in_flight,
                    help="plans queued on the GPU before the host waits for the oldest (host planning of step k+1 "
                         "overlaps the GPU's step k)")

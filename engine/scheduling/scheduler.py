@@ -295,12 +295,19 @@ class Scheduler:
         return min((t for t in times if t is not None), default=None)
 
     @property
-    def pacing_allowed(self) -> bool:
-        """Pacing keeps a stream's KV and codec slots until its audio is nearly played; when slots run short,
-        paced streams generate at full speed instead, so they finish and make room for newcomers."""
+    def slots_plentiful(self) -> bool:
+        """At least `pacing_min_free_share` of the KV and of the codec slots are free. Below that the GPU's
+        throughput is the limit: paced streams generate at full speed (they finish and make room for
+        newcomers) and batches may take `saturated_step_ms`."""
         share = self.config.pacing_min_free_share
         return (self.kv_slots.free_count >= share * self.kv_slots.size
                 and self.codec_slots.free_count >= share * self.codec_slots.size)
+
+    @property
+    def pacing_allowed(self) -> bool:
+        """Pacing keeps a stream's KV and codec slots until its audio is nearly played, while slots are
+        plentiful."""
+        return self.slots_plentiful
 
     def reset_history(self) -> None:
         """Forget recent load: e.g. after the warm-up synthesis, whose cold first steps say nothing about
@@ -365,7 +372,21 @@ class Scheduler:
             kind = min(ready, key=lambda k: (self._served_at[k], STAGE_RANK[k]))
             return min((i for i in items if i.kind is kind), key=lambda i: i.key)
         anchor = min(items, key=lambda i: i.key)
-        if self.config.policy is Policy.DEADLINE and anchor.kind in MERGING_KINDS and self._may_merge(anchor):
+        if self.config.policy is not Policy.DEADLINE:
+            return anchor
+        if (anchor.kind is WorkKind.TALKER_PREFILL and anchor.key[0] == STARTUP and self.config.align_startup_rows
+                and not self.slots_plentiful):
+            # Slots run short, so throughput is what admits the next request: prefill right after the others'
+            # talker decode, not before it. The newcomer's code predictor then runs in the same plan as theirs
+            # instead of alone (it costs about the same at 1 row as at 128), for one decode step on its TTFA.
+            # Only while decoders and newcomers fit one code-predictor plan: a split plan merges nothing.
+            decodes = [i for i in items if i.kind is WorkKind.TALKER_DECODE]
+            predicts = sum(1 for i in items if i.kind is WorkKind.CODE_PREDICT)
+            newcomers = sum(1 for i in items if i.kind is WorkKind.TALKER_PREFILL)
+            if (len(decodes) >= self.config.align_startup_rows and len(decodes) > predicts
+                    and len(decodes) + predicts + newcomers <= self.config.capture_sizes[-1]):
+                return min(decodes, key=lambda i: i.key)
+        if anchor.kind in MERGING_KINDS and self._may_merge(anchor):
             # Streams alternate code predictor and talker decode. When the other phase holds more rows,
             # run it first: its rows then join the anchor's phase and the next step serves everyone at
             # once, instead of two half-full steps per frame from here on.
@@ -384,7 +405,10 @@ class Scheduler:
         """Split oversize cohorts: keep the most pressing rows that fit a capture size and the step budget."""
         sizes = capture_sizes(self.config, kind)
         cohort = cohort[: sizes[-1]]
-        costs, budget_ms = self.costs, self.config.max_step_ms
+        costs = self.costs
+        budget_ms = self.config.max_step_ms
+        if not self.slots_plentiful:
+            budget_ms = max(budget_ms, self.config.saturated_step_ms)
         urgent = self.config.policy is Policy.DEADLINE and cohort and cohort[0].key[0] in URGENT_TIERS
         if kind is WorkKind.CODEC_CHUNK and not urgent and self.startup_waiting:
             # A newcomer must not wait behind a long codec batch; a rescue of a stream about to run dry

@@ -35,6 +35,35 @@ def test_new_request_first_audio_is_not_delayed_by_filler_work():
     assert [p.kind for p in plans] == [WorkKind.TALKER_PREFILL, WorkKind.CODE_PREDICT, WorkKind.CODEC_CHUNK]
 
 
+def _newcomer_beside_a_decoding_cohort(**overrides: object) -> list:
+    """A newcomer's plans up to first audio, admitted while 40 filler streams all wait for their talker decode."""
+    scheduler = make_scheduler(**overrides)
+    now = _established_streams(scheduler, 40, 0)
+    cohort = [scheduler.get(rid) for rid in range(1, 41)]
+    _, now = run(scheduler, now, lambda: all(r.phase is Phase.TALKER_DECODE and not r.generation_busy
+                                             for r in cohort))
+    newcomer = admit(scheduler, make_request(99, now, tokens=10, chars=45), now)
+    plans, _ = run(scheduler, now, lambda: newcomer.first_audio_ns is not None)
+    return plans
+
+
+def test_while_slots_run_short_a_newcomer_prefills_after_the_cohorts_decode_and_joins_its_code_predictor():
+    plans = _newcomer_beside_a_decoding_cohort(align_startup_rows=32, max_requests=48, max_codec_streams=48)
+    kinds = [p.kind for p in plans]
+    assert kinds == [WorkKind.TALKER_DECODE, WorkKind.TALKER_PREFILL, WorkKind.CODE_PREDICT, WorkKind.CODEC_CHUNK]
+    assert len(plans[0].rows) == 40 and 99 not in plans[0].request_ids
+    assert len(plans[2].rows) == 41 and 99 in plans[2].request_ids  # one code-predictor plan for all
+
+
+def test_with_slots_to_spare_or_alignment_off_a_newcomer_prefills_at_once():
+    for overrides in ({"align_startup_rows": 32}, {"align_startup_rows": 0, "max_requests": 48,
+                                                   "max_codec_streams": 48}):
+        plans = _newcomer_beside_a_decoding_cohort(**overrides)
+        kinds = [p.kind for p in plans]
+        assert kinds == [WorkKind.TALKER_PREFILL, WorkKind.CODE_PREDICT, WorkKind.CODEC_CHUNK], overrides
+        assert plans[1].request_ids == (99,)  # the cohort is in the other phase: a code predictor of its own
+
+
 def test_without_the_startup_tier_filler_delays_first_audio():
     """The same scene under plain FIFO: the newcomer waits behind older streams (so the test above can fail)."""
     plans = _first_audio_plans(Policy.FIFO)
@@ -94,6 +123,25 @@ def test_a_batch_is_cut_to_the_step_budget_but_the_anchor_always_runs():
     plan = scheduler.plan(now)
     assert plan is not None and plan.kind is WorkKind.CODEC_CHUNK
     assert plan.predicted_ms <= 8.0 and len(plan.rows) < 64
+
+
+def test_while_slots_run_short_a_batch_may_take_the_saturated_step_budget():
+    def codec_plan(slots: int):
+        scheduler = make_scheduler(admission_control=False, max_step_ms=8.0, saturated_step_ms=20.0,
+                                   max_requests=slots, max_codec_streams=slots)
+        requests = [admit(scheduler, make_request(rid, 0, tokens=40, chars=200), 0) for rid in range(1, 65)]
+        _, now = run(scheduler, 0, lambda: all(r.frames_generated >= 30 for r in requests))
+        for r in requests:
+            scheduler.flush(r.request_id)
+        plan = scheduler.plan(now)
+        assert plan is not None and plan.kind is WorkKind.CODEC_CHUNK
+        return plan
+
+    spare = codec_plan(256)  # 64 of 256 slots in use: the plain budget
+    assert spare.predicted_ms <= 8.0
+    short = codec_plan(72)  # 8 of 72 free, under pacing_min_free_share: the GPU is the limit
+    assert 8.0 < short.predicted_ms <= 20.0
+    assert len(short.rows) * short.codec_frames > len(spare.rows) * spare.codec_frames
 
 
 def test_split_phases_merge_with_the_majority_first():
@@ -163,7 +211,8 @@ def test_a_newcomers_first_codec_batch_is_predicted_within_the_startup_budget():
 
 
 def _first_audio_plans_beside_streams_due_in(deadline_ms: float) -> list:
-    """A newcomer's plans up to its first audio, beside 40 playing streams whose listeners run dry in `deadline_ms`."""
+    """A newcomer's plans up to its first audio, beside 40 playing streams whose listeners run dry in `deadline_ms`
+    """
     scheduler = make_scheduler()
     now = _established_streams(scheduler, 40, 0)
     for rid in range(1, 41):
