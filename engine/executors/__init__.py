@@ -293,6 +293,9 @@ class Executors:
             self.code_predictor.predict(kv_slots, [row.codec_slot for row in rows],  # type: ignore[misc]
                                         [row.frame_index for row in rows])
             return _no_result
+        if any(row.codec_frames != plan.codec_frames for row in rows):
+            raise ValueError("this codec decodes the same frames for every row of a batch (ragged_codec is a "
+                             "scheduler what-if for the simulator)")
         finish_audio = self.codec.launch([row.request_id for row in rows], [row.codec_slot for row in rows],  # type: ignore[misc]
                                          [row.frame_index for row in rows], plan.codec_frames,
                                          [row.final_chunk for row in rows])

@@ -274,12 +274,16 @@ class Scheduler:
         if not anchors:
             return None  # nothing, or only paced streams that may join a batch but not start one
         anchor = self._anchor(anchors)
-        cohort = sorted((i for i in items if i.kind is anchor.kind and _fits(anchor, i)), key=lambda i: i.key)
+        ragged = self.config.ragged_codec
+        cohort = sorted((i for i in items if i.kind is anchor.kind and _fits(anchor, i, ragged)), key=lambda i: i.key)
         cohort.remove(anchor)
         cohort.insert(0, anchor)
         self._plans += 1
         self._served_at[anchor.kind] = self._plans
-        plan = self._lower(anchor.kind, anchor.shape, self._cut(anchor.kind, anchor.shape, cohort))
+        rows = self._cut(anchor.kind, anchor.shape, cohort)
+        shape = self._ragged_frames(rows) if anchor.kind is WorkKind.CODEC_CHUNK and self.config.ragged_codec \
+            else anchor.shape
+        plan = self._lower(anchor.kind, shape, rows)
         # Pressure: the share of recent GPU time spent rescuing streams close to running dry.
         urgent = self.config.policy is Policy.DEADLINE and anchor.key[0] in URGENT_TIERS
         self._urgent_ms = PRESSURE_DECAY * self._urgent_ms + (plan.predicted_ms if urgent else 0.0)
@@ -401,11 +405,9 @@ class Scheduler:
         tier = anchor.key[0]
         return tier == FILLER or (tier == STARTUP and self.config.merge_startup)
 
-    def _cut(self, kind: WorkKind, shape: int, cohort: list[_Item]) -> list[_Item]:
-        """Split oversize cohorts: keep the most pressing rows that fit a capture size and the step budget."""
-        sizes = capture_sizes(self.config, kind)
-        cohort = cohort[: sizes[-1]]
-        costs = self.costs
+    def _budget_ms(self, kind: WorkKind, cohort: list[_Item]) -> float:
+        """How long this batch may take: `max_step_ms` (`saturated_step_ms` while slots run short), and for a
+        codec batch `startup_codec_ms` while a newcomer waits, unless its anchor is urgent."""
         budget_ms = self.config.max_step_ms
         if not self.slots_plentiful:
             budget_ms = max(budget_ms, self.config.saturated_step_ms)
@@ -414,10 +416,29 @@ class Scheduler:
             # A newcomer must not wait behind a long codec batch; a rescue of a stream about to run dry
             # (an urgent anchor) keeps its full budget, or playing streams would underrun under overload.
             budget_ms = min(budget_ms, self.config.startup_codec_ms)
-        while len(cohort) > 1 and batch_ms(costs, kind, next_size(sizes, len(cohort)), shape) > budget_ms:
+        return budget_ms
+
+    def _cut(self, kind: WorkKind, shape: int, cohort: list[_Item]) -> list[_Item]:
+        """Split oversize cohorts: keep the most pressing rows that fit a capture size and the step budget."""
+        sizes = capture_sizes(self.config, kind)
+        cohort = cohort[: sizes[-1]]
+        budget_ms = self._budget_ms(kind, cohort)
+        while len(cohort) > 1 and batch_ms(self.costs, kind, next_size(sizes, len(cohort)), shape) > budget_ms:
             smaller = max((s for s in sizes if s < len(cohort)), default=1)
             cohort = cohort[:smaller]
         return cohort
+
+    def _ragged_frames(self, cohort: list[_Item]) -> int:
+        """Ragged codec: the batch's frames, i.e. the largest row's chunk snapped up to a chunk size, shrunk
+        while the batch would overrun its budget (never below the anchor's chunk, which `_cut` fitted)."""
+        sizes, anchor = self.config.codec_chunk_sizes, cohort[0].shape
+        padded = next_size(self.config.codec_capture_sizes, len(cohort))
+        budget_ms = self._budget_ms(WorkKind.CODEC_CHUNK, cohort)
+        want = max(item.shape for item in cohort)
+        frames = next((n for n in sizes if n >= want), sizes[-1])
+        while frames > anchor and batch_ms(self.costs, WorkKind.CODEC_CHUNK, padded, frames) > budget_ms:
+            frames = max((n for n in sizes if n < frames), default=anchor)
+        return max(frames, anchor)
 
     @property
     def startup_waiting(self) -> bool:
@@ -431,12 +452,13 @@ class Scheduler:
         for item in cohort:
             r = item.request
             if kind is WorkKind.CODEC_CHUNK:
+                frames = min(item.shape, shape)  # uniform batches: every row decodes `shape` (its chunk >= shape)
                 r.codec_busy = True
-                if r.flush_pending and shape >= r.frames_pending:
+                if r.flush_pending and frames >= r.frames_pending:
                     r.flush_pending = False
-                final = r.generation_finished and shape == r.frames_pending
+                final = r.generation_finished and frames == r.frames_pending
                 rows.append(PlanRow(r.request_id, r.kv_slot, r.codec_slot, r.frames_decoded,
-                                    codec_frames=shape, final_chunk=final))
+                                    codec_frames=frames, final_chunk=final))
                 continue
             r.generation_busy = True
             if kind is WorkKind.TALKER_PREFILL:
@@ -533,11 +555,11 @@ class Scheduler:
             self._finished.append(r)
 
 
-def _fits(anchor: _Item, item: _Item) -> bool:
+def _fits(anchor: _Item, item: _Item, ragged_codec: bool = False) -> bool:
     """Can `item` share the anchor's batch? Prefill: same token bucket. Codec: rows decode the anchor's
     chunk size, so any row with at least that many frames ready joins (the rest waits for a later chunk;
-    the codec's cost is mostly per step, so fuller steps beat equal-sized chunks)."""
+    the codec's cost is mostly per step, so fuller steps beat equal-sized chunks); ragged, every row joins."""
     if anchor.kind is WorkKind.CODEC_CHUNK:
-        return item.shape >= anchor.shape
+        return ragged_codec or item.shape >= anchor.shape
     return item.shape == anchor.shape
 

@@ -13,7 +13,8 @@ after running dry. An underrun is a chunk that arrives after its client ran dry;
 text, one that follows a wait for text is counted apart as "starved". It prints one row
 per RPS: TTFA percentiles (request arrival to first audio published, engine side), underruns
 (count and requests affected), refusals, GPU utilisation (busy time / simulated time) and the mean
-batch per work kind.
+batch per work kind, then the codec's mean frames per plan, seconds of audio decoded per second (at
+saturation, the ceiling) and the codec's share of the GPU time.
 """
 
 from __future__ import annotations
@@ -92,7 +93,9 @@ class SimResult:
     busy_ms: float = 0.0
     sim_ms: float = 0.0
     rows: dict[WorkKind, list[int]] = field(default_factory=lambda: defaultdict(list))
-    codec_frames: list[int] = field(default_factory=list)
+    codec_frames: list[int] = field(default_factory=list)  # per codec plan: frames of its graph shape
+    frames_decoded: int = 0  # every row's frames, all plans
+    busy_by_kind: dict[WorkKind, float] = field(default_factory=lambda: defaultdict(float))  # ms
     wall_s: float = 0.0
 
     def percentile(self, q: float) -> float:
@@ -104,6 +107,14 @@ class SimResult:
     @property
     def utilization(self) -> float:
         return self.busy_ms / self.sim_ms if self.sim_ms else 0.0
+
+    @property
+    def audio_per_s(self) -> float:
+        """Seconds of audio decoded per simulated second: at saturation, the GPU's ceiling."""
+        return self.frames_decoded * SAMPLES_PER_FRAME * NS_PER_SAMPLE / 1e9 / (self.sim_ms / 1e3) if self.sim_ms else 0.0
+
+    def share(self, kind: WorkKind) -> float:
+        return self.busy_by_kind.get(kind, 0.0) / self.busy_ms if self.busy_ms else 0.0
 
     def mean_batch(self, kind: WorkKind) -> float:
         rows = self.rows.get(kind)
@@ -183,9 +194,11 @@ def simulate(load: Workload, config: SchedulerConfig, costs: CostModel, prompts:
         step_ms = plan.predicted_ms * (1 + load.jitter * (2 * rng.random() - 1))
         now += int(step_ms * MS)
         result.busy_ms += step_ms
+        result.busy_by_kind[plan.kind] += step_ms
         result.rows[plan.kind].append(len(plan.rows))
         if plan.kind is WorkKind.CODEC_CHUNK:
             result.codec_frames.append(plan.codec_frames)
+            result.frames_decoded += sum(row.codec_frames for row in plan.rows)
         scheduler.complete(plan, Outcome(), now)
         if load.text_mode == "words":
             for r in scheduler.requests:
@@ -247,7 +260,7 @@ def _play(listener: Listener, frames: int, now: int, load: Workload, scheduler: 
 DEFAULTS = SchedulerConfig()
 HEADER = (f"{'rps':>6} {'offered':>7} {'refused':>7} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} "
           f"{'underruns':>9} {'affected':>8} {'starved':>7} {'gpu':>5} {'prefill':>7} {'cp':>6} {'decode':>6} "
-          f"{'codec':>6} {'frames':>6} {'wall s':>6}")
+          f"{'codec':>6} {'frames':>6} {'audio/s':>7} {'codec%':>6} {'wall s':>6}")
 
 
 def format_row(r: SimResult) -> str:
@@ -256,7 +269,8 @@ def format_row(r: SimResult) -> str:
             f"{r.percentile(99):>7.1f} {r.underruns:>9} {r.requests_with_underruns:>8} {r.starved:>7} "
             f"{r.utilization:>5.0%} {r.mean_batch(WorkKind.TALKER_PREFILL):>7.1f} "
             f"{r.mean_batch(WorkKind.CODE_PREDICT):>6.1f} {r.mean_batch(WorkKind.TALKER_DECODE):>6.1f} "
-            f"{r.mean_batch(WorkKind.CODEC_CHUNK):>6.1f} {frames:>6.1f} {r.wall_s:>6.1f}")
+            f"{r.mean_batch(WorkKind.CODEC_CHUNK):>6.1f} {frames:>6.1f} {r.audio_per_s:>7.0f} "
+            f"{r.share(WorkKind.CODEC_CHUNK):>6.0%} {r.wall_s:>6.1f}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -275,6 +289,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--first-chunk-frames", type=int, default=DEFAULTS.first_chunk_frames)
     parser.add_argument("--max-requests", type=int, default=DEFAULTS.max_requests)
     parser.add_argument("--merge-startup", action="store_true", help="newcomers may wait a step to merge")
+    parser.add_argument("--align-startup-rows", type=int, default=DEFAULTS.align_startup_rows,
+                        help="saturated mode: newcomers prefill after a decode of this many streams (0: never)")
+    parser.add_argument("--saturated-step-ms", type=float, default=DEFAULTS.saturated_step_ms)
+    parser.add_argument("--ragged-codec", action="store_true",
+                        help="what-if: codec rows decode their own chunk sizes in one batch (the executors cannot yet)")
     parser.add_argument("--no-admission", action="store_true", help="only slot limits refuse work")
     parser.add_argument("--jitter", type=float, default=0.0, help="relative spread of step times")
     parser.add_argument("--max-lead-ms", type=int, default=0, help="pace every stream this far ahead (0: unpaced)")
@@ -288,7 +307,8 @@ def main(argv: list[str] | None = None) -> None:
     config = SchedulerConfig(policy=Policy(args.policy), max_step_ms=args.max_step_ms,
                              first_chunk_frames=args.first_chunk_frames, max_requests=args.max_requests,
                              max_codec_streams=args.max_requests, admission_control=not args.no_admission,
-                             merge_startup=args.merge_startup)
+                             merge_startup=args.merge_startup, align_startup_rows=args.align_startup_rows,
+                             saturated_step_ms=args.saturated_step_ms, ragged_codec=args.ragged_codec)
     prompts = load_prompts(args.prompts)
     mean_frames = sum(length_model_frames(len(p)) for p in prompts) / len(prompts)
     layout = Layout.STREAMING if args.layout == "streaming" else Layout.NON_STREAMING

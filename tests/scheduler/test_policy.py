@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from engine.request import Phase, WorkKind
 from engine.scheduling import Outcome, Policy, Scheduler, SlackChunkPolicy
 
@@ -232,3 +234,23 @@ def test_streams_with_some_slack_left_do_not_hold_a_newcomers_first_audio_back()
 def test_streams_about_to_run_dry_are_rescued_before_a_newcomer_starts():
     plans = _first_audio_plans_beside_streams_due_in(25)
     assert any(99 not in plan.request_ids for plan in plans)
+
+
+@pytest.mark.parametrize("ragged", [False, True])
+def test_a_ragged_codec_batch_lets_each_row_decode_its_own_chunk(ragged: bool):
+    """Uniform (the executors' batches): every row decodes the anchor's chunk. Ragged (a simulator what-if):
+    a row with more frames ready drains them in the same step, the batch padded to the largest."""
+    scheduler = make_scheduler(ragged_codec=ragged)
+    a = admit(scheduler, make_request(1, 0, tokens=60, chars=300), 0)
+    b = admit(scheduler, make_request(2, 0, tokens=60, chars=300), 0)
+    _, now = run(scheduler, 0, lambda: all(r.first_audio_ns is not None and not r.codec_busy
+                                           and not r.generation_busy for r in (a, b)))
+    a.frames_generated = a.frames_decoded + 1
+    b.frames_generated = b.frames_decoded + 8
+    scheduler.set_deadline(1, now + 30 * MS)  # a is about to run dry: its one frame anchors
+    scheduler.flush(2)  # b drains all 8
+    plan = scheduler.plan(now)
+    assert plan is not None and plan.kind is WorkKind.CODEC_CHUNK and plan.rows[0].request_id == 1
+    frames = {row.request_id: row.codec_frames for row in plan.rows}
+    assert frames == ({1: 1, 2: 8} if ragged else {1: 1, 2: 1})
+    assert plan.codec_frames == (8 if ragged else 1)
