@@ -18,6 +18,13 @@ from torch import Tensor, nn
 # ------------------------------------------------------------------------------------------ convolutions
 
 
+def take_window(x: Tensor, starts: Tensor, length: int) -> Tensor:
+    """x [B, C, L], starts [B] int64 -> x[b, :, starts[b] : starts[b] + length] for every row, [B, C, length]
+    (one gather): where a ragged batch's rows end is a per-row offset."""
+    index = starts[:, None] + torch.arange(length, device=x.device)[None, :]
+    return torch.gather(x, 2, index[:, None, :].expand(x.shape[0], x.shape[1], length))
+
+
 class CausalConv1d(nn.Module):
     """Stride-1 Conv1d padded only on the left by (k - 1) * dilation; the weights live in `.conv`."""
 
@@ -31,12 +38,16 @@ class CausalConv1d(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.conv(F.pad(x, (self.history, 0)))
 
-    def forward_stream(self, x: Tensor, history: Tensor) -> tuple[Tensor, Tensor]:
-        """x [B, C_in, L], history [B, C_in, history] -> (y [B, C_out, L], the last `history` inputs)."""
+    def forward_stream(self, x: Tensor, history: Tensor, valid: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """x [B, C_in, L], history [B, C_in, history] -> (y [B, C_out, L], the last `history` inputs).
+        `valid` [B]: only the first valid[b] samples of row b are real (a ragged batch); the history then ends
+        there, and y past them is padding. Causal: the real outputs never see the padding."""
         if self.history == 0:
             return self.conv(x), history
         padded = torch.cat([history, x], dim=-1)
-        return self.conv(padded), padded[..., padded.shape[-1] - self.history :]
+        if valid is None:
+            return self.conv(padded), padded[..., padded.shape[-1] - self.history :]
+        return self.conv(padded), take_window(padded, valid, self.history)
 
 
 class CausalTransposedConv1d(nn.Module):
@@ -52,20 +63,29 @@ class CausalTransposedConv1d(nn.Module):
         y = self.conv(x)
         return y[..., : y.shape[-1] - self.overlap] if self.overlap else y
 
-    def forward_stream(self, x: Tensor, overlap: Tensor) -> tuple[Tensor, Tensor]:
+    def forward_stream(self, x: Tensor, overlap: Tensor, valid: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """x [B, C_in, N] -> (y [B, C_out, N * s], new overlap [B, C_out, k - s]).
 
         The bias-free output of the new inputs is [B, C_out, N*s + k - s]; the carried overlap (bias-free tail of
         the previous call) adds onto its head, the first N*s samples are final (bias added once, here), and the
         tail waits for the next call.
+
+        `valid` [B] (>= 1): only row b's first valid[b] inputs are real. The padding inputs are zeroed, so they
+        add nothing, and the tail is taken where the real output ends (valid[b] * s); that needs k - s <= s,
+        which every codec stage has (k = 2s, or k = s and no tail).
         """
         if self.overlap == 0:
             return self.conv(x), overlap
+        if valid is not None:
+            real = torch.arange(x.shape[-1], device=x.device)[None, :] < valid[:, None]  # [B, N]
+            x = x * real[:, None, :].to(x.dtype)
         y = F.conv_transpose1d(x, self.conv.weight, None, stride=self.stride)
         y = torch.cat([y[..., : self.overlap] + overlap, y[..., self.overlap :]], dim=-1)
         emitted = x.shape[-1] * self.stride
         out = y[..., :emitted] + self.conv.bias[:, None]
-        return out, y[..., emitted:]
+        if valid is None:
+            return out, y[..., emitted:]
+        return out, take_window(y, valid * self.stride, self.overlap)
 
 
 # ------------------------------------------------------------------------------------------ activations
@@ -108,8 +128,8 @@ class ConvNeXtBlock(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self._pointwise(x, self.dwconv(x))
 
-    def forward_stream(self, x: Tensor, history: Tensor) -> tuple[Tensor, Tensor]:
-        mixed, history = self.dwconv.forward_stream(x, history)
+    def forward_stream(self, x: Tensor, history: Tensor, valid: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        mixed, history = self.dwconv.forward_stream(x, history, valid)
         return self._pointwise(x, mixed), history
 
 
@@ -126,8 +146,8 @@ class ResidualUnit(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         return self.conv2(self.act2(self.conv1(self.act1(x)))) + x
 
-    def forward_stream(self, x: Tensor, history: Tensor) -> tuple[Tensor, Tensor]:
-        h, history = self.conv1.forward_stream(self.act1(x), history)
+    def forward_stream(self, x: Tensor, history: Tensor, valid: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        h, history = self.conv1.forward_stream(self.act1(x), history, valid)
         return self.conv2(self.act2(h)) + x, history
 
 
@@ -148,12 +168,18 @@ class DecoderBlock(nn.Module):
             x = layer(x)
         return x
 
-    def forward_stream(self, x: Tensor, states: list[Tensor]) -> tuple[Tensor, list[Tensor]]:
-        """states = [transposed-conv overlap, conv1 history of unit d=1, d=3, d=9]."""
+    def forward_stream(
+        self, x: Tensor, states: list[Tensor], valid: Tensor | None = None
+    ) -> tuple[Tensor, list[Tensor]]:
+        """states = [transposed-conv overlap, conv1 history of unit d=1, d=3, d=9]; `valid` [B]: real input
+        samples per row (a ragged batch), so the units see valid * rate real samples."""
         x = self.block[0](x)
-        new_states = []
-        for layer, state in zip(self.block[1:], states, strict=True):
-            x, state = layer.forward_stream(x, state)
+        transposed, units = self.block[1], self.block[2:]
+        x, overlap = transposed.forward_stream(x, states[0], valid)
+        valid = None if valid is None else valid * transposed.stride
+        new_states = [overlap]
+        for layer, state in zip(units, states[1:], strict=True):
+            x, state = layer.forward_stream(x, state, valid)
             new_states.append(state)
         return x, new_states
 

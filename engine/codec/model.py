@@ -100,23 +100,33 @@ class PreTransformer(nn.Module):
         return cos, sin, allowed, slots
 
     def forward_stream(
-        self, x: Tensor, positions: Tensor, rings: list[tuple[Tensor, Tensor]]
+        self, x: Tensor, positions: Tensor, rings: list[tuple[Tensor, Tensor]], valid: Tensor | None = None
     ) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
         """x [B, N, latent]; positions [B] int64 = frames each stream decoded so far; rings per layer (k, v)
         [B, H_kv, W-1, D] with the key of absolute frame p at ring index p % (W-1).
         Returns y [B, N, latent] and the updated rings.
+
+        `valid` [B]: only row b's first valid[b] frames are real (a ragged batch, N <= W-1). Their keys enter
+        the ring; a padding frame's ring entry keeps its old key (the N new positions map to N distinct
+        entries, so nothing else is touched). Causal attention keeps real outputs blind to the padding.
         """
         x = self.input_proj(x)
         batch, n = x.shape[0], x.shape[1]
+        if valid is not None and n > self.window - 1:
+            raise ValueError(f"a ragged codec step decodes at most {self.window - 1} frames, got {n}")
         cos, sin, allowed, slots = self.stream_layout(positions, n, x.dtype)
         keep = slots.shape[1]
+        real = None if valid is None else (torch.arange(n, device=x.device)[None, :] < valid[:, None])
         new_rings = []
         for layer, (k_ring, v_ring) in zip(self.layers, rings, strict=True):
             x, k, v = layer.forward_stream(x, cos, sin, k_ring, v_ring, allowed)
             index = slots[:, None, :, None].expand(batch, k.shape[1], keep, k.shape[3])
-            new_rings.append(
-                (k_ring.scatter(2, index, k[:, :, n - keep :]), v_ring.scatter(2, index, v[:, :, n - keep :]))
-            )
+            k_new, v_new = k[:, :, n - keep :], v[:, :, n - keep :]
+            if real is not None:  # keep == n here
+                mask = real[:, None, :, None]
+                k_new = torch.where(mask, k_new, k_ring.gather(2, index))
+                v_new = torch.where(mask, v_new, v_ring.gather(2, index))
+            new_rings.append((k_ring.scatter(2, index, k_new), v_ring.scatter(2, index, v_new)))
         return self.output_proj(self.norm(x)), new_rings
 
 
@@ -192,40 +202,48 @@ class CodecDecoder(nn.Module):
     # ------------------------------------------------------------------ streaming
 
     def forward_stream(
-        self, codes: Tensor, positions: Tensor, state: dict[str, Tensor]
+        self, codes: Tensor, positions: Tensor, state: dict[str, Tensor], frames: Tensor | None = None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """N new frames per stream: codes [B, K, N], positions [B] int64 (frames already decoded), state as named
         in `codec_state_layout` with a leading batch dimension. Returns (wav [B, 1, N * 1920] in the model dtype,
         the new state). Pure: the input state tensors are not modified.
+
+        Ragged batch: `frames` [B] int64 in 1..N says how many of row b's N frames are real; the rest are
+        padding. The new state is then the state after row b's real frames only, and wav[b] past
+        frames[b] * 1920 samples is meaningless. Each row equals that stream decoding its real frames alone.
         """
         new: dict[str, Tensor] = {}
+        valid = frames  # real samples per row at the current stage's rate (None: every row is whole)
         hidden, new["pre_conv"] = self.pre_conv.forward_stream(
-            self.quantizer.decode(codes), state["pre_conv"]
+            self.quantizer.decode(codes), state["pre_conv"], valid
         )
         names = [
             (f"pre_transformer.layers.{i}.k", f"pre_transformer.layers.{i}.v")
             for i in range(len(self.pre_transformer.layers))
         ]
         rings = [(state[k], state[v]) for k, v in names]
-        hidden, rings = self.pre_transformer.forward_stream(hidden.transpose(1, 2), positions, rings)
+        hidden, rings = self.pre_transformer.forward_stream(hidden.transpose(1, 2), positions, rings, valid)
         for (k_name, v_name), (k_ring, v_ring) in zip(names, rings, strict=True):
             new[k_name], new[v_name] = k_ring, v_ring
         hidden = hidden.permute(0, 2, 1)
         for stage, (transposed, convnext) in enumerate(self.upsample):
             name = f"upsample.{stage}.1.dwconv"
             hidden = transposed(hidden)  # k == stride: no overlap, stateless
-            hidden, new[name] = convnext.forward_stream(hidden, state[name])
-        hidden, new["decoder.0"] = self.decoder[0].forward_stream(hidden, state["decoder.0"])
+            valid = None if valid is None else valid * transposed.stride
+            hidden, new[name] = convnext.forward_stream(hidden, state[name], valid)
+        hidden, new["decoder.0"] = self.decoder[0].forward_stream(hidden, state["decoder.0"], valid)
         for index in range(1, len(self.config.upsample_rates) + 1):
             block_names = [f"decoder.{index}.block.1"] + [
                 f"decoder.{index}.block.{u}.conv1" for u in (2, 3, 4)
             ]
-            hidden, block_states = self.decoder[index].forward_stream(hidden, [state[n] for n in block_names])
+            block = self.decoder[index]
+            hidden, block_states = block.forward_stream(hidden, [state[n] for n in block_names], valid)
+            valid = None if valid is None else valid * block.block[1].stride
             new.update(zip(block_names, block_states, strict=True))
         final = len(self.config.upsample_rates) + 2
         hidden = self.decoder[final - 1](hidden)  # SnakeBeta
         hidden, new[f"decoder.{final}"] = self.decoder[final].forward_stream(
-            hidden, state[f"decoder.{final}"]
+            hidden, state[f"decoder.{final}"], valid
         )
         return hidden.clamp(min=-1, max=1), new
 

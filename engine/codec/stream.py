@@ -23,9 +23,9 @@ all zeros, which is exactly the zero left padding of a full decode, so a stream'
 of its first frames and leaves the state behind; every later chunk is incremental. The concatenated output of
 any chunk schedule equals `decoder.decode` of all frames (fp32: ~1e-7 relative).
 
-Per-request frame counts: one call decodes the same N frames for every stream of the batch; streams that want
-different N go in separate calls (the scheduler groups by N, which is also the CUDA-graph shape). There is no
-padding inside a call, because padded frames would enter the state.
+Per-request frame counts: one call decodes N frames for every stream of the batch (the CUDA-graph shape). A
+ragged call (`frames`, plain decoder only so far) says how many of each row's N frames are real: the rest are
+padding, kept out of the state (`CodecDecoder.forward_stream`), and each stream advances by its own count.
 
 Failing loudly: decoding a slot that is not allocated (never, or already freed), a slot twice in one batch, a
 position other than the caller's `expected_positions`, codes of the wrong shape or range, or a pool built for
@@ -63,7 +63,7 @@ class StreamDecoder(Protocol):
     def output_dtype(self) -> torch.dtype: ...
     def check_codes(self, codes: Tensor, *, check_values: bool = True) -> None: ...
     def forward_stream(
-        self, codes: Tensor, positions: Tensor, state: dict[str, Tensor]
+        self, codes: Tensor, positions: Tensor, state: dict[str, Tensor], frames: Tensor | None = None
     ) -> tuple[Tensor, dict[str, Tensor]]: ...
 
 
@@ -203,21 +203,29 @@ class CodecStatePool:
         """index [B] -> (positions [B], state per name [B, *shape]: views of one gathered copy, not the pool)."""
         return self.positions.index_select(0, index), self._views(self.flat.index_select(0, index))
 
-    def scatter(self, index: Tensor, slots: Sequence[int], state: dict[str, Tensor], frames: int) -> None:
+    def scatter(self, index: Tensor, slots: Sequence[int], state: dict[str, Tensor],
+                frames: int | Sequence[int]) -> None:  # fmt: skip
+        """Write a batch's new state back; `frames`: every stream's new frames, or one count per stream."""
         for name, tensor in self.tensors.items():
             tensor.index_copy_(0, index, state[name])
-        self.positions.index_add_(0, index, torch.full_like(index, frames))
+        counts = torch.full_like(index, frames) if isinstance(frames, int) else \
+            torch.tensor(list(frames), dtype=index.dtype, device=index.device)
+        self.positions.index_add_(0, index, counts)
         self.advance(slots, frames)
 
-    def advance(self, slots: Sequence[int], frames: int) -> None:
-        """Host only: the streams in `slots` decoded `frames` more frames, state and device positions written
-        already (by `scatter`, or inside a runner's captured step); keep the host mirror in step."""
-        if frames < 1:
-            raise ValueError(f"a stream advances by at least one frame, got {frames}")
+    def advance(self, slots: Sequence[int], frames: int | Sequence[int]) -> None:
+        """Host only: the streams in `slots` decoded `frames` more frames (one count for all, or one per slot),
+        state and device positions written already (by `scatter`, or inside a runner's captured step); keep the
+        host mirror in step."""
+        counts = [frames] * len(slots) if isinstance(frames, int) else list(frames)
+        if len(counts) != len(slots):
+            raise ValueError("advance needs one frame count per slot")
+        if any(count < 1 for count in counts):
+            raise ValueError(f"a stream advances by at least one frame, got {counts}")
         for slot in slots:
             self._check_slot(slot)
-        for slot in slots:
-            self._host_positions[slot] += frames
+        for slot, count in zip(slots, counts, strict=True):
+            self._host_positions[slot] += count
 
 
 @torch.no_grad()
@@ -229,6 +237,7 @@ def decode_incremental(
     *,
     expected_positions: Sequence[int] | None = None,
     check_code_values: bool = True,
+    frames: Sequence[int] | None = None,
 ) -> Tensor:
     """Decode N new frames for each stream in `slots`: codes [B, 16, N] -> wav [B, N * 1920] (float32; float64
     for a float64 decoder).
@@ -236,14 +245,22 @@ def decode_incremental(
     Row b of `codes` continues the stream held in `slots[b]`; each stream may be at its own position.
     `expected_positions[b]`, when given, must equal the frames that slot has decoded (guards against a slot
     reused by another request). `check_code_values=False` skips the range check (it reads the codes back to
-    the host; the GPU path checks ids where they are sampled instead).
+    the host; the GPU path checks ids where they are sampled instead). `frames` (a ragged batch): row b has
+    only frames[b] real frames (1..N); its stream advances by that many and only wav[b, :frames[b] * 1920]
+    is audio (padding codes must still be valid ids).
     """
     check_pool(decoder, pool)
     slots = check_decode_inputs(decoder, pool, slots, codes, expected_positions, check_code_values)
+    n = codes.shape[-1]
+    if frames is not None:
+        frames = [int(f) for f in frames]
+        if len(frames) != len(slots) or not all(1 <= f <= n for f in frames):
+            raise ValueError(f"frames must give one count in 1..{n} per slot, got {frames}")
     index = torch.tensor(slots, device=pool.device, dtype=torch.int64)
     positions, state = pool.gather(index)
-    wav, new_state = decoder.forward_stream(codes.to(pool.device, torch.int64), positions, state)
-    pool.scatter(index, slots, new_state, codes.shape[-1])
+    counts = None if frames is None else torch.tensor(frames, device=pool.device, dtype=torch.int64)
+    wav, new_state = decoder.forward_stream(codes.to(pool.device, torch.int64), positions, state, counts)
+    pool.scatter(index, slots, new_state, n if frames is None else frames)
     return wav.squeeze(1).to(decoder.output_dtype)
 
 

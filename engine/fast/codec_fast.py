@@ -192,10 +192,13 @@ class FastCodecDecoder:
 
     @torch.no_grad()
     def forward_stream(
-        self, codes: Tensor, positions: Tensor, state: dict[str, Tensor]
+        self, codes: Tensor, positions: Tensor, state: dict[str, Tensor], frames: Tensor | None = None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """codes [B, K, N] int64, positions [B] int64, state per `codec_state_layout` -> (wav [B, 1, N * 1920]
-        in the model dtype, new state). Same contract as `CodecDecoder.forward_stream`; pure."""
+        in the model dtype, new state). Same contract as `CodecDecoder.forward_stream`; pure. Ragged batches
+        (`frames`) are the plain decoder's only, so far."""
+        if frames is not None:
+            raise ValueError("the fast codec decodes whole batches only; ragged batches need the plain decoder")
         with precision_flags(self.precision):
             return self._forward_stream(codes, positions, state)
 
