@@ -25,6 +25,12 @@ def take_window(x: Tensor, starts: Tensor, length: int) -> Tensor:
     return torch.gather(x, 2, index[:, None, :].expand(x.shape[0], x.shape[1], length))
 
 
+def zero_padding(x: Tensor, valid: Tensor) -> Tensor:
+    """x [B, C, N] with row b's samples from valid[b] on set to zero (a ragged batch's padding)."""
+    real = torch.arange(x.shape[-1], device=x.device)[None, :] < valid[:, None]  # [B, N]
+    return x * real[:, None, :].to(x.dtype)
+
+
 class CausalConv1d(nn.Module):
     """Stride-1 Conv1d padded only on the left by (k - 1) * dilation; the weights live in `.conv`."""
 
@@ -70,15 +76,14 @@ class CausalTransposedConv1d(nn.Module):
         the previous call) adds onto its head, the first N*s samples are final (bias added once, here), and the
         tail waits for the next call.
 
-        `valid` [B] (>= 1): only row b's first valid[b] inputs are real. The padding inputs are zeroed, so they
-        add nothing, and the tail is taken where the real output ends (valid[b] * s); that needs k - s <= s,
-        which every codec stage has (k = 2s, or k = s and no tail).
+        `valid` [B] (0..N): only row b's first valid[b] inputs are real. The padding inputs are zeroed, so they
+        add nothing, and the tail is taken where the real output ends (valid[b] * s; at 0 it is the carried
+        overlap itself); that needs k - s <= s, which every codec stage has (k = 2s, or k = s and no tail).
         """
         if self.overlap == 0:
             return self.conv(x), overlap
         if valid is not None:
-            real = torch.arange(x.shape[-1], device=x.device)[None, :] < valid[:, None]  # [B, N]
-            x = x * real[:, None, :].to(x.dtype)
+            x = zero_padding(x, valid)
         y = F.conv_transpose1d(x, self.conv.weight, None, stride=self.stride)
         y = torch.cat([y[..., : self.overlap] + overlap, y[..., self.overlap :]], dim=-1)
         emitted = x.shape[-1] * self.stride

@@ -34,6 +34,27 @@ OFFICIAL_CHUNK_FRAMES = 300
 OFFICIAL_LEFT_CONTEXT_FRAMES = 25
 
 
+def real_frames(valid: Tensor, n: int) -> Tensor:
+    """valid [B] -> [B, n] bool: which of a ragged batch's n new frames are real in each row."""
+    return torch.arange(n, device=valid.device)[None, :] < valid[:, None]
+
+
+def ring_update(k_ring: Tensor, v_ring: Tensor, k: Tensor, v: Tensor, slots: Tensor,
+                real: Tensor | None) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """New (k, v) rings [B, H_kv, W-1, D] after a step's keys k, v [B, H_kv, N, D] (`stream_layout`'s slots
+    [B, keep]: the newest keep keys' ring entries). `real` [B, N] (a ragged batch, keep == N): a padding frame's
+    entry keeps its old key."""
+    batch, heads, n, dim = k.shape
+    keep = slots.shape[1]
+    index = slots[:, None, :, None].expand(batch, heads, keep, dim)
+    k_new, v_new = k[:, :, n - keep :], v[:, :, n - keep :]
+    if real is not None:
+        mask = real[:, None, :, None]
+        k_new = torch.where(mask, k_new, k_ring.gather(2, index))
+        v_new = torch.where(mask, v_new, v_ring.gather(2, index))
+    return k_ring.scatter(2, index, k_new), v_ring.scatter(2, index, v_new)
+
+
 class PreTransformer(nn.Module):
     """input_proj -> sliding-window causal layers -> final RMSNorm -> output_proj, on [B, N, latent_dim]."""
 
@@ -111,22 +132,15 @@ class PreTransformer(nn.Module):
         entries, so nothing else is touched). Causal attention keeps real outputs blind to the padding.
         """
         x = self.input_proj(x)
-        batch, n = x.shape[0], x.shape[1]
+        n = x.shape[1]
         if valid is not None and n > self.window - 1:
             raise ValueError(f"a ragged codec step decodes at most {self.window - 1} frames, got {n}")
         cos, sin, allowed, slots = self.stream_layout(positions, n, x.dtype)
-        keep = slots.shape[1]
-        real = None if valid is None else (torch.arange(n, device=x.device)[None, :] < valid[:, None])
+        real = None if valid is None else real_frames(valid, n)
         new_rings = []
         for layer, (k_ring, v_ring) in zip(self.layers, rings, strict=True):
             x, k, v = layer.forward_stream(x, cos, sin, k_ring, v_ring, allowed)
-            index = slots[:, None, :, None].expand(batch, k.shape[1], keep, k.shape[3])
-            k_new, v_new = k[:, :, n - keep :], v[:, :, n - keep :]
-            if real is not None:  # keep == n here
-                mask = real[:, None, :, None]
-                k_new = torch.where(mask, k_new, k_ring.gather(2, index))
-                v_new = torch.where(mask, v_new, v_ring.gather(2, index))
-            new_rings.append((k_ring.scatter(2, index, k_new), v_ring.scatter(2, index, v_new)))
+            new_rings.append(ring_update(k_ring, v_ring, k, v, slots, real))
         return self.output_proj(self.norm(x)), new_rings
 
 

@@ -39,7 +39,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.codec.config import CodecConfig
-from engine.codec.layers import CausalConv1d, CausalTransposedConv1d, DecoderBlock, ResidualUnit, SnakeBeta
+from engine.codec.layers import (
+    CausalConv1d,
+    CausalTransposedConv1d,
+    DecoderBlock,
+    ResidualUnit,
+    SnakeBeta,
+    take_window,
+    zero_padding,
+)
 from engine.codec.model import CodecDecoder
 from engine.codec.stream import CodecStatePool, decode_incremental
 from engine.fast.codec_transformer import FastPreTransformer
@@ -195,44 +203,45 @@ class FastCodecDecoder:
         self, codes: Tensor, positions: Tensor, state: dict[str, Tensor], frames: Tensor | None = None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """codes [B, K, N] int64, positions [B] int64, state per `codec_state_layout` -> (wav [B, 1, N * 1920]
-        in the model dtype, new state). Same contract as `CodecDecoder.forward_stream`; pure. Ragged batches
-        (`frames`) are the plain decoder's only, so far."""
-        if frames is not None:
-            raise ValueError("the fast codec decodes whole batches only; ragged batches need the plain decoder")
+        in the model dtype, new state). Same contract as `CodecDecoder.forward_stream`, ragged batches
+        (`frames`) included; pure."""
         with precision_flags(self.precision):
-            return self._forward_stream(codes, positions, state)
+            return self._forward_stream(codes, positions, state, frames)
 
     def _forward_stream(
-        self, codes: Tensor, positions: Tensor, state: dict[str, Tensor]
+        self, codes: Tensor, positions: Tensor, state: dict[str, Tensor], frames: Tensor | None
     ) -> tuple[Tensor, dict[str, Tensor]]:
         d = self.decoder
         new: dict[str, Tensor] = {}
+        valid = frames  # real samples per row at the current stage's rate (None: every row is whole)
         latent = F.conv1d(codebook_sum(self._first_table, codes[:, :1]), self._first_proj) + F.conv1d(
             codebook_sum(self._rest_table, codes[:, 1:]), self._rest_proj
         )  # [B, codebook_dim, N], as the plain quantizer
-        hidden, new["pre_conv"] = d.pre_conv.forward_stream(latent, state["pre_conv"])
+        hidden, new["pre_conv"] = d.pre_conv.forward_stream(latent, state["pre_conv"], valid)
         names = [
             (f"pre_transformer.layers.{i}.k", f"pre_transformer.layers.{i}.v")
             for i in range(len(d.pre_transformer.layers))
         ]
         rings = [(state[k], state[v]) for k, v in names]
-        hidden, rings = self._pre_transformer.forward_stream(hidden.transpose(1, 2), positions, rings)
+        hidden, rings = self._pre_transformer.forward_stream(hidden.transpose(1, 2), positions, rings, valid)
         for (k_name, v_name), (k_ring, v_ring) in zip(names, rings, strict=True):
             new[k_name], new[v_name] = k_ring, v_ring
         hidden = hidden.permute(0, 2, 1)
         for stage, (transposed, convnext) in enumerate(d.upsample):
             name = f"upsample.{stage}.1.dwconv"
-            hidden, new[name] = convnext.forward_stream(transposed(hidden), state[name])
+            valid = None if valid is None else valid * transposed.stride
+            hidden, new[name] = convnext.forward_stream(transposed(hidden), state[name], valid)
 
         # decoder.0 (k7, bias folded into block 1's SnakeBeta)
         padded = torch.cat([state["decoder.0"], hidden], dim=-1)
-        new["decoder.0"] = padded[..., padded.shape[-1] - self._conv0.history :]
+        new["decoder.0"] = _history(padded, self._conv0.history, valid)
         raw = F.conv1d(padded, self._conv0.conv.weight, None)
         x = snake(raw, self._blocks[0].act.alpha, self._blocks[0].act.inv_beta, bias=self._conv0.conv.bias)
 
         for index, block in enumerate(self._blocks, start=1):
             following = self._blocks[index].act if index < len(self._blocks) else self._final_act
-            x = self._block(index, block, x, following, state, new)
+            x = self._block(index, block, x, following, state, new, valid)
+            valid = None if valid is None else valid * block.stride
         # x: the final conv's input buffer [B, 96, 6 + N * 1920], history first
         return F.conv1d(x, self._final_conv.conv.weight, self._final_conv.conv.bias).clamp(min=-1, max=1), new
 
@@ -244,13 +253,24 @@ class FastCodecDecoder:
         following: _Snake,
         state: dict[str, Tensor],
         new: dict[str, Tensor],
+        valid: Tensor | None,
     ) -> Tensor:
-        """x: this block's post-SnakeBeta input [B, C_in, L]. Returns the next SnakeBeta's output: the next
-        block's input, or (last block) the final conv's buffer with its history in front."""
+        """x: this block's post-SnakeBeta input [B, C_in, L] (`valid` [B]: its real samples per row, a ragged
+        batch). Returns the next SnakeBeta's output: the next block's input, or (last block) the final conv's
+        buffer with its history in front."""
         prefix = f"decoder.{index}.block"
+        if valid is not None:
+            x = zero_padding(x, valid)  # padding adds nothing to the tail the next call overlaps
         raw = F.conv_transpose1d(x, block.up_weight, None, stride=block.stride)  # [B, C, L*r + overlap]
         emitted = x.shape[-1] * block.stride
-        new[f"{prefix}.1"] = raw[..., emitted:]  # bias-free tail the next call overlaps
+        # Bias-free tail the next call overlaps: where the real output ends (overlap <= stride, see _Block); a row
+        # with no real frame (a later part of a split ragged call) keeps the tail it carried, which `raw` lacks.
+        if valid is None:
+            new[f"{prefix}.1"] = raw[..., emitted:]
+        else:
+            tail = take_window(raw, valid * block.stride, block.overlap)
+            new[f"{prefix}.1"] = torch.where((valid == 0)[:, None, None], state[f"{prefix}.1"], tail)
+        valid = None if valid is None else valid * block.stride
         batch, channels = raw.shape[0], raw.shape[1]
 
         def conv_buffer(unit_index: int) -> tuple[Tensor, Tensor]:
@@ -268,7 +288,7 @@ class FastCodecDecoder:
             head=state[f"{prefix}.1"], bias=block.up_bias, out=body, sum_out=residual,
         )  # fmt: skip
         for unit_index, unit in enumerate(block.units):
-            new[f"{prefix}.{unit_index + 2}.conv1"] = buffer[..., buffer.shape[-1] - unit.history :]
+            new[f"{prefix}.{unit_index + 2}.conv1"] = _history(buffer, unit.history, valid)
             h = F.conv1d(buffer, unit.conv1_weight, None, dilation=unit.dilation)
             h = snake(h, unit.act2.alpha, unit.act2.inv_beta, bias=unit.conv1_bias)
             h = F.conv1d(h, unit.conv2_weight, None)
@@ -290,7 +310,7 @@ class FastCodecDecoder:
                 h, following.alpha, following.inv_beta,
                 bias=unit.conv2_bias, residual=residual, out=final[..., history:],
             )  # fmt: skip
-            new[self._final_name] = final[..., final.shape[-1] - history :]
+            new[self._final_name] = _history(final, history, valid)
             return final
         raise AssertionError("a decoder block has at least one residual unit")
 
@@ -305,7 +325,16 @@ class FastCodecDecoder:
         *,
         expected_positions: Sequence[int] | None = None,
         check_code_values: bool = True,
+        frames: Sequence[int] | None = None,
     ) -> Tensor:
         """`engine.codec.stream.decode_incremental` on the fused step (eager; `CodecGraphs` replays graphs)."""
         return decode_incremental(self, pool, slots, codes, expected_positions=expected_positions,
-                                  check_code_values=check_code_values)
+                                  check_code_values=check_code_values, frames=frames)
+
+
+def _history(buffer: Tensor, history: int, valid: Tensor | None) -> Tensor:
+    """A conv's next history: the last `history` samples of its input buffer [B, C, history + L], or (ragged)
+    the `history` samples before each row's real samples end."""
+    if valid is None:
+        return buffer[..., buffer.shape[-1] - history :]
+    return take_window(buffer, valid, history)

@@ -6,7 +6,8 @@ call on the device, gather included, so a replay is one launch:
 
     static codes [b, K, n] --+
     static index [b] --------+--> gather pool rows -> forward_stream -> scatter new state into the pool rows,
-                                  positions[index] += n, static wav [b, n * 1920]
+    static real [b] ---------+    positions[index] += real, static wav [b, n * 1920]
+                                  (real: n per row; a ragged runner's per-row real frames, 0..n)
 
 A call of B rows and N frames is planned (`plan_pieces`, pure) into captured shapes, never run eagerly:
 - rows: split into groups of at most the largest captured batch; each group is padded up to the smallest
@@ -97,26 +98,30 @@ def plan_pieces(
 
 
 class _Step:
-    """One captured shape: static inputs, the device step (graph or eager), the static output."""
+    """One captured shape: static inputs, the device step (graph or eager), the static output. A ragged step
+    also reads `real` [batch]: how many of each row's frames are real (its stream advances by that many)."""
 
-    def __init__(self, decoder: StreamDecoder, pool: CodecStatePool, batch: int, frames: int, scratch: int):
+    def __init__(self, decoder: StreamDecoder, pool: CodecStatePool, batch: int, frames: int, scratch: int,
+                 ragged: bool = False):  # fmt: skip
         self.decoder, self.pool, self.batch, self.frames, self.scratch = decoder, pool, batch, frames, scratch
+        self.ragged = ragged
         device = pool.device
         self.codes = torch.zeros(
             batch, decoder.config.num_quantizers, frames, dtype=torch.int64, device=device
         )
         self.index = torch.full((batch,), scratch, dtype=torch.int64, device=device)
-        self._advance = torch.full((batch,), frames, dtype=torch.int64, device=device)
+        self.real = torch.full((batch,), frames, dtype=torch.int64, device=device)  # frames each row advances
         self.wav: Tensor | None = None  # [batch, frames * 1920], model dtype; valid after run()
         self.graph: torch.cuda.CUDAGraph | None = None
 
     @torch.no_grad()
     def _body(self) -> Tensor:
         positions, state = self.pool.gather(self.index)
-        wav, new_state = self.decoder.forward_stream(self.codes, positions, state)
+        wav, new_state = self.decoder.forward_stream(self.codes, positions, state,
+                                                     self.real if self.ragged else None)  # fmt: skip
         for name, tensor in self.pool.tensors.items():
             tensor.index_copy_(0, self.index, new_state[name])
-        self.pool.positions.index_add_(0, self.index, self._advance)
+        self.pool.positions.index_add_(0, self.index, self.real)
         return wav.squeeze(1)
 
     def capture(self, memory_pool: object, warmups: int = 2) -> None:
@@ -152,7 +157,10 @@ class CodecGraphs:
         frame_sizes: Sequence[int],
         *,
         mode: str | None = None,
+        ragged: bool = False,
     ):
+        """`ragged`: steps take per-row real frame counts (`decode(frames=...)`), at the price of a few more
+        kernels per step (masks and gathers), so it is chosen when the runner is built."""
         if mode is None:
             mode = "graph" if pool.device.type == "cuda" else "eager"
         if mode not in ("graph", "eager"):
@@ -160,7 +168,7 @@ class CodecGraphs:
         if mode == "graph" and pool.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device; use mode='eager' on a CPU")
         check_pool(decoder, pool)
-        self.decoder, self.pool, self.mode = decoder, pool, mode
+        self.decoder, self.pool, self.mode, self.ragged = decoder, pool, mode, ragged
         self.batch_sizes = _sizes(batch_sizes, "batch sizes")
         self.frame_sizes = _sizes(frame_sizes, "frame counts")
         if pool.free_slots < RESERVED_SLOTS:
@@ -191,7 +199,7 @@ class CodecGraphs:
                 raise ValueError(f"shape ({batch}, {frames}) is not one of this runner's sizes")
             if (batch, frames) in self._steps:
                 continue
-            step = _Step(self.decoder, self.pool, batch, frames, self.scratch)
+            step = _Step(self.decoder, self.pool, batch, frames, self.scratch, self.ragged)
             if self.mode == "graph":
                 step.capture(self._memory_pool)
             self._steps[(batch, frames)] = step
@@ -206,7 +214,8 @@ class CodecGraphs:
                     f"codec graph ({batch} rows, {frames} frames) was not captured: call capture() first "
                     "(a codec step never runs eagerly on the GPU)"
                 )
-            step = self._steps[(batch, frames)] = _Step(self.decoder, self.pool, batch, frames, self.scratch)
+            step = self._steps[(batch, frames)] = _Step(self.decoder, self.pool, batch, frames, self.scratch,
+                                                        self.ragged)
         return step
 
     @torch.no_grad()
@@ -217,19 +226,27 @@ class CodecGraphs:
         *,
         expected_positions: Sequence[int] | None = None,
         check_code_values: bool = True,
+        frames: Sequence[int] | None = None,
     ) -> Tensor:
         """codes [B, K, N] continuing the streams in `slots` -> wav [B, N * 1920] (output dtype); as
-        `decode_incremental`, on captured steps."""
+        `decode_incremental`, on captured steps (`frames`: a ragged call's real frames per row, ragged runners
+        only)."""
         slots = check_decode_inputs(self.decoder, self.pool, slots, codes, expected_positions, check_code_values)
-        frames = codes.shape[-1]
+        n = codes.shape[-1]
+        if frames is not None:
+            frames = [int(f) for f in frames]
+            if not self.ragged:
+                raise ValueError("this codec runner was built for whole batches; build it with ragged=True")
+            if len(frames) != len(slots) or not all(1 <= f <= n for f in frames):
+                raise ValueError(f"frames must give one count in 1..{n} per slot, got {frames}")
         if self.scratch in slots:
             raise CodecStateError(f"slot {self.scratch} is the codec graphs' scratch slot, not a stream's")
-        pieces = plan_pieces(len(slots), frames, self.batch_sizes, self.frame_sizes)
+        pieces = plan_pieces(len(slots), n, self.batch_sizes, self.frame_sizes)
         device = self.pool.device
         codes = codes.to(device, torch.int64)
         index = device_ids(slots, device)  # queued, not waited for
         per_frame = self.decoder.config.samples_per_frame
-        out = torch.empty(len(slots), frames * per_frame, device=device, dtype=self.decoder.output_dtype)
+        out = torch.empty(len(slots), n * per_frame, device=device, dtype=self.decoder.output_dtype)
         for piece in pieces:
             step = self._step(piece.batch, piece.frames)
             rows = slice(piece.row_start, piece.row_stop)
@@ -237,8 +254,14 @@ class CodecGraphs:
             step.index[: piece.rows].copy_(index[rows])
             # padding rows -> scratch: rows left over from an earlier, larger call must not write their streams
             step.index[piece.rows :].fill_(self.scratch)
+            if frames is not None:  # this piece's real frames per row: 0 once a row's real frames are done
+                real = [min(max(f - piece.frame_start, 0), piece.frames) for f in frames[rows]]
+                step.real[: piece.rows].copy_(device_ids(real, device))
+                step.real[piece.rows :].fill_(piece.frames)
+            elif self.ragged:
+                step.real.fill_(piece.frames)
             wav = step.run()
             out[rows, piece.frame_start * per_frame : piece.frame_stop * per_frame].copy_(wav[: piece.rows])
             self.replays += 1
-        self.pool.advance(slots, frames)  # the device positions advanced inside the steps
+        self.pool.advance(slots, n if frames is None else frames)  # device positions advanced in the steps
         return out

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.codec.layers import TransformerLayer, rotate_half
-from engine.codec.model import PreTransformer
+from engine.codec.model import PreTransformer, real_frames, ring_update
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.silu_mul import silu_mul
 
@@ -59,15 +59,17 @@ class FastPreTransformer:
         self.final_eps = plain.norm.eps
 
     def forward_stream(
-        self, x: Tensor, positions: Tensor, rings: list[tuple[Tensor, Tensor]]
+        self, x: Tensor, positions: Tensor, rings: list[tuple[Tensor, Tensor]], valid: Tensor | None = None
     ) -> tuple[Tensor, list[tuple[Tensor, Tensor]]]:
         """x [B, N, latent]; positions [B] int64; rings per layer (k, v) [B, H_kv, W-1, D] -> (y [B, N, latent],
-        new rings), as `PreTransformer.forward_stream`."""
+        new rings), as `PreTransformer.forward_stream` (`valid`: a ragged batch's real frames per row)."""
         plain = self.plain
         x = plain.input_proj(x)
         batch, n, hidden = x.shape
+        if valid is not None and n > plain.window - 1:
+            raise ValueError(f"a ragged codec step decodes at most {plain.window - 1} frames, got {n}")
         cos, sin, allowed, slots = plain.stream_layout(positions, n, x.dtype)
-        keep = slots.shape[1]
+        real = None if valid is None else real_frames(valid, n)
         cos, sin, mask = cos[:, :, None], sin[:, :, None], allowed[:, None]  # broadcast over heads
         rows = x.reshape(batch * n, hidden)
         pending: Tensor | None = None  # the previous MLP's output, added to `rows` by the next norm
@@ -90,10 +92,7 @@ class FastPreTransformer:
             attn = attn.transpose(1, 2).reshape(batch * n, heads * d) @ layer.o.T
             normed, rows = rms_norm(attn, layer.post_norm, layer.eps, residual=rows)
             pending = silu_mul(normed @ layer.gate_up.T) @ layer.down.T
-            index = slots[:, None, :, None].expand(batch, kv_heads, keep, d)
-            new_rings.append(
-                (k_ring.scatter(2, index, k[:, :, n - keep :]), v_ring.scatter(2, index, v[:, :, n - keep :]))
-            )
+            new_rings.append(ring_update(k_ring, v_ring, k, v, slots, real))
         normed, _ = rms_norm(pending if pending is not None else rows, self.final_norm, self.final_eps,
                              residual=rows if pending is not None else None)  # fmt: skip
         return plain.output_proj(normed).view(batch, n, -1), new_rings

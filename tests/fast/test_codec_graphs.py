@@ -55,11 +55,40 @@ def test_plan_needs_size_one_in_both_axes():
         plan_pieces(0, 2, [1], [1])
 
 
-def _runner(decoder, streams: int, batch_sizes=(1, 2, 4), frame_sizes=(1, 2, 4)):
-    fast = FastCodecDecoder(decoder, "fp32")
+def _runner(decoder, streams: int, batch_sizes=(1, 2, 4), frame_sizes=(1, 2, 4), ragged=False, fast=True):
+    step = FastCodecDecoder(decoder, "fp32") if fast else decoder
     pool = CodecStatePool(decoder.config, streams + RESERVED_SLOTS, "cpu", decoder.dtype)
-    graphs = CodecGraphs(fast, pool, batch_sizes, frame_sizes)
+    graphs = CodecGraphs(step, pool, batch_sizes, frame_sizes, ragged=ragged)
     return graphs, pool, [pool.alloc() for _ in range(streams)]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "plain"])
+def test_a_ragged_runner_advances_each_row_by_its_own_frames_across_split_pieces(tiny, fast):
+    """5 rows (split 4 + 1 and padded), 3 frames per call (2 + 1 captured parts: a row with one real frame
+    has none in the second part), real frames 1..3 per row: same audio and state as the plain ragged decode."""
+    graphs, pool, slots = _runner(tiny, 5, ragged=True, fast=fast)
+    plain_pool = CodecStatePool(tiny.config, 5, "cpu", tiny.dtype)
+    plain_slots = [plain_pool.alloc() for _ in range(5)]
+    codes = random_codes(5, 30, seed=4)
+    done = [0] * 5
+    for real in ([1, 3, 2, 3, 1], [3, 3, 3, 3, 3], [2, 1, 1, 3, 2]):
+        chunk = torch.stack([codes[r, :, done[r] : done[r] + 3] for r in range(5)])
+        ours = graphs.decode(slots, chunk, expected_positions=done, frames=real)
+        theirs = decode_incremental(tiny, plain_pool, plain_slots, chunk, frames=real)
+        for r, f in enumerate(real):
+            assert relative_l2(ours[r, : f * 1920], theirs[r, : f * 1920]) < 1e-5
+            done[r] += f
+    assert [pool.position(s) for s in slots] == done
+    assert torch.equal(pool.positions[slots], plain_pool.positions[plain_slots])
+    for name, tensor in plain_pool.tensors.items():
+        assert relative_l2(pool.tensors[name][slots], tensor[plain_slots]) < 1e-5, name
+
+
+def test_a_whole_batch_runner_refuses_ragged_calls(tiny):
+    graphs, pool, slots = _runner(tiny, 1)
+    with pytest.raises(ValueError, match="ragged"):
+        graphs.decode(slots, random_codes(1, 2, seed=1), frames=[1])
+    assert pool.position(slots[0]) == 0
 
 
 def test_runner_equals_plain_decode_with_padding_and_splitting(tiny):
