@@ -101,7 +101,8 @@ def build(settings: EngineSettings) -> EngineLoop:
                           max_batch=settings.max_batch, silence=settings.silence_config(), fast=fast,
                           shapes=settings.capture_shapes, codec_precision=settings.codec_precision,
                           codec_stream=settings.codec_stream, cp_kernels=settings.cp_kernels,
-                          precompile_workers=settings.resolved_precompile_workers, voices=voices)
+                          precompile_workers=settings.resolved_precompile_workers, voices=voices,
+                          ragged_codec=settings.ragged_codec)
     loaded = time.perf_counter()
     executors.capture()  # before the warm-up: capturing writes over slot 0's state
     captured = time.perf_counter()

@@ -111,6 +111,7 @@ class EngineSettings:
     # While slots run short: newcomers prefill after a decode of this many streams (0: never wait) ...
     align_startup_rows: int = SchedulerConfig().align_startup_rows
     saturated_step_ms: float = SchedulerConfig().saturated_step_ms  # ... and a batch may take this long
+    ragged_codec: bool = False  # codec batches where each row decodes its own chunk (not yet measured on a GPU)
     codec_stream: bool = True  # CUDA: codec chunks on a stream of their own, beside the generation steps
     sync_debug: str = "off"  # CUDA: "warn" logs every host-device synchronisation (torch sync debug mode)
     profile_dir: str = ""  # profile the loop (engine/profiling.py) and write summary tables here
@@ -235,6 +236,7 @@ class EngineSettings:
             rescue_slack_ms=self.rescue_slack_ms,
             align_startup_rows=self.align_startup_rows,
             saturated_step_ms=self.saturated_step_ms,
+            ragged_codec=self.ragged_codec,
         )
 
     def chunk_policy_object(self) -> ChunkPolicy | None:
@@ -331,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "many streams, so its code predictor joins theirs (0: never wait; docs/scheduling.md)")
     p.add_argument("--saturated-step-ms", type=float, default=d.saturated_step_ms,
                    help="while slots run short, a batch may take this long (else the scheduler's 12 ms step budget)")
+    p.add_argument("--ragged-codec", action=argparse.BooleanOptionalAction, default=d.ragged_codec,
+                   help="codec batches where each row decodes its own chunk, padded to the longest (simulator: "
+                        "fewer refusals at 80 RPS; not yet measured on a GPU; docs/scheduling.md)")
     p.add_argument("--max-in-flight", type=int, default=d.max_in_flight,
                    help="plans queued on the GPU before the host waits for the oldest (host planning of step k+1 "
                         "overlaps the GPU's step k)")

@@ -73,14 +73,15 @@ class Executors:
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
                  top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True,
                  cp_kernels: str = "layers", precompile_workers: int = 0,
-                 voices: VoiceBank | None = None) -> None:  # fmt: skip
+                 voices: VoiceBank | None = None, ragged_codec: bool = False) -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
         `codec_precision` must match the dtype the codec was loaded in (`executors.codec.codec_dtype`);
         `codec_stream`: on CUDA, codec chunks run on a stream of their own, beside the generation steps;
         `cp_kernels`: the code predictor's fast path, "layers" or "fused" (engine/fast/code_predictor_graph.py);
         `precompile_workers`: child processes that compile the fused frame's Triton kernels before capture
         (engine/fast/precompile.py; 0: the capture compiles them one by one);
-        `voices`: where a Base model's saved voices come from (None: a bank without a store)."""
+        `voices`: where a Base model's saved voices come from (None: a bank without a store);
+        `ragged_codec`: codec plans may give each row its own frame count (`SchedulerConfig.ragged_codec`)."""
         if model.codec is None:
             raise ValueError("the engine needs a model loaded with its codec")
         if model.config.model_type not in ("custom_voice", "base"):
@@ -126,7 +127,7 @@ class Executors:
             self.code_predictor = CodePredictorExecutor(model, self.generation, self.codes, max_batch)
         codec_shapes = (shapes.codec_batch, shapes.codec_frames) if fast.codec and shapes is not None else None
         self.codec = CodecExecutor(model.codec, self.codes, streams, silence, precision=codec_precision,
-                                   graph_shapes=codec_shapes)
+                                   graph_shapes=codec_shapes, ragged=ragged_codec)
 
     @torch.inference_mode()  # as `run`, which replays what this captures
     def capture(self) -> None:
@@ -293,12 +294,11 @@ class Executors:
             self.code_predictor.predict(kv_slots, [row.codec_slot for row in rows],  # type: ignore[misc]
                                         [row.frame_index for row in rows])
             return _no_result
-        if any(row.codec_frames != plan.codec_frames for row in rows):
-            raise ValueError("this codec decodes the same frames for every row of a batch (ragged_codec is a "
-                             "scheduler what-if for the simulator)")
+        ragged = any(row.codec_frames != plan.codec_frames for row in rows)
         finish_audio = self.codec.launch([row.request_id for row in rows], [row.codec_slot for row in rows],  # type: ignore[misc]
                                          [row.frame_index for row in rows], plan.codec_frames,
-                                         [row.final_chunk for row in rows])
+                                         [row.final_chunk for row in rows],
+                                         [row.codec_frames for row in rows] if ragged else None)
 
         def audio() -> StepResult:
             pcm = finish_audio()

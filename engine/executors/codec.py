@@ -54,9 +54,10 @@ class _Stream:
 
 class CodecExecutor:
     def __init__(self, decoder: CodecDecoder, codes: Tensor, streams: int, silence: SilenceConfig, *,
-                 precision: str = "tf32",
-                 graph_shapes: tuple[Sequence[int], Sequence[int]] | None = None) -> None:  # fmt: skip
-        """`graph_shapes` = (batch sizes, frame counts) selects the fast path; None the plain decode."""
+                 precision: str = "tf32", graph_shapes: tuple[Sequence[int], Sequence[int]] | None = None,
+                 ragged: bool = False) -> None:  # fmt: skip
+        """`graph_shapes` = (batch sizes, frame counts) selects the fast path; None the plain decode. `ragged`:
+        `launch` takes a frame count per row (the fast path's steps are then built for it)."""
         codec_dtype(precision)  # validates the name
         if decoder.dtype not in PRECISION_DTYPES[precision]:
             raise ValueError(f"codec precision {precision!r} needs the codec loaded in "
@@ -66,12 +67,13 @@ class CodecExecutor:
         self.precision = precision
         self.silence = silence
         self._streams: dict[int, _Stream] = {}
+        self.ragged = ragged
         self.graphs: CodecGraphs | None = None
         if graph_shapes is None:
             self.pool = CodecStatePool(decoder.config, streams, decoder.device, decoder.dtype)
         else:
             self.pool = CodecStatePool(decoder.config, streams + RESERVED_SLOTS, decoder.device, decoder.dtype)
-            self.graphs = CodecGraphs(FastCodecDecoder(decoder, precision), self.pool, *graph_shapes)
+            self.graphs = CodecGraphs(FastCodecDecoder(decoder, precision), self.pool, *graph_shapes, ragged=ragged)
             assert self.pool.slots == streams, "CodecGraphs reserves its scratch row out of the stream count"
 
     def capture(self) -> None:
@@ -96,24 +98,30 @@ class CodecExecutor:
         return len(self._streams)
 
     def launch(self, request_ids: list[int], code_slots: list[int], first_frames: list[int], frames: int,
-               final: list[bool]) -> Callable[[], dict[int, np.ndarray]]:
+               final: list[bool], row_frames: list[int] | None = None) -> Callable[[], dict[int, np.ndarray]]:
         """Queue the decode on the current stream without waiting for the device: row indices go up through
         pinned memory, the PCM comes down into a pinned buffer by an asynchronous copy. -> `finish()`, which the
         caller runs once the stream has passed this point (an event), and which then does the host part
-        (silent first frame, leading-silence trim, int16) and returns request id -> int16 samples."""
+        (silent first frame, leading-silence trim, int16) and returns request id -> int16 samples.
+        `row_frames` (a ragged executor): each row's own frame count, at most `frames`, the batch's shape."""
+        if row_frames is not None and not self.ragged:
+            raise ValueError("this codec executor decodes the same frames for every row; build it with ragged=True")
         streams = [self._streams[r] for r in request_ids]
         device = self.codes.device
         start = device_ids(first_frames, device)[:, None]  # [B,1]
         rows = device_ids(code_slots, device)[:, None]  # [B,1]
-        chunk = self.codes[rows, start + torch.arange(frames, device=device)]  # [B,N,16]
+        # A ragged row's padding frames read whatever codes come next (never past the buffer): ids, not audio.
+        at = (start + torch.arange(frames, device=device)).clamp(max=self.codes.shape[1] - 1)
+        chunk = self.codes[rows, at]  # [B,N,16]
         slots = [s.pool_slot for s in streams]
         if self.graphs is not None:  # FastCodecDecoder applies the precision's switches itself
             wav = self.graphs.decode(slots, chunk.transpose(1, 2), expected_positions=first_frames,
-                                     check_code_values=False)  # [B,N*1920]
+                                     check_code_values=False, frames=row_frames)  # [B,N*1920]
         else:
             with precision_flags(self.precision):
                 wav = decode_incremental(self.decoder, self.pool, slots, chunk.transpose(1, 2),
-                                         expected_positions=first_frames, check_code_values=False)  # [B,N*1920]
+                                         expected_positions=first_frames, check_code_values=False,
+                                         frames=row_frames)  # [B,N*1920]
         wav = wav.to(torch.float32)
         if device.type == "cuda":
             host = torch.empty(wav.shape, dtype=torch.float32, pin_memory=True)
@@ -121,12 +129,13 @@ class CodecExecutor:
         else:
             host = wav
         first = list(first_frames)
+        real = [frames] * len(request_ids) if row_frames is None else list(row_frames)
 
         def finish() -> dict[int, np.ndarray]:
             pcm_rows = host.numpy()
             out: dict[int, np.ndarray] = {}
             for i, (request_id, stream) in enumerate(zip(request_ids, streams, strict=True)):
-                pcm = pcm_rows[i]
+                pcm = pcm_rows[i, : real[i] * SAMPLES_PER_FRAME]
                 if stream.skip_first_frame and first[i] == 0:
                     pcm = pcm[SAMPLES_PER_FRAME:]  # decoded (later frames need its context), never heard
                 pcm = stream.trimmer.push(pcm)

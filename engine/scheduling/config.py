@@ -57,8 +57,8 @@ class SchedulerConfig:
     # of 24 % (304 audio s/s instead of 272, with saturated_step_ms); 1-40 RPS unchanged (docs/scheduling.md).
     align_startup_rows: int = 32
     # Codec batches where each row decodes its own chunk (padded to the largest, which the budget allows), not
-    # the anchor's: rows with many frames ready drain them in the same step. The executors do not decode ragged
-    # batches yet (they refuse such plans); the simulator measures what they would buy (docs/scheduling.md).
+    # the anchor's: rows with many frames ready drain them in the same step. Needs executors built with
+    # ragged_codec (engine --ragged-codec); off until measured on the GPU (docs/scheduling.md).
     ragged_codec: bool = False
 
     def __post_init__(self) -> None:

@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="saturated mode: newcomers prefill after a decode of this many streams (0: never)")
     parser.add_argument("--saturated-step-ms", type=float, default=DEFAULTS.saturated_step_ms)
     parser.add_argument("--ragged-codec", action="store_true",
-                        help="what-if: codec rows decode their own chunk sizes in one batch (the executors cannot yet)")
+                        help="codec rows decode their own chunk sizes in one batch (engine --ragged-codec)")
     parser.add_argument("--no-admission", action="store_true", help="only slot limits refuse work")
     parser.add_argument("--jitter", type=float, default=0.0, help="relative spread of step times")
     parser.add_argument("--max-lead-ms", type=int, default=0, help="pace every stream this far ahead (0: unpaced)")

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 
@@ -37,20 +39,23 @@ def text_ids(model: Qwen3TTS, text: str) -> tuple[int, ...]:
 
 def make_loop(model: Qwen3TTS, *, kv_slots: int = 16, max_batch: int = 16, length_model: bool | None = None,
               fast: FastPath = FastPath(), shapes: CaptureShapes | None = None,  # noqa: B008
-              voices: VoiceBank | None = None, **settings: object) -> EngineLoop:
+              voices: VoiceBank | None = None, clock: Callable[[], int] | None = None,
+              **settings: object) -> EngineLoop:
     """The engine's loop, scheduler and executors in this process (no IPC), sized like a small engine.
     `fast` selects fast paths (captured over `shapes`, by default the settings' own), as `--fast-path`;
-    `voices`: where a Base model's saved voices come from."""
+    `voices`: where a Base model's saved voices come from; `clock`: the loop's clock (default: monotonic_ns)."""
     s = EngineSettings(model="tiny", socket="@unused", kv_slots=kv_slots, max_batch=max_batch, **settings)  # type: ignore[arg-type]
     random_weights = model.config.random_weights if length_model is None else length_model
     scheduler = Scheduler(s.scheduler_config(random_weights=random_weights, device_kind="cpu"),
                           CostModel.load(s.costs_path(fast)), s.chunk_policy_object())
     executors = Executors(model, kv_slots=s.kv_slots, streams=s.streams, max_context=s.max_context,
                           max_frames=s.max_frames, max_batch=s.max_batch, silence=s.silence_config(), fast=fast,
-                          shapes=shapes or s.capture_shapes, codec_precision=s.codec_precision, voices=voices)
+                          shapes=shapes or s.capture_shapes, codec_precision=s.codec_precision, voices=voices,
+                          ragged_codec=s.ragged_codec)
     executors.capture()
     ready = Ready("tiny", random_weights, 24000, ("ryan",), ("auto",), "cpu", s.max_batch)
-    return EngineLoop(scheduler, executors, ready)
+    return EngineLoop(scheduler, executors, ready) if clock is None else EngineLoop(scheduler, executors, ready,
+                                                                                     clock=clock)
 
 
 def submit(model: Qwen3TTS, request_id: int, text: str, *, seed: int = 0, sampling: Sampling = Sampling(),  # noqa: B008
@@ -87,20 +92,27 @@ class Finished:
         return np.frombuffer(bytes(self.pcm), dtype="<i2")
 
 
-def run_to_completion(loop: EngineLoop, msgs: list[Submit], max_steps: int = 20_000) -> tuple[dict[int, Finished], dict[int, torch.Tensor]]:
-    """Submit every request at once, step until all ended -> (published output, generated frames) per request."""
+def run_to_completion(loop: EngineLoop, msgs: list[Submit], max_steps: int = 20_000,
+                      submit_at: list[int] | None = None) -> tuple[dict[int, Finished], dict[int, torch.Tensor]]:
+    """Submit every request at once (or msgs[i] before loop step submit_at[i]), step until all ended ->
+    (published output, generated frames) per request."""
     from engine.ipc.messages import Audio, Done, Error
 
-    now = loop.clock()
-    for msg in msgs:
-        loop.handle(LINK, msg, now)
+    submit_at = submit_at or [0] * len(msgs)
     code_slots = {}
-    for msg in msgs:
-        state = loop.request_state(LINK, msg.request_id)
-        assert state is not None, f"request {msg.request_id} was refused: {loop.take_replies()}"
-        code_slots[msg.request_id] = state.codec_slot
+
+    def submit_due(step: int) -> None:
+        now = loop.clock()
+        for msg, at in zip(msgs, submit_at, strict=True):
+            if at == step:
+                loop.handle(LINK, msg, now)
+                state = loop.request_state(LINK, msg.request_id)
+                assert state is not None, f"request {msg.request_id} was refused: {loop.take_replies()}"
+                code_slots[msg.request_id] = state.codec_slot
+
     results = {msg.request_id: Finished() for msg in msgs}
-    for _ in range(max_steps):
+    for step in range(max_steps):
+        submit_due(step)
         ran = loop.step()
         for link, reply in loop.take_replies():
             assert link == LINK
@@ -114,7 +126,7 @@ def run_to_completion(loop: EngineLoop, msgs: list[Submit], max_steps: int = 20_
                 r.done = reply
             elif isinstance(reply, Error):
                 r.error = reply
-        if not ran and all(r.done is not None for r in results.values()):
+        if not ran and step >= max(submit_at) and all(r.done is not None for r in results.values()):
             break
     assert all(r.done is not None for r in results.values()), "requests did not finish"
     frames = {rid: loop.executors.codes[slot, : results[rid].done.frames].clone() for rid, slot in code_slots.items()}

@@ -238,7 +238,7 @@ def test_streams_about_to_run_dry_are_rescued_before_a_newcomer_starts():
 
 @pytest.mark.parametrize("ragged", [False, True])
 def test_a_ragged_codec_batch_lets_each_row_decode_its_own_chunk(ragged: bool):
-    """Uniform (the executors' batches): every row decodes the anchor's chunk. Ragged (a simulator what-if):
+    """Uniform (the default): every row decodes the anchor's chunk. Ragged (`ragged_codec`):
     a row with more frames ready drains them in the same step, the batch padded to the largest."""
     scheduler = make_scheduler(ragged_codec=ragged)
     a = admit(scheduler, make_request(1, 0, tokens=60, chars=300), 0)

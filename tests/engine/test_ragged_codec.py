@@ -1,0 +1,61 @@
+"""With ragged codec batches (`--ragged-codec`) rows of one codec plan decode different frame counts, and every
+request still publishes exactly the audio of its reference decode."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine.ipc.messages import DoneReason
+from engine.request import WorkKind
+from tests.engine.helpers import SENTENCES, make_loop, reference, run_to_completion, submit
+
+
+class StepClock:
+    """A clock that moves 1 ms each time it is read: the scheduler's choices no longer depend on this
+    machine's speed."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        self.now += 1_000_000
+        return self.now
+
+
+def test_ragged_codec_plans_give_every_request_its_reference_audio(tiny_model):
+    loop = make_loop(tiny_model, ragged_codec=True, clock=StepClock())
+    launch = loop.executors.launch
+    ragged_plans = []
+
+    def recording_launch(plan, inputs):  # type: ignore[no-untyped-def]
+        if plan.kind is WorkKind.CODEC_CHUNK and any(r.codec_frames != plan.codec_frames for r in plan.rows):
+            ragged_plans.append([r.codec_frames for r in plan.rows])
+        return launch(plan, inputs)
+
+    loop.executors.launch = recording_launch  # type: ignore[method-assign]
+    msgs = [submit(tiny_model, i, SENTENCES[i], seed=i) for i in range(6)]
+    # Staggered arrivals: streams further along hold larger chunks, newcomers single frames.
+    results, _ = run_to_completion(loop, msgs, submit_at=[0, 0, 30, 60, 90, 120])
+    assert ragged_plans, "no codec plan mixed frame counts: the test did not exercise ragged batches"
+    for msg in msgs:
+        outcome = results[msg.request_id]
+        assert outcome.error is None and outcome.done.reason is DoneReason.COMPLETED
+        _, expected = reference(tiny_model, msg)
+        assert len(outcome.samples) == len(expected)
+        assert int(np.abs(outcome.samples.astype(np.int32) - expected).max()) <= 1
+
+
+def test_without_the_flag_every_codec_plan_decodes_one_frame_count(tiny_model):
+    loop = make_loop(tiny_model, clock=StepClock())
+    launch = loop.executors.launch
+    shapes = []
+
+    def recording_launch(plan, inputs):  # type: ignore[no-untyped-def]
+        if plan.kind is WorkKind.CODEC_CHUNK:
+            shapes.append({r.codec_frames for r in plan.rows} | {plan.codec_frames})
+        return launch(plan, inputs)
+
+    loop.executors.launch = recording_launch  # type: ignore[method-assign]
+    run_to_completion(loop, [submit(tiny_model, i, SENTENCES[i], seed=i) for i in range(6)],
+                      submit_at=[0, 0, 30, 60, 90, 120])
+    assert shapes and all(len(s) == 1 for s in shapes)
