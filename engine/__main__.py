@@ -3,8 +3,9 @@
     python -m engine --model tiny|tiny-base|DIR|HF_ID --socket PATH [--device auto|cpu|cuda] [--voices-dir DIR] [...]
 
 CustomVoice models serve their built-in speakers; Base models serve the saved voices of `--voices-dir`
-(x-vector mode; Ready lists no speakers) and warm up with an all-zero x-vector that no store holds.
-VoiceDesign models are refused (not served yet).
+(x-vector mode; Ready lists no speakers) and warm up with an all-zero x-vector that no store holds;
+VoiceDesign models speak with the voice each request's instructions describe (required; Ready lists no
+speakers) and warm up with a fixed description. Ready names the kind (`model_type`).
 
 The control socket appears only once the engine can serve (weights loaded, caches allocated, fast-path
 graphs captured, one warm-up synthesis done), and every gateway link gets `Ready` as it connects. SIGTERM /
@@ -32,6 +33,7 @@ log = logging.getLogger("engine")
 
 WARM_UP_TEXT = "Warm up."
 WARM_UP_VOICE = "@warm-up"  # never a store name (engine/voice_store.py: names start with [a-z0-9])
+WARM_UP_DESCRIPTION = "A calm, clear voice."  # a VoiceDesign model's warm-up instructions
 
 
 class _Stopped(Exception):
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 def build(settings: EngineSettings) -> EngineLoop:
     import torch  # imported here, not at the top: --help and argument errors stay instant
 
-    from engine.executors import Executors
+    from engine.executors import SERVED_MODEL_TYPES, Executors
     from engine.executors.codec import codec_dtype
     from engine.executors.voices import VoiceBank
     from engine.fast.kernels import HAVE_TRITON
@@ -87,9 +89,9 @@ def build(settings: EngineSettings) -> EngineLoop:
                        download=settings.download, seed=settings.seed,
                        codec_dtype=codec_dtype(settings.codec_precision), voice_models=True)
     config = model.config
-    if config.model_type not in ("custom_voice", "base"):
-        raise SystemExit(f"error: {settings.model} is a {config.model_type} model; only CustomVoice and Base "
-                         "models are served")
+    if config.model_type not in SERVED_MODEL_TYPES:
+        raise SystemExit(f"error: {settings.model} is a {config.model_type} model; only CustomVoice, Base and "
+                         "VoiceDesign models are served")
     from engine.voice_store import VoiceStore
 
     store = VoiceStore(settings.voices_dir) if settings.voices_dir else None
@@ -111,7 +113,7 @@ def build(settings: EngineSettings) -> EngineLoop:
     ready = Ready(model_id=settings.model, random_weights=config.random_weights,
                   sample_rate=config.codec.output_sample_rate, speakers=speakers(config.prompt_ids),
                   languages=languages(config.prompt_ids), device=str(device), max_batch=settings.max_batch,
-                  gpu_uuid=gpu_uuid(device))
+                  gpu_uuid=gpu_uuid(device), model_type=config.model_type)
     loop = EngineLoop(scheduler, executors, ready, heartbeat_s=settings.heartbeat_s,
                       shutdown_grace_ms=settings.shutdown_grace_ms, max_in_flight=settings.max_in_flight)
     assert model.tokenizer is not None
@@ -121,8 +123,10 @@ def build(settings: EngineSettings) -> EngineLoop:
     if config.is_base:
         saved_voice = WARM_UP_VOICE
         voices.pin(WARM_UP_VOICE, torch.zeros(config.talker.hidden_size))
+    instruct_ids = tuple(model.tokenizer.instruct_ids(WARM_UP_DESCRIPTION)) if config.is_voice_design else ()
     steps = loop.warm_up(Submit(request_id=1, speaker=speaker, language="auto", text_ids=text_ids,
-                                text_chars=len(WARM_UP_TEXT), text_ended=True, voice=saved_voice))
+                                text_chars=len(WARM_UP_TEXT), text_ended=True, voice=saved_voice,
+                                instruct_ids=instruct_ids))
     voices.unpin(WARM_UP_VOICE)
     log.info("model %s on %s%s (%s, %s weights) loaded in %.1f s; warm-up %.1f s (%s)", settings.model, device,
              f" ({ready.gpu_uuid})" if ready.gpu_uuid else "", dtype,

@@ -1,7 +1,7 @@
 """`python -m gateway`: parse settings, check the model is there, serve until SIGTERM drains us.
 
 Exit status: 0 after SIGTERM/SIGINT, 2 when the model's files are missing, the model is a kind the engine
-does not serve (VoiceDesign; gateway.model_source) or --engines asks for more GPUs than the server was
+does not serve (gateway.model_source) or --engines asks for more GPUs than the server was
 given (gateway.gpus), 1 when an engine cannot start (it exited before Ready
 `gateway.engines.START_ATTEMPTS` times in a row; its last stderr lines are repeated on ours).
 """

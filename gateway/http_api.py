@@ -43,6 +43,11 @@ RESPONSE_FORMATS = {
     "pcm": "pcm_s16le",
 }
 MODEL_ALIASES = ("tts-1", "tts-1-hd")
+_PARAMS = {  # the request field an UnknownName code is about (else "voice")
+    "unknown_language": "language",
+    "missing_instructions": "instructions",
+    "instructions_not_supported": "instructions",
+}
 
 # ---------------------------------------------------------------- request parsing
 
@@ -91,13 +96,14 @@ def parse_speech(body: Any, state: GatewayState) -> SpeechParams:
     if voice_field is not None and not isinstance(voice_field, str):
         raise HttpError(400, "invalid_value", "'voice' must be a name or {\"id\": name}", param="voice")
     language_field = _field(body, "language", str, "auto")
+    instructions = _field(body, "instructions", str, "")
     try:
-        voice = state.voices().pick(voice_field)
+        served = state.voices()
+        served.check_instructions(instructions)
+        voice = served.pick(voice_field)
         language = resolve_language(language_field, (*info.languages, "auto"))
     except UnknownName as exc:
-        raise HttpError(
-            400, exc.code, str(exc), param="language" if exc.code == "unknown_language" else "voice"
-        ) from None
+        raise HttpError(400, exc.code, str(exc), param=_PARAMS.get(exc.code, "voice")) from None
     response_format = _field(body, "response_format", str, "mp3")
     if response_format not in RESPONSE_FORMATS:
         raise HttpError(
@@ -124,7 +130,6 @@ def parse_speech(body: Any, state: GatewayState) -> SpeechParams:
     seed = check_seed(_field(body, "seed", int, None))
     _field(body, "stream", bool, True)  # accepted: audio is always streamed
     non_streaming = _field(body, "non_streaming_mode", bool, False)
-    instructions = _field(body, "instructions", str, "")
     return SpeechParams(
         text=text,
         voice=voice,
@@ -245,8 +250,8 @@ async def voices(request: Request) -> Response:
     saved = served.saved_names()
     return JSONResponse(
         {
-            "voices": saved if served.saved_only else list(served.speakers),
-            "voice_kind": "saved" if served.saved_only else "built_in",
+            "voices": saved if served.saved_only else served.names(),
+            "voice_kind": served.voice_kind,
             "openai_aliases": served.openai_aliases(),
             "languages": sorted({*info.languages, "auto"}),
             "saved_voices": saved,

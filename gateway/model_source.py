@@ -6,9 +6,10 @@ local Hugging Face cache. Missing weights without `--download` stop the gateway 
 how to fix it; the gateway itself only ever reads the tokenizer files and `config.json`.
 
 The model's `tts_model_type` is read where it is known without the weights (a preset, the checkpoint's
-`config.json`, a released checkpoint's id): a kind the engine does not serve (VoiceDesign) stops the
-gateway at once with `ModelUnsupported`, instead of a server whose every request would fail. A kind not
-known yet (an id still to be downloaded) is left to the engine, which refuses it before Ready.
+`config.json`, a released checkpoint's id): a kind the engine does not serve (anything but CustomVoice,
+Base and VoiceDesign) stops the gateway at once with `ModelUnsupported`, instead of a server whose every
+request would fail. A kind not known yet (an id still to be downloaded) is left to the engine, which
+refuses it before Ready.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from engine.model.presets import CHECKPOINT_PRESETS, PRESETS
 from engine.text import TextTokenizer
 from gateway.settings import Settings
 
-# What `python -m engine` serves (engine/__main__.py refuses the rest; tests/gateway/test_saved_voices.py
-# checks that it still refuses VoiceDesign).
-SERVED_MODEL_TYPES = ("custom_voice", "base")
+# What `python -m engine` serves (engine/executors: SERVED_MODEL_TYPES, a torch module; the gateway keeps
+# its own copy, and tests/gateway/test_voice_resolution.py checks that the two agree).
+SERVED_MODEL_TYPES = ("custom_voice", "base", "voice_design")
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json")
 TOKENIZER_FILES = ("vocab.json", "merges.txt")
 
@@ -88,9 +89,11 @@ def locate_model(settings: Settings) -> ModelSource:
     if source.model_type is not None and source.model_type not in SERVED_MODEL_TYPES:
         raise ModelUnsupported(
             f"model {source.name!r} is a {source.model_type} model (tts_model_type {source.model_type!r}); the "
-            f"engine serves only {' and '.join(SERVED_MODEL_TYPES)} models, so the gateway does not start with it.\n"
+            f"engine serves only {', '.join(SERVED_MODEL_TYPES)} models, so the gateway does not start with it.\n"
             "  - CustomVoice (built-in speakers):  python -m gateway --model tiny --device cpu\n"
-            "  - Base (saved voices):  python -m gateway --model tiny-base --device cpu --voices-dir DIR"
+            "  - Base (saved voices):  python -m gateway --model tiny-base --device cpu --voices-dir DIR\n"
+            "  - VoiceDesign (voices described in instructions):  python -m gateway --model tiny-voice-design "
+            "--device cpu"
         )
     return source
 

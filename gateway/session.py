@@ -242,9 +242,7 @@ class Session:
             if event is not None and event.instructions is not None
             else self.defaults.instructions
         )
-        instruct_ids = (
-            self.defaults.check_instructions(instructions, event_id, context_id) if instructions else ()
-        )
+        instruct_ids = self.defaults.check_instructions(instructions, event_id, context_id)
         tokenizer = self.state.tokenizer
         ctx = Context(
             context_id=context_id,
@@ -448,6 +446,7 @@ class Session:
             "sample_rates": list(p.SAMPLE_RATES),
             "model": {"id": self.model_id, "random_weights": self.random_weights},
             "voices": self.defaults.voices.names(),
+            "voice_kind": self.defaults.voices.voice_kind,
             "languages": list(self.defaults.languages),
             "limits": self.limits.public(),
             "defaults": self.defaults.describe(),

@@ -2,8 +2,10 @@
 
 `session.update` changes the defaults; `context.create` may override them for one context. Voices
 are resolved by the served model's one resolver (gateway/voices.py: built-in speakers, or a Base model's
-saved voices, which have no default), languages against what the engine announced, Opus needs
-libopus on this server, and instructions must tokenize; anything else is a `ProtocolError`.
+saved voices, which have no default; a VoiceDesign model ignores them), languages against what the engine
+announced, Opus needs libopus on this server, and instructions must tokenize and fit the served model (a
+Base model takes none; a VoiceDesign model's contexts need them, its session defaults may leave them
+empty); anything else is a `ProtocolError`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ class SessionDefaults:
         self.state = state
         self.voices = voices
         self.languages = languages
-        self.voice: Voice | None = voices.default()  # None: a Base model, whose requests name a saved voice
+        # None: a Base model, whose requests name a saved voice; Voice() for a VoiceDesign model
+        self.voice: Voice | None = voices.default()
         self.language = "auto"
         self.instructions = ""
         self.audio_format = "pcm16"
@@ -31,10 +34,12 @@ class SessionDefaults:
         voice, language, audio_format = self.resolve(
             event.voice, event.language, event.audio_format, event.event_id
         )
-        self.sample_rate = self.resolve_rate(event.sample_rate, audio_format, event.event_id)
-        self.voice, self.language, self.audio_format = voice, language, audio_format
-        if event.instructions is not None:
+        sample_rate = self.resolve_rate(event.sample_rate, audio_format, event.event_id)
+        if event.instructions:  # "" clears the default (a VoiceDesign model's contexts then need their own)
             self.check_instructions(event.instructions, event.event_id, None)
+        self.voice, self.language, self.audio_format = voice, language, audio_format
+        self.sample_rate = sample_rate
+        if event.instructions is not None:
             self.instructions = event.instructions
         if event.word_timings is not None:
             self.word_timings = event.word_timings
@@ -91,6 +96,11 @@ class SessionDefaults:
     def check_instructions(
         self, instructions: str, event_id: str | None, context_id: str | None
     ) -> tuple[int, ...]:
+        """The instruct ids of `instructions` ("" gives none), checked against the served model."""
+        try:
+            self.voices.check_instructions(instructions)
+        except UnknownName as exc:
+            raise p.ProtocolError(exc.code, str(exc), event_id=event_id, context_id=context_id) from None
         try:
             return tuple(self.state.tokenizer.instruct_ids(instructions))
         except ValueError as exc:
@@ -101,7 +111,7 @@ class SessionDefaults:
     def describe(self) -> dict[str, object]:
         """The `defaults` shape of `session.created` and `session.updated`."""
         return {
-            "voice": self.voice.name if self.voice is not None else None,
+            "voice": self.voice.name if self.voice is not None and self.voice.name else None,
             "language": self.language,
             "instructions": self.instructions,
             "audio": p.audio_description(

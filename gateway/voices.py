@@ -8,10 +8,16 @@ name a request sends (or none) into a `Voice`, the speaker or saved voice its `S
   also send OpenAI's voice names (Pipecat and others refuse any other name client-side), mapped here onto
   the nine CustomVoice speakers, English speakers for the neutral names. Saved voices belong to Base
   models and are not offered.
-- A Base model (no built-in speakers; the engine serves only CustomVoice and Base models) speaks with the
-  saved voices of `--voices-dir` that were computed for the served model (`VoiceInfo.model_id` equals the
-  gateway's `--model`, as the engines check). A saved voice may carry an OpenAI voice name (`alloy`), so
-  clients that allow only those names can use it. There is no default voice: a request must name one.
+- A Base model (no built-in speakers) speaks with the saved voices of `--voices-dir` that were computed for
+  the served model (`VoiceInfo.model_id` equals the gateway's `--model`, as the engines check). A saved
+  voice may carry an OpenAI voice name (`alloy`), so clients that allow only those names can use it. There
+  is no default voice: a request must name one. Base models take no instructions (the official
+  `generate_voice_clone` has none): `check_instructions` refuses them (`instructions_not_supported`).
+- A VoiceDesign model speaks with the voice its request's instructions describe: `check_instructions`
+  requires them (`missing_instructions`), and any `voice` sent is ignored (`pick` gives `Voice()`).
+
+The kind comes from the engine's `Ready.model_type` (an older engine's "" counts as CustomVoice when it
+lists speakers, as Base when it lists none).
 
 Names match case-insensitively. The store is read at each resolution (one small `voice.json`), so a voice
 saved or deleted a moment ago is seen at once. Languages may also be given as ISO 639-1 codes (`en`,
@@ -43,9 +49,13 @@ OPENAI_VOICES: dict[str, str] = {
 }
 DEFAULT_VOICE = "ryan"
 DEFAULT_LANGUAGE = "auto"
+CUSTOM_VOICE, BASE, VOICE_DESIGN = "custom_voice", "base", "voice_design"  # `tts_model_type`s served
+VOICE_KINDS = {CUSTOM_VOICE: "built_in", BASE: "saved", VOICE_DESIGN: "described"}  # what `voice_kind` says
 
 
 class UnknownName(ValueError):
+    """What a request named (or left out) does not fit the served model: `code` is the stable error code."""
+
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
@@ -53,7 +63,8 @@ class UnknownName(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Voice:
-    """What one request speaks with: a built-in speaker (CustomVoice) or a saved voice (Base), never both."""
+    """What one request speaks with: a built-in speaker (CustomVoice) or a saved voice (Base), never both;
+    neither for a VoiceDesign model (its voice is the request's instructions)."""
 
     speaker: str = ""  # Submit.speaker
     saved: str = ""  # Submit.voice: the saved voice's name in the shared store
@@ -66,18 +77,34 @@ class Voice:
 class ServedVoices:
     """The voices the served model offers, and the one place a requested name is resolved."""
 
-    def __init__(self, speakers: Sequence[str], model_id: str, store: VoiceStore | None) -> None:
+    def __init__(
+        self, speakers: Sequence[str], model_id: str, store: VoiceStore | None, model_type: str = ""
+    ) -> None:
+        """`model_type`: the engine's `Ready.model_type`; "" infers it from `speakers` (older engines)."""
         self.speakers = tuple(speakers)
         self.model_id = model_id
         self.store = store
+        self.model_type = model_type or (CUSTOM_VOICE if self.speakers else BASE)
 
     @property
     def saved_only(self) -> bool:
         """A Base model: its voices are the saved voices made for it."""
-        return not self.speakers
+        return self.model_type == BASE
+
+    @property
+    def described(self) -> bool:
+        """A VoiceDesign model: the voice is described in words (the instructions); `voice` is ignored."""
+        return self.model_type == VOICE_DESIGN
+
+    @property
+    def voice_kind(self) -> str:
+        """What `GET /v1/audio/voices` reports: "built_in", "saved" or "described"."""
+        return VOICE_KINDS.get(self.model_type, "built_in")
 
     def names(self) -> list[str]:
-        """Every name a request may send as its voice (OpenAI aliases of built-ins aside)."""
+        """Every name a request may send as its voice (OpenAI aliases of built-ins aside; none for VoiceDesign)."""
+        if self.described:
+            return []
         return self.saved_names() if self.saved_only else list(self.speakers)
 
     def saved_names(self) -> list[str]:
@@ -97,17 +124,25 @@ class ServedVoices:
         """OpenAI voice name -> the voice it speaks with, for the names that resolve."""
         if self.saved_only:
             return {name: name for name in self.saved_names() if name in OPENAI_VOICES}
+        if self.described:
+            return {}
         return {name: speaker for name, speaker in OPENAI_VOICES.items() if speaker in self.speakers}
 
     def default(self) -> Voice | None:
-        """"ryan", else the first speaker; None for a Base model (a request must name a saved voice)."""
+        """"ryan", else the first speaker; None for a Base model (a request must name a saved voice);
+        `Voice()` for a VoiceDesign model."""
         if self.saved_only:
             return None
+        if self.described:
+            return Voice()
         return Voice(speaker=DEFAULT_VOICE if DEFAULT_VOICE in self.speakers else self.speakers[0])
 
     def pick(self, name: str | None, fallback: Voice | None = None) -> Voice:
         """`name` resolved; without one, `fallback`, else the model's default; UnknownName when none fits. A
-        saved fallback is checked again (it may have been deleted since it was chosen)."""
+        saved fallback is checked again (it may have been deleted since it was chosen). A VoiceDesign model
+        ignores the name: `Voice()`."""
+        if self.described:
+            return Voice()
         if name is not None:
             return self.resolve(name)
         voice = fallback or self.default()
@@ -119,6 +154,9 @@ class ServedVoices:
         return voice
 
     def resolve(self, name: str) -> Voice:
+        """`name` as the voice it speaks with (ignored by a VoiceDesign model: `Voice()`); UnknownName if none."""
+        if self.described:
+            return Voice()
         key = name.strip().lower()
         if self.saved_only:
             return Voice(saved=self._saved(key, name))
@@ -132,6 +170,24 @@ class ServedVoices:
             f"unknown voice {name[:64]!r}; voices: {', '.join(self.speakers)} (or an OpenAI voice name: "
             f"{', '.join(OPENAI_VOICES)})",
         )
+
+    def check_instructions(self, instructions: str, *, protocol: str = "") -> None:
+        """UnknownName when `instructions` do not fit the served model: a VoiceDesign model needs them
+        (`missing_instructions`), a Base model takes none (`instructions_not_supported`). `protocol`: the
+        name of a compatible protocol with no field for them, named in the VoiceDesign message."""
+        if self.described and not instructions.strip():
+            if protocol:
+                raise UnknownName("missing_instructions", f"this server's VoiceDesign model speaks with a voice "
+                                                          f"described in words, and {protocol} requests cannot carry "
+                                                          f"a description; use POST /v1/audio/speech "
+                                                          f"(instructions) or vivace.speech.v1 (session.update or "
+                                                          f"context.create instructions)")  # fmt: skip
+            raise UnknownName("missing_instructions", "this VoiceDesign model speaks with a voice described in "
+                                                      "words: send the description as instructions (the voice "
+                                                      "is ignored)")  # fmt: skip
+        if self.saved_only and instructions:
+            raise UnknownName("instructions_not_supported", "a Base model takes no instructions: it speaks as the "
+                                                            "saved voice was recorded (leave instructions out)")  # fmt: skip
 
     def _saved(self, key: str, name: str) -> str:
         if self.store is None:

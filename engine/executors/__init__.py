@@ -21,7 +21,10 @@ Voices. CustomVoice models speak with a built-in speaker (`Submit.speaker`). Bas
 voice (`Submit.voice`) in x-vector mode: the prefill rows are `build_xvector_prefill`'s, embedded by
 `embed_voice_prefill` with the voice's x-vector, which `VoiceBank` reads from the voice store at Submit and
 the request keeps until it closes; every later step (decode, code predictor, codec) is the same as for a
-built-in speaker, since the x-vector layout's trailing text equals the CustomVoice one.
+built-in speaker, since the x-vector layout's trailing text equals the CustomVoice one. VoiceDesign models
+speak with a voice described in words: the request's instruction (`Submit.instruct_ids`, required) in
+`build_voice_design_prefill`'s rows (the CustomVoice layout without a speaker row), in either layout, as
+the official `generate_voice_design` (`non_streaming_mode` False or True).
 """
 
 from __future__ import annotations
@@ -49,13 +52,21 @@ from engine.model.voices import embed_voice_prefill
 from engine.request import TEXT_END, TEXT_PAD, RequestState, WorkKind
 from engine.scheduling import Outcome, Plan
 from engine.settings import CaptureShapes, FastPath
-from engine.text.prompt import Prefill, VoicePrefill, build_prefill, build_xvector_prefill
+from engine.text.prompt import (
+    Prefill,
+    VoicePrefill,
+    build_prefill,
+    build_voice_design_prefill,
+    build_xvector_prefill,
+)
 
 if TYPE_CHECKING:
     from engine.fast.code_predictor_graph import CodePredictorGraphs
     from engine.fast.talker_graph import TalkerGraphs
 
 log = logging.getLogger("engine")
+
+SERVED_MODEL_TYPES = ("custom_voice", "base", "voice_design")  # `tts_model_type`s the executors run
 
 
 @dataclass(slots=True)
@@ -84,8 +95,9 @@ class Executors:
         `ragged_codec`: codec plans may give each row its own frame count (`SchedulerConfig.ragged_codec`)."""
         if model.codec is None:
             raise ValueError("the engine needs a model loaded with its codec")
-        if model.config.model_type not in ("custom_voice", "base"):
-            raise ValueError(f"the engine serves CustomVoice and Base models, not {model.config.model_type!r}")
+        if model.config.model_type not in SERVED_MODEL_TYPES:
+            raise ValueError(f"the engine serves CustomVoice, Base and VoiceDesign models, not "
+                             f"{model.config.model_type!r}")
         if fast.any and shapes is None:
             raise ValueError("the fast path needs its capture shapes (EngineSettings.capture_shapes)")
         config = model.config
@@ -177,6 +189,13 @@ class Executors:
             if msg.instruct_ids:
                 raise ValueError("a Base model does not take instructions")
             self.voices.resolve(msg.voice)
+        elif config.is_voice_design:
+            if msg.voice or msg.speaker:
+                raise ValueError(f"a VoiceDesign model has no saved voices or built-in speakers (got "
+                                 f"{msg.voice or msg.speaker!r}); describe the voice in the instructions")  # fmt: skip
+            if not msg.instruct_ids:
+                raise ValueError("a VoiceDesign model speaks with a voice described in words: the request needs "
+                                 "instructions (instruct_ids)")  # fmt: skip
         elif msg.voice:
             raise ValueError(f"saved voices need a Base model; this {config.model_type} model has built-in speakers")
         # The streaming layout's prefill length does not depend on the text: a placeholder x_1 sizes it.
@@ -307,6 +326,10 @@ class Executors:
         return audio
 
     def _prefill(self, submit: Submit, text_ids: Sequence[int]) -> Prefill | VoicePrefill:
+        if self.model.config.is_voice_design:
+            return build_voice_design_prefill(self.model.config.prompt_ids, language=submit.language,
+                                              text_ids=text_ids, instruct_ids=submit.instruct_ids,
+                                              streaming=submit.layout is Layout.STREAMING)
         if submit.voice:
             return build_xvector_prefill(self.model.config.prompt_ids, language=submit.language, text_ids=text_ids,
                                          streaming=submit.layout is Layout.STREAMING)

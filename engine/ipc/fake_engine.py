@@ -1,12 +1,14 @@
 """A stand-in engine that speaks the real link protocol, for gateway tests and overhead benchmarks.
 
     python -m engine.ipc.fake_engine --socket PATH [--delay-ms N] [--ms-per-frame N] [--heartbeat-s S]
-                                     [--gpu-uuid UUID] [--fail-start-on INDEX]
+                                     [--gpu-uuid UUID] [--fail-start-on INDEX] [--model NAME]
 
 It behaves on the wire like `python -m engine` with random weights: Ready at once to every link (naming
-`--gpu-uuid` as its GPU, none by default), Heartbeat every `--heartbeat-s` (1 s) whose step figures say
-that each request got a frame every `--ms-per-frame` ("talker_decode": (requests generating, ms); left
-out when no frame was generated since the last beat, or frames take no time), and for each Submit a
+`--gpu-uuid` as its GPU, none by default, and the model kind of the gateway's `--model` preset: a Base or
+VoiceDesign preset lists no speakers, anything else is a CustomVoice model), Heartbeat every
+`--heartbeat-s` (1 s) whose step figures say that each request got a frame every `--ms-per-frame`
+("talker_decode": (requests generating, ms); left out when no frame was generated since the last beat,
+or frames take no time), and for each Submit a
 quiet 220 Hz int16 tone whose length follows the random-weight length model, frames =
 ceil(12.5 * chars / 14), 1920 samples (80 ms at 24 kHz) per frame. Until EndText arrives it only
 generates the frames the text so far pays for (floor of the same formula), i.e. it waits for text
@@ -116,14 +118,15 @@ class FakeRequest:
 class FakeEngine:
     def __init__(
         self, endpoint: EngineEndpoint, *, delay_ms: float, ms_per_frame: float, heartbeat_s: float = HEARTBEAT_S,
-        gpu_uuid: str = "", speakers: tuple[str, ...] = SPEAKERS,
+        gpu_uuid: str = "", model_type: str = "custom_voice",
     ) -> None:  # fmt: skip
         self.endpoint = endpoint
         self.delay_ns = int(delay_ms * 1e6)
         self.frame_ns = int(ms_per_frame * 1e6)
         self.heartbeat_s = heartbeat_s
         self.gpu_uuid = gpu_uuid
-        self.speakers = speakers
+        self.model_type = model_type
+        self.speakers = SPEAKERS if model_type == "custom_voice" else ()  # Base, VoiceDesign: none built in
         self.requests: dict[tuple[int, int], FakeRequest] = {}
         self.shutdown_at_ns: int | None = None
         self.next_heartbeat = time.monotonic() + heartbeat_s
@@ -260,15 +263,16 @@ class FakeEngine:
     def _ready(self) -> Ready:
         return Ready(model_id="fake-qwen3-tts", random_weights=True, sample_rate=SAMPLE_RATE, speakers=self.speakers,
                      languages=LANGUAGES, device="cuda" if self.gpu_uuid else "cpu", max_batch=64,
-                     gpu_uuid=self.gpu_uuid)  # fmt: skip
+                     gpu_uuid=self.gpu_uuid, model_type=self.model_type)  # fmt: skip
 
 
-def _is_base_preset(model: str) -> bool:
-    """A Base preset serves saved voices only, so a fake engine for it lists no speakers (as the real one)."""
+def _model_type(model: str) -> str:
+    """The `tts_model_type` of a preset (Base and VoiceDesign ones list no speakers, as the real engine);
+    "custom_voice" for anything else."""
     from engine.model.presets import PRESETS  # torch-free
 
     preset = PRESETS.get(model.lower())
-    return preset is not None and preset()[0]["tts_model_type"] == "base"
+    return str(preset()[0]["tts_model_type"]) if preset is not None else "custom_voice"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--model",
         default="tiny",
-        help="the gateway's --model: a Base preset (tiny-base, ...) has no built-in speakers in Ready",
+        help="the gateway's --model: a Base or VoiceDesign preset (tiny-base, tiny-voice-design, ...) has no "
+        "built-in speakers in Ready, and Ready names its model_type",
     )
     parser.add_argument("--gpu-uuid", default="", help="the GPU UUID to report in Ready (default: none, CPU)")
     parser.add_argument(
@@ -310,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     endpoint = EngineEndpoint(args.socket)
     engine = FakeEngine(endpoint, delay_ms=args.delay_ms, ms_per_frame=args.ms_per_frame,
                         heartbeat_s=args.heartbeat_s, gpu_uuid=args.gpu_uuid,
-                        speakers=() if _is_base_preset(args.model) else SPEAKERS)  # fmt: skip
+                        model_type=_model_type(args.model))  # fmt: skip
 
     def on_sigterm(signum: int, frame: object) -> None:
         engine.request_shutdown(5000)

@@ -124,6 +124,9 @@ class Ready:
     device: str
     max_batch: int
     gpu_uuid: str = ""  # "GPU-…" as nvidia-smi -L prints it (the GPU this engine runs on); "" on CPU
+    # `tts_model_type` of the served model: "custom_voice", "base" or "voice_design"; "" from an engine
+    # older than the field (a CustomVoice model lists speakers, a Base model none)
+    model_type: str = ""
 
 
 @dataclass(frozen=True, slots=True)

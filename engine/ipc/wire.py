@@ -33,10 +33,11 @@ Every record starts with a 2-byte head; all integers are little-endian, nothing 
     6     Deadline     -                                           Q request_id q deadline_ns
     7     Shutdown     -                                           I grace_ms
     64    Ready        0 random_weights 1 has gpu_uuid             I sample_rate I max_batch    str model_id
-                                                                                                str device
+                       2 has model_type                                                         str device
                                                                                                 strs speakers
                                                                                                 strs languages
                                                                                                 [str gpu_uuid]
+                                                                                                [str model_type]
     65    Heartbeat    -                                           q time_ns I active_requests  per stat: str name,
                                                                    I queued_requests I n_stats  d value0 d value1
     66    Audio        0 first                                     Q request_id q start_sample  pcm bytes
@@ -48,7 +49,8 @@ Every record starts with a 2-byte head; all integers are little-endian, nothing 
 
 Optional fields added after a layout was first used come last, each announced by a flag bit, and are
 left out (bit clear) when empty: a record without them is byte-identical to the older layout, and a
-record from an older peer decodes with the field's default. `[str gpu_uuid]` and `[str voice]` above are.
+record from an older peer decodes with the field's default. `[str gpu_uuid]`, `[str model_type]` and `[str voice]`
+above are.
 
 A record's length is known from its container (a ring record), so nothing stores it; `decode` checks
 that the body uses exactly the bytes given. Anything malformed raises `WireError`, never a bare
@@ -219,11 +221,11 @@ def _encode_fixed(msg: Inbound | Outbound) -> bytes:
             + stats
         )
     if kind is Ready:
-        flags = (1 if msg.random_weights else 0) | (2 if msg.gpu_uuid else 0)
+        flags = (1 if msg.random_weights else 0) | (2 if msg.gpu_uuid else 0) | (4 if msg.model_type else 0)
         return b"".join(
             (_HEAD.pack(KIND_READY, flags), _READY.pack(msg.sample_rate, msg.max_batch),
              _str(msg.model_id), _str(msg.device), _strs(msg.speakers), _strs(msg.languages),
-             _str(msg.gpu_uuid) if msg.gpu_uuid else b"")
+             _str(msg.gpu_uuid) if msg.gpu_uuid else b"", _str(msg.model_type) if msg.model_type else b"")
         )  # fmt: skip
     if kind is Shutdown:
         return _HEAD.pack(KIND_SHUTDOWN, 0) + _SHUTDOWN.pack(msg.grace_ms)
@@ -313,9 +315,10 @@ def _ready(r: _Reader, flags: int) -> Ready:
     model_id, device = r.str(), r.str()
     speakers, languages = r.strs(), r.strs()
     gpu_uuid = r.str() if flags & 2 else ""
+    model_type = r.str() if flags & 4 else ""
     return Ready(
         model_id=model_id, random_weights=bool(flags & 1), sample_rate=rate, speakers=speakers,
-        languages=languages, device=device, max_batch=max_batch, gpu_uuid=gpu_uuid,
+        languages=languages, device=device, max_batch=max_batch, gpu_uuid=gpu_uuid, model_type=model_type,
     )  # fmt: skip
 
 

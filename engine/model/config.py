@@ -4,9 +4,10 @@ Torch-free on purpose (the gateway and tools import it). `load_config(dir)` read
 directory (`config.json` + `speech_tokenizer/config.json`); `preset(name)` builds the same records
 for the built-in random-weight shapes (`tiny`, `1.7b`, `0.6b`, and the Base / VoiceDesign shapes; see
 `presets.py`). Base (voice cloning) and VoiceDesign checkpoints are read only when the caller asks
-for them (`voice_models=True`); the engine asks, and serves Base in x-vector mode (VoiceDesign not
-yet). Anything this implementation cannot run exactly (another model type, attention bias, a sliding window, a
-non-default RoPE) is rejected here with a message naming the field, never half-supported.
+for them (`voice_models=True`); the engine asks, and serves Base in x-vector mode and VoiceDesign with
+the request's instruction as the voice. Anything this implementation cannot run exactly (another model
+type, attention bias, a sliding window, a non-default RoPE) is rejected here with a message naming the
+field, never half-supported.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ SUPPORTED_TOKENIZER_TYPE = "qwen3_tts_tokenizer_12hz"
 SUPPORTED_TTS_MODEL_TYPES = ("custom_voice",)
 VOICE_TTS_MODEL_TYPES = ("base", "voice_design")  # readable with voice_models=True
 BASE_MODEL_TYPE = "base"
+VOICE_DESIGN_MODEL_TYPE = "voice_design"
 
 
 class ConfigError(ValueError):
@@ -116,7 +118,7 @@ class ModelConfig:
     codec: CodecConfig
     prompt_ids: PromptIds
     model_size: str  # `tts_model_size` of config.json: "1b7", "0b6", or "tiny"
-    model_type: str  # `tts_model_type`: "custom_voice"
+    model_type: str  # `tts_model_type`: "custom_voice", or with voice_models=True "base" / "voice_design"
     random_weights: bool  # True for presets and `load_format="dummy"`: the length model replaces EOS
     source: str  # where the config came from (directory or preset name), for logs and errors
     speaker_encoder: SpeakerEncoderConfig | None = None  # Base checkpoints only
@@ -131,6 +133,11 @@ class ModelConfig:
     def is_base(self) -> bool:
         """A Base checkpoint: voices come from reference audio (speaker encoder + codec encoder)."""
         return self.model_type == BASE_MODEL_TYPE
+
+    @property
+    def is_voice_design(self) -> bool:
+        """A VoiceDesign checkpoint: the voice is described in words (the instruction); no built-in speakers."""
+        return self.model_type == VOICE_DESIGN_MODEL_TYPE
 
 
 def load_config(path: str | Path, *, voice_models: bool = False) -> ModelConfig:

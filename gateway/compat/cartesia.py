@@ -14,6 +14,8 @@ a `Cartesia-Version` header or a `cartesia_version` query parameter and is accep
 says; `model_id` is accepted and ignored.
 
 `POST /tts/bytes` takes the same fields with a complete `transcript` and streams the audio bytes.
+Cartesia requests have no field for a voice description, so a VoiceDesign model refuses them
+(`missing_instructions`: an `error` reply for the context, or 400).
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class CartesiaSocket(CompatSocket):
 
     def _open(self, request: wire.Generation) -> CompatContext:
         try:
+            self.voices.check_instructions("", protocol="Cartesia")  # no field for a VoiceDesign description
             voice = self.voices.pick(request.voice)
             language = (
                 "auto" if request.language is None else resolve_language(request.language, self.languages)
@@ -152,7 +155,9 @@ async def tts_bytes(request: Request) -> Response:
             )
         info = state.engine_info()
         try:
-            voice = state.voices().pick(parsed.voice)
+            served = state.voices()
+            served.check_instructions("", protocol="Cartesia")  # no field for a VoiceDesign description
+            voice = served.pick(parsed.voice)
             languages = (*info.languages, "auto")
             language = "auto" if parsed.language is None else resolve_language(parsed.language, languages)
         except UnknownName as exc:

@@ -3,7 +3,8 @@
 WebSockets `/v1/text-to-speech/{voice_id}/stream-input` (one context) and `.../multi-stream-input`
 (several concurrent contexts, `context_id` on every message) run on the native engine path
 (gateway/compat/socket.py). The voice id is one of our speaker names (or an OpenAI voice name), or with
-a Base model a saved voice (gateway/voices.py resolves it);
+a Base model a saved voice (gateway/voices.py resolves it); ElevenLabs requests have no field for a voice
+description, so a VoiceDesign model refuses them (400 `missing_instructions`);
 query `output_format`, `language_code` (ISO 639-1), `inactivity_timeout` and `seed` are honoured,
 `model_id`, `auto_mode`, `sync_alignment` and the other switches are accepted and ignored; a bad
 voice, language or format is refused at the handshake with an HTTP 400 and a JSON error.
@@ -51,7 +52,9 @@ INACTIVITY_MAX_S = 3600
 def _voice_and_language(state: GatewayState, voice_id: str, language_code: str | None) -> tuple[Voice, str]:
     info = state.engine_info()
     try:
-        voice = state.voices().resolve(voice_id)
+        served = state.voices()
+        served.check_instructions("", protocol="ElevenLabs")  # no field for a VoiceDesign description
+        voice = served.resolve(voice_id)
         language = resolve_language(language_code, (*info.languages, "auto")) if language_code else "auto"
     except UnknownName as exc:
         raise HttpError(

@@ -1,15 +1,13 @@
 """Speaking with saved voices: a real gateway and the real engine on `--model tiny-base --device cpu
 --voices-dir DIR` (one server for the module). A voice saved with `POST /v1/audio/voices` is what `voice`
 names on every route (OpenAI HTTP, the native WebSocket, ElevenLabs and Cartesia), the listing shows it, an
-OpenAI voice name works once a voice carries it, and names that are not saved are refused clearly. Also: a
-VoiceDesign model, which the engine does not serve, stops the gateway at start. The saved voices: `my-voice`
-and `alloy` (the last test but one deletes `alloy`)."""
+OpenAI voice name works once a voice carries it, and names that are not saved are refused clearly, as are
+instructions (a Base model takes none), by the gateway before any engine sees them. The saved voices:
+`my-voice` and `alloy` (the test before the last deletes `alloy`)."""
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 import wave
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,7 +18,7 @@ import orjson
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.gateway.helpers import REPO, GatewayProcess, LiveClient, expected_samples, speak, start_gateway
+from tests.gateway.helpers import GatewayProcess, LiveClient, expected_samples, speak, start_gateway
 
 TEXT = "A saved voice speaks."
 
@@ -155,12 +153,22 @@ def test_a_saved_voice_named_alloy_serves_openai_clients_and_a_deleted_voice_is_
     assert base.get("/v1/audio/voices").json()["voices"] == ["my-voice"]
 
 
-def test_a_voice_design_model_stops_the_gateway_at_start_because_the_engine_refuses_it(tmp_path: Path) -> None:
-    engine = subprocess.run([sys.executable, "-m", "engine", "--model", "tiny-voice-design", "--device", "cpu",
-                             "--socket", str(tmp_path / "engine.sock")],
-                            cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert engine.returncode != 0 and "voice_design model" in engine.stderr, engine.stderr[-2000:]
+def test_instructions_are_refused_up_front_because_a_base_model_takes_none(base: GatewayProcess) -> None:
+    error = _openai(base, voice="my-voice", instructions="Speak slowly.")
+    assert error.status_code == 400 and error.json()["error"]["code"] == "instructions_not_supported", error.text
+    assert error.json()["error"]["param"] == "instructions" and "Base model" in error.json()["error"]["message"]
+    assert _openai(base, voice="my-voice", instructions="").status_code == 200  # empty: none given
 
-    gateway = subprocess.run([sys.executable, "-m", "gateway", "--model", "tiny-voice-design", "--device", "cpu"],
-                             cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert gateway.returncode == 2 and "voice_design" in gateway.stderr and "--voices-dir" in gateway.stderr
+    async def native() -> list[dict]:
+        async with LiveClient.open(base.ws) as client:
+            await client.send(type="session.update", voice="my-voice", instructions="Speak slowly.")
+            update = await client.until("error")
+            await client.send(type="context.create", context_id="a", voice="my-voice", instructions="Whisper.")
+            create = await client.until("error")
+            await client.send(type="session.update", voice="my-voice", instructions="")
+            updated = await client.until("session.updated")
+            return [update, create, updated]
+
+    update, create, updated = asyncio.run(native())
+    assert update["error"]["code"] == create["error"]["code"] == "instructions_not_supported"
+    assert create["context_id"] == "a" and updated["instructions"] == "" and updated["voice"] == "my-voice"

@@ -1,6 +1,6 @@
-"""The one voice resolver every route uses (gateway/voices.py `ServedVoices`), and the model kinds the gateway
-starts with (gateway/model_source.py): in-process, no server. End to end over every route:
-tests/gateway/test_saved_voices.py."""
+"""The one voice resolver every route uses (gateway/voices.py `ServedVoices`: built-in speakers, saved voices,
+VoiceDesign descriptions), and the model kinds the gateway starts with (gateway/model_source.py): in-process,
+no server. End to end over every route: tests/gateway/test_saved_voices.py, test_voice_design.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from engine.model.presets import CHECKPOINT_PRESETS, PRESETS
 from engine.voice_store import ComputedVoice, VoiceStore
-from gateway.model_source import ModelUnsupported, locate_model
+from gateway.model_source import SERVED_MODEL_TYPES, ModelUnsupported, locate_model
 from gateway.settings import parse_settings
 from gateway.voices import OPENAI_VOICES, ServedVoices, UnknownName, Voice
 
@@ -77,25 +77,63 @@ def test_a_base_model_without_a_voices_dir_says_how_to_get_voices() -> None:
     assert served.saved_names() == [] and served.openai_aliases() == {}
 
 
-def test_the_gateway_accepts_every_engine_preset_but_refuses_voice_design_models(tmp_path: Path) -> None:
-    kinds = {}
-    for preset in PRESETS:
-        settings = parse_settings(["--model", preset], {})
-        try:
-            kinds[preset] = locate_model(settings).model_type
-        except ModelUnsupported as refused:
-            assert "voice_design" in str(refused) and "--voices-dir" in str(refused)
-            kinds[preset] = "refused"
-    assert kinds == {"tiny": "custom_voice", "1.7b": "custom_voice", "0.6b": "custom_voice", "tiny-base": "base",
-                     "1.7b-base": "base", "0.6b-base": "base", "tiny-voice-design": "refused",
-                     "1.7b-voice-design": "refused"}  # fmt: skip
-    assert locate_model(parse_settings(["--model", "Tiny-Base"], {})).model_type == "base"
+def test_a_voice_design_model_ignores_the_voice_and_needs_instructions_that_describe_one(store: VoiceStore) -> None:
+    served = ServedVoices((), "tiny-voice-design", store, "voice_design")
+    assert served.described and not served.saved_only and served.voice_kind == "described"
+    assert served.names() == [] and served.saved_names() == [] and served.openai_aliases() == {}
+    assert served.default() == Voice() and served.pick(None) == Voice() and Voice().name == ""
+    assert served.pick("my-voice") == Voice() and served.resolve("nobody at all!") == Voice()  # ignored
+    served.check_instructions("A warm, low female voice.")
+    for missing in ("", "   "):
+        with pytest.raises(UnknownName, match="send the description as instructions") as refused:
+            served.check_instructions(missing)
+        assert refused.value.code == "missing_instructions"
+    with pytest.raises(UnknownName, match="ElevenLabs requests cannot carry a description") as compat:
+        served.check_instructions("", protocol="ElevenLabs")
+    assert compat.value.code == "missing_instructions" and "POST /v1/audio/speech" in str(compat.value)
 
-    checkpoint = tmp_path / "design"
-    checkpoint.mkdir()
-    (checkpoint / "config.json").write_text(json.dumps(PRESETS["tiny-voice-design"]()[0]))
-    with pytest.raises(ModelUnsupported):
-        locate_model(parse_settings(["--model", str(checkpoint)], {}))
+
+def test_instructions_are_refused_for_a_base_model_and_optional_for_a_custom_voice_model(store: VoiceStore) -> None:
+    base = ServedVoices((), "tiny-base", store, "base")
+    base.check_instructions("")
+    assert _code(lambda: base.check_instructions("Speak slowly.")) == "instructions_not_supported"
+    custom = ServedVoices(BUILT_INS, "tiny", store, "custom_voice")
+    custom.check_instructions("")
+    custom.check_instructions("Speak slowly.")
+    custom.check_instructions("", protocol="Cartesia")
+    assert custom.voice_kind == "built_in" and base.voice_kind == "saved"
+
+
+def test_an_engine_that_does_not_name_its_model_type_is_read_from_its_speakers(store: VoiceStore) -> None:
+    assert ServedVoices(BUILT_INS, "tiny", store).model_type == "custom_voice"
+    assert ServedVoices((), "tiny-base", store).model_type == "base"
+
+
+def test_the_gateway_starts_with_every_engine_preset_and_refuses_kinds_the_engine_does_not_serve(
+    tmp_path: Path,
+) -> None:
+    kinds = {preset: locate_model(parse_settings(["--model", preset], {})).model_type for preset in PRESETS}
+    assert kinds == {"tiny": "custom_voice", "1.7b": "custom_voice", "0.6b": "custom_voice", "tiny-base": "base",
+                     "1.7b-base": "base", "0.6b-base": "base", "tiny-voice-design": "voice_design",
+                     "1.7b-voice-design": "voice_design"}  # fmt: skip
+    assert locate_model(parse_settings(["--model", "Tiny-Base"], {})).model_type == "base"
     [design_id] = [hf for hf, preset in CHECKPOINT_PRESETS.items() if preset == "1.7b-voice-design"]
-    with pytest.raises(ModelUnsupported):
-        locate_model(parse_settings(["--model", design_id, "--load-format", "dummy"], {}))
+    settings = parse_settings(["--model", design_id, "--load-format", "dummy"], {})
+    assert locate_model(settings).model_type == "voice_design"
+
+    design = tmp_path / "design"
+    design.mkdir()
+    (design / "config.json").write_text(json.dumps(PRESETS["tiny-voice-design"]()[0]))
+    assert locate_model(parse_settings(["--model", str(design)], {})).model_type == "voice_design"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text(json.dumps(PRESETS["tiny"]()[0] | {"tts_model_type": "voice_mixer"}))
+    with pytest.raises(ModelUnsupported, match="voice_mixer") as refused:
+        locate_model(parse_settings(["--model", str(other)], {}))
+    assert "--voices-dir" in str(refused.value) and "tiny-voice-design" in str(refused.value)
+
+
+def test_the_gateway_and_the_engine_serve_the_same_model_kinds() -> None:
+    from engine.executors import SERVED_MODEL_TYPES as ENGINE_SERVES
+
+    assert SERVED_MODEL_TYPES == ENGINE_SERVES

@@ -79,6 +79,7 @@ def _ready(rng: random.Random) -> Ready:
         speakers=tuple(_text(rng, 10) for _ in range(rng.randint(0, 12))),
         languages=tuple(_text(rng, 10) for _ in range(rng.randint(0, 12))), device=_text(rng),
         max_batch=_int(rng, 0, U32), gpu_uuid=rng.choice(("", "GPU-" + _text(rng, 36))),
+        model_type=rng.choice(("", "custom_voice", "base", "voice_design", _text(rng, 20))),
     )  # fmt: skip
 
 
@@ -127,9 +128,9 @@ def test_defaults_round_trip_and_enums_come_back_as_enums() -> None:
     assert done.reason is DoneReason.CANCELLED
 
 
-def test_a_ready_without_gpu_uuid_keeps_the_layout_from_before_the_field_existed() -> None:
+def test_a_ready_without_gpu_uuid_or_model_type_keeps_the_layout_from_before_the_fields_existed() -> None:
     """Version safety both ways: an engine on CPU sends what an older gateway reads, and an older
-    engine's Ready (no flag bit 1, no trailing string) decodes with gpu_uuid == ""."""
+    engine's Ready (no flag bits 1 and 2, no trailing strings) decodes with gpu_uuid == model_type == ""."""
 
     def s(text: str) -> bytes:
         return struct.pack("<I", len(text.encode())) + text.encode()
@@ -142,6 +143,12 @@ def test_a_ready_without_gpu_uuid_keeps_the_layout_from_before_the_field_existed
     on_gpu = encode(replace(ready, device="cuda:0", gpu_uuid="GPU-5f1c"))
     assert on_gpu[1] == 0b11 and on_gpu.endswith(s("GPU-5f1c"))
     assert decode(on_gpu).gpu_uuid == "GPU-5f1c"
+    assert decode(older).model_type == ""  # an older engine: the gateway infers the kind from its speakers
+    designed = encode(replace(ready, speakers=(), model_type="voice_design"))
+    assert designed[1] == 0b101 and designed.endswith(s("voice_design"))
+    assert decode(designed).model_type == "voice_design"
+    both = decode(encode(replace(ready, gpu_uuid="GPU-5f1c", model_type="base")))
+    assert (both.gpu_uuid, both.model_type) == ("GPU-5f1c", "base")
 
 
 def test_a_submit_without_voice_keeps_the_layout_from_before_the_field_existed() -> None:
