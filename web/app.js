@@ -33,6 +33,7 @@ const vivace = {
   model: null, // {id, random_weights}
   randomWeights: null,
   voices: [], // the model's built-in voices (session.created)
+  voiceKind: 'built_in', // session.created voice_kind: built_in | saved | described (the instructions are the voice)
   savedVoices: [], // names of the saved voices (GET /v1/audio/voices), offered after the built-ins
   voicePanel: null, // the saved-voices panel's state (voices.js)
   languages: [],
@@ -233,9 +234,11 @@ function onSessionCreated(event) {
   vivace.model = event.model || null;
   vivace.randomWeights = Boolean(event.model?.random_weights);
   vivace.voices = (event.voices || []).map(nameOf);
+  vivace.voiceKind = event.voice_kind || 'built_in';
   vivace.languages = (event.languages || []).map(nameOf);
   vivace.limits = event.limits || null;
   renderVoiceSelect();
+  renderInstructions();
   fillSelect($('language'), vivace.languages, 'auto');
   const notice = $('weights-notice');
   if (vivace.randomWeights) {
@@ -290,6 +293,23 @@ function renderVoiceSelect() {
     select.append(group);
   }
   if ([...vivace.voices, ...saved].includes(previous)) select.value = previous;
+}
+
+/** What the instructions field means for the served model: a style (built-in voices), nothing (Base models
+ * take none), or the voice itself (VoiceDesign: required, and there is no voice to pick). */
+function renderInstructions() {
+  const kind = vivace.voiceKind;
+  const input = $('instructions');
+  const described = kind === 'described';
+  $('voice').closest('.field').hidden = described;
+  input.disabled = kind === 'saved';
+  input.required = described;
+  $('instructions-label').textContent = described ? 'Voice description (required)'
+    : kind === 'saved' ? 'Style instructions (not taken by this model)' : 'Style instructions (optional)';
+  $('instructions-hint').textContent = described
+    ? 'Describe the voice, e.g. "a calm, low female voice, speaking slowly".'
+    : kind === 'saved' ? 'Voice-cloning (Base) models speak like their reference and take no instructions.'
+      : 'How to speak, e.g. "cheerful, a little faster".';
 }
 
 function onServerError(event, c) {
@@ -486,6 +506,12 @@ async function begin(mode) {
     setStatus(err.message);
     return;
   }
+  const instructions = $('instructions').value.trim();
+  if (vivace.voiceKind === 'described' && !instructions) {
+    setStatus('Describe the voice first: this model speaks with the voice its instructions describe.');
+    $('instructions').focus();
+    return;
+  }
   if (activeId && !contextFinished(vivace.contexts[activeId])) await stop();
   const format = selectedFormat();
   const id = `${contextPrefix}-${++contextSeq}`;
@@ -494,10 +520,11 @@ async function begin(mode) {
   vivace.lastContextId = id;
   activeId = id;
   setState('speaking');
-  const voice = $('voice').value || undefined;
+  const voice = vivace.voiceKind === 'described' ? undefined : $('voice').value || undefined;
   const language = $('language').value || undefined;
+  const styled = vivace.voiceKind !== 'saved' && instructions ? { instructions } : {};
   try {
-    client.send({ type: 'context.create', context_id: id, voice, language, audio: { format } });
+    client.send({ type: 'context.create', context_id: id, voice, language, ...styled, audio: { format } });
     if (mode === 'speak') {
       client.send({ type: 'input_text.append', context_id: id, text });
       client.send({ type: 'input_text.end', context_id: id });
