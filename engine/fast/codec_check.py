@@ -8,7 +8,9 @@ the full-size codec with seeded random weights (never zeros), every stream at it
    (bf16 <= 1e-2 relative L2, tf32 <= 5e-3, fp32 <= 1e-5), and each precision's error against fp32;
 3. graphs: replay equals the fast eager step bitwise; a 100-frame stream decoded through `CodecGraphs` in the
    default ramp (1, 2, 4, 8, 12, ...) equals the fast path's one-call decode of all 100 frames from an empty
-   state (fp32 <= 1e-5, bf16 <= 1e-2), reported also against the plain full decode;
+   state (fp32 <= 1e-5, bf16 <= 1e-2), reported also against the plain full decode; ragged steps
+   (`--ragged-codec`): replay equals the fast eager ragged step, and the plain ragged step within the twin
+   tolerance, positions advanced per row; the replay time of a ragged 32x4 step against a whole one (tf32);
 4. timings: CUDA events around graph replays after warm-up, medians, bf16, B = 1, 8, 32, 64 x N = 1, 2, 4, 8,
    12 new frames with >= 72 frames of history per stream; the same shapes on plain-decoder graphs for the
    speed-up; the first-audio shape (B=1, fresh stream, one frame) through `CodecGraphs.decode`; a few shapes
@@ -262,6 +264,49 @@ def check_graphs(
     return result
 
 
+def check_ragged(decoders: dict[str, CodecDecoder], precisions: tuple[str, ...], timed: bool) -> dict[str, Any]:
+    """A ragged step (4 streams at positions 3..150, N=4, real frames 1, 4, 2, 3) through ragged captured steps
+    vs the plain decoder's eager ragged step, from identical state: real audio and state; replay vs the fast
+    eager ragged step bitwise; with `timed`, the replay cost of a ragged step against a whole one."""
+    histories, real = [3, 40, 71, 150], [1, 4, 2, 3]
+    result: dict[str, Any] = {}
+    gen = torch.Generator(device=DEVICE).manual_seed(SEED + 3)
+    codes = torch.randint(0, 2048, (len(histories), 16, 4), generator=gen, device=DEVICE)
+    for precision in precisions:
+        decoder = decoders[precision]
+        with precision_flags(precision):
+            pool, slots = _pool_with_history(decoder, len(histories), histories, extra_slots=RESERVED_SLOTS)
+        plain_pool, eager_pool = pool.clone(), pool.clone()
+        with precision_flags(precision):
+            plain = decode_incremental(decoder, plain_pool, slots, codes, check_code_values=False, frames=real)
+        fast = FastCodecDecoder(decoder, precision)
+        eager = fast.decode_incremental(eager_pool, slots, codes, check_code_values=False, frames=real)
+        graphs = CodecGraphs(fast, pool, batch_sizes=(1, len(histories)), frame_sizes=(1, 4), ragged=True)
+        graphs.capture([(len(histories), 4)])
+        ours = graphs.decode(slots, codes, check_code_values=False, frames=real)
+        result[f"{precision}_ragged_vs_plain"] = max(
+            relative_l2(ours[row, : n * 1920], plain[row, : n * 1920]) for row, n in enumerate(real)
+        )
+        result[f"{precision}_ragged_state_vs_plain"] = max(
+            relative_l2(pool.tensors[name][slots], plain_pool.tensors[name][slots])
+            for name in plain_pool.tensors if plain_pool.tensors[name][slots].abs().sum() > 0
+        )  # fmt: skip
+        result[f"{precision}_ragged_replay_equals_eager"] = bool(torch.equal(ours, eager))
+        result[f"{precision}_ragged_positions"] = [pool.position(s) for s in slots] == [
+            h + n for h, n in zip(histories, real, strict=True)
+        ]
+    if timed and DEVICE == "cuda":
+        decoder = decoders["tf32"]
+        fast = FastCodecDecoder(decoder, "tf32")
+        for ragged in (False, True):
+            pool = CodecStatePool(decoder.config, 32 + RESERVED_SLOTS, decoder.device, decoder.dtype)
+            graphs = CodecGraphs(fast, pool, batch_sizes=(1, 32), frame_sizes=(1, 4), ragged=ragged)
+            graphs.capture([(32, 4)])
+            result[f"tf32_32x4_{'ragged' if ragged else 'whole'}_ms"] = cuda_median_ms(graphs._steps[(32, 4)].run, 30)
+            del graphs
+    return result
+
+
 # ------------------------------------------------------------------------------------------ timings
 
 
@@ -421,6 +466,13 @@ def _run_sections(
             failures.append(f"graphs.{precision}_incremental_vs_full")
         if not graphs[f"{precision}_replay_equals_eager"]:
             failures.append(f"graphs.{precision}_replay_equals_eager")
+    ragged_precisions = ("fp32",) if dry else ("fp32", "tf32")
+    ragged = section("ragged", lambda: check_ragged(decoders, ragged_precisions, timed=not dry)) or {}
+    for precision in ragged_precisions if ragged else ():
+        if ragged[f"{precision}_ragged_vs_plain"] > TOLERANCE[precision]:
+            failures.append(f"ragged.{precision}_ragged_vs_plain")
+        if not (ragged[f"{precision}_ragged_replay_equals_eager"] and ragged[f"{precision}_ragged_positions"]):
+            failures.append(f"ragged.{precision}_replay_or_positions")
     if dry:
         return None
 
@@ -480,10 +532,11 @@ def table(report: dict[str, Any]) -> str:
     for precision, row in (report.get("twins") or {}).items():
         if isinstance(row, dict):
             lines.append(f"  twin {precision}: " + ", ".join(f"{k} {v:.2e}" for k, v in row.items()))
-    graphs = report.get("graphs") or {}
-    if graphs:
-        lines.append("  graphs: " + ", ".join(f"{k} {v:.2e}" if isinstance(v, float) else f"{k} {v}"
-                                             for k, v in graphs.items()))  # fmt: skip
+    for name in ("graphs", "ragged"):
+        section = report.get(name) or {}
+        if section:
+            lines.append(f"  {name}: " + ", ".join(f"{k} {v:.2e}" if isinstance(v, float) else f"{k} {v}"
+                                                   for k, v in section.items()))  # fmt: skip
     lines.append(f"  failures: {report.get('failures')}  ({report.get('seconds_total')} s)")
     return "\n".join(lines)
 
