@@ -149,6 +149,8 @@ class Synthesis:
         self.contexts.finish(ctx, "completed")
 
     def _finish_cancelled(self, ctx: Context) -> None:
+        """End a context its client cancelled (and was told so): `context.done` "cancelled". Compatible
+        sockets override it with their own ending."""
         if ctx.finished:
             return
         self._queue_lazy(lambda: p.dumps(p.context_done(ctx.context_id, "cancelled", ctx.samples_sent)))

@@ -147,13 +147,19 @@ class CompatSynthesis(Synthesis):
         if ctx.finished:
             return
         if ctx.cancelled or done.reason == DoneReason.CANCELLED:
-            self.contexts.finish(ctx, "cancelled")
-            self.socket.context_finished(ctx)
+            self._finish_cancelled(ctx)
             return
         if done.reason == DoneReason.ERROR:
             self.fail(ctx, "engine_error", "the engine could not finish this context", "server_error")
             return
         self.socket.complete(ctx)
+
+    def _finish_cancelled(self, ctx: Context) -> None:
+        """A cancelled context ends without a native `context.done` (the compatible protocol has its own)."""
+        if ctx.finished:
+            return
+        self.contexts.finish(ctx, "cancelled")
+        self.socket.context_finished(ctx)
 
     def fail(self, ctx: Context, code: str, message: str, error_type: str) -> None:
         if ctx.finished:

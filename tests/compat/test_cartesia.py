@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -127,6 +128,29 @@ async def test_cancel_stops_a_context_whose_input_ended_and_others_carry_on(gate
     total = len(audio_of(messages, "barge"))
     assert total < expected_samples(len(long_text)) * 2 // 2  # it really stopped early
     assert len(audio_of(messages, "next")) == expected_samples(len("Yes?")) * 2
+
+
+async def test_a_context_cancelled_before_its_engine_dies_ends_quietly_in_cartesia_terms(engine_kind: str) -> None:
+    server = start_gateway(engine=engine_kind, ms_per_frame=20.0)
+    try:
+        [engine_pid] = server.engine_pids()
+        async with connect(ws_url(server), additional_headers=HEADERS) as ws:
+            await send(ws, request("barge", "A context that is cancelled just before its engine dies. " * 3,
+                                   more=False))  # fmt: skip
+            while orjson.loads(await asyncio.wait_for(ws.recv(), 60))["type"] != "chunk":
+                pass
+            os.kill(engine_pid, signal.SIGSTOP)  # the engine cannot confirm the cancel...
+            await send(ws, {"context_id": "barge", "cancel": True})
+            await asyncio.sleep(0.3)
+            os.kill(engine_pid, signal.SIGKILL)  # ...and dies with the request still running
+            late = []
+            with pytest.raises(TimeoutError):
+                while True:
+                    late.append(orjson.loads(await asyncio.wait_for(ws.recv(), 2.0)))
+        # No error for a context the client stopped, and nothing of the native protocol (no context.done).
+        assert not [m for m in late if m.get("type") in ("error", "context.done")], late
+    finally:
+        server.stop()
 
 
 async def test_errors_name_their_context_and_never_say_done(gateway: GatewayProcess) -> None:
