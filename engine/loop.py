@@ -248,12 +248,13 @@ class EngineLoop:
             self._refuse(link_id, msg.request_id, "bad_request", f"request {msg.request_id} is already running")
             return
         try:
-            prefill_len = self.executors.check_submit(msg)
+            shape = self.executors.check_submit(msg)
         except ValueError as error:
             self._refuse(link_id, msg.request_id, "bad_request", str(error))
             return
         engine_id = self._next_id
-        state = RequestState.from_submit(dataclasses.replace(msg, request_id=engine_id), prefill_len, now_ns)
+        state = RequestState.from_submit(dataclasses.replace(msg, request_id=engine_id), shape.prefill_len, now_ns,
+                                         shape.prompt_trailing)
         admission = self.scheduler.admit(state, now_ns)
         if not admission.ok:
             self._refuse(link_id, msg.request_id, admission.code, admission.reason)

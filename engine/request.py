@@ -14,6 +14,11 @@ Phases of the generation lane (the codec lane runs beside it, counted by `frames
      FINISHING: generation over, the codec drains the frames not yet decoded ──▶ DONE
      any phase ──▶ CANCELLED (cancel) | FAILED (executor error); resources are released exactly once.
 
+In-context voice cloning (Base models): the prompt holds the reference transcript, the whole target text and
+the reference codes, and leaves `prompt_trailing` (its `VoicePrefill.trailing`: the text track's rest,
+ending in tts_eos, or just tts_pad) for the decode steps, fed one per step whatever the layout, then
+TEXT_PAD; the text is whole at Submit, so the request never waits for text.
+
 Frame bookkeeping (frame k = 80 ms = 1920 samples at 24 kHz):
 
     frames_generated   frames whose 16 codes are all known (code predictor finished them)
@@ -133,6 +138,8 @@ class RequestState:
     text_ended: bool = False
     text_fed: int = 0  # text tokens the talker has consumed (x_1 goes in with the prefill)
     text_end_fed: bool = False  # the TEXT_END row has been consumed
+    prompt_trailing: tuple[int, ...] | None = None  # in-context mode: text ids the decode steps feed, then pad
+    trailing_fed: int = 0  # in-context mode: entries of `prompt_trailing` the talker has consumed
     flush_pending: bool = False
     phase: Phase = Phase.PREFILL
     finish_reason: FinishReason | None = None
@@ -156,8 +163,10 @@ class RequestState:
     _codec_pool: SlotPool | None = None
 
     @classmethod
-    def from_submit(cls, msg: Submit, prefill_len: int, now_ns: int) -> RequestState:
-        """State of a just-submitted request; `admit` sets its phase, caps and slots."""
+    def from_submit(cls, msg: Submit, prefill_len: int, now_ns: int,
+                    prompt_trailing: tuple[int, ...] | None = None) -> RequestState:
+        """State of a just-submitted request; `admit` sets its phase, caps and slots. `prompt_trailing`: an
+        in-context request's decode-step text (`Executors.check_submit`)."""
         return cls(
             request_id=msg.request_id,
             arrival_ns=msg.arrival_ns or now_ns,
@@ -168,6 +177,7 @@ class RequestState:
             text_ended=msg.text_ended,
             deadline_ns=msg.deadline_ns or None,
             max_lead_ms=msg.max_lead_ms,
+            prompt_trailing=prompt_trailing,
         )
 
     # ---------------------------------------------------------------- text
@@ -186,6 +196,8 @@ class RequestState:
 
     def has_text_for_next_step(self) -> bool:
         """Whether the next talker step can run without inventing text (input streaming)."""
+        if self.prompt_trailing is not None:
+            return True  # in-context: the whole text is in the prompt and its trailing
         if self.layout is Layout.NON_STREAMING:
             return True  # admission demands the whole text; every decode step feeds TEXT_PAD
         if self.phase is Phase.PREFILL:
@@ -193,7 +205,10 @@ class RequestState:
         return self.text_fed < len(self.text_ids) or self.text_ended
 
     def next_text_input(self) -> int:
-        """Index into `text_ids` the next talker step feeds, or TEXT_END / TEXT_PAD."""
+        """Index into `text_ids` the next talker step feeds, or TEXT_END / TEXT_PAD (in-context mode: an
+        index into `prompt_trailing`, or TEXT_PAD once it is fed)."""
+        if self.prompt_trailing is not None:
+            return self.trailing_fed if self.trailing_fed < len(self.prompt_trailing) else TEXT_PAD
         if self.layout is Layout.NON_STREAMING:
             return TEXT_PAD
         if self.text_fed < len(self.text_ids):
@@ -209,10 +224,15 @@ class RequestState:
         # sampled already; official min_new_tokens = 2 masks EOS while fewer than 2 exist.
         if self.frames_generated < min_frames_before_eos:
             return False
+        if self.prompt_trailing is not None:
+            return True  # official in-context: only min_new_tokens holds EOS back, fed trailing or not
         return self.layout is Layout.NON_STREAMING or self.text_fed >= len(self.text_ids)
 
     def consume_text_input(self) -> None:
         """Record that the talker step just planned fed `next_text_input()`."""
+        if self.prompt_trailing is not None:
+            self.trailing_fed = min(self.trailing_fed + 1, len(self.prompt_trailing))
+            return
         if self.layout is Layout.NON_STREAMING:
             return
         if self.text_fed < len(self.text_ids):

@@ -142,6 +142,17 @@ class CodecStatePool:
         self._allocated[slot] = False
         self._free.append(slot)
 
+    def load(self, slot: int, row: Tensor, position: int) -> None:
+        """Give the stream in `slot` a state saved from another (`flat[other].clone()` after it decoded
+        `position` frames): the slot then continues that stream (a voice's reference codes decoded once)."""
+        self._check_slot(slot)
+        if row.shape != self.flat[slot].shape or position < 0:
+            raise ValueError(f"a state row of shape {tuple(self.flat[slot].shape)} and a position >= 0 are needed, "
+                             f"got {tuple(row.shape)} at {position}")
+        self.flat[slot].copy_(row)
+        self.positions[slot : slot + 1].fill_(position)
+        self._host_positions[slot] = position
+
     def reserve(self) -> int:
         """Take a free slot out of stream service for the pool's lifetime (a runner's scratch row): zeroed,
         never handed out, freed or decoded as a stream, and no longer counted in `slots` or `free_slots`."""

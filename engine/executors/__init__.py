@@ -18,10 +18,16 @@ enforces at Submit. `capture()` runs once, before any request is admitted (captu
 state). `run` is the same on either path.
 
 Voices. CustomVoice models speak with a built-in speaker (`Submit.speaker`). Base models speak with a saved
-voice (`Submit.voice`) in x-vector mode: the prefill rows are `build_xvector_prefill`'s, embedded by
-`embed_voice_prefill` with the voice's x-vector, which `VoiceBank` reads from the voice store at Submit and
-the request keeps until it closes; every later step (decode, code predictor, codec) is the same as for a
-built-in speaker, since the x-vector layout's trailing text equals the CustomVoice one. VoiceDesign models
+voice (`Submit.voice`), which `VoiceBank` reads from the voice store at Submit (once per save) and the request
+keeps until it closes. x-vector mode: the prefill rows are `build_xvector_prefill`'s, embedded by
+`embed_voice_prefill` with the voice's x-vector; every later step (decode, code predictor, codec) is the same
+as for a built-in speaker, since the x-vector layout's trailing text equals the CustomVoice one. In-context
+mode, for a voice saved with a transcript when the whole text is known at Submit (`Submit.text_ended`):
+`build_in_context_prefill`'s rows (transcript ids, text ids and reference frames beside each other, in the
+Submit's layout), embedded with the x-vector and the reference codes; the decode steps feed the prompt's
+trailing text (`RequestState.prompt_trailing`), and the codec stream starts primed with the reference codes
+(`CodecExecutor.open(prime=...)`), so the audio is the official [ref; generated] decode with the reference
+cut off. Streamed text stays in x-vector mode: an in-context prompt holds the whole text. VoiceDesign models
 speak with a voice described in words: the request's instruction (`Submit.instruct_ids`, required) in
 `build_voice_design_prefill`'s rows (the CustomVoice layout without a speaker row), in either layout, as
 the official `generate_voice_design` (`non_streaming_mode` False or True).
@@ -43,7 +49,7 @@ from engine.executors.codec import CodecExecutor
 from engine.executors.inflight import InFlight, StepResult
 from engine.executors.slots import GenerationSlots, check_sampling, new_code_buffer
 from engine.executors.talker import TalkerExecutor
-from engine.executors.voices import VoiceBank
+from engine.executors.voices import SavedVoice, VoiceBank
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k
 from engine.ipc.messages import Layout, Sampling, Submit
 from engine.model.generate import embed_prefill
@@ -55,6 +61,7 @@ from engine.settings import CaptureShapes, FastPath
 from engine.text.prompt import (
     Prefill,
     VoicePrefill,
+    build_in_context_prefill,
     build_prefill,
     build_voice_design_prefill,
     build_xvector_prefill,
@@ -67,6 +74,15 @@ if TYPE_CHECKING:
 log = logging.getLogger("engine")
 
 SERVED_MODEL_TYPES = ("custom_voice", "base", "voice_design")  # `tts_model_type`s the executors run
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitShape:
+    """What admission needs of a checked Submit: its prefill rows and, in in-context mode, the text ids its
+    decode steps feed (`RequestState.prompt_trailing`; None in every other mode)."""
+
+    prefill_len: int
+    prompt_trailing: tuple[int, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -108,7 +124,10 @@ class Executors:
         self.precompile_workers = precompile_workers
         self.voices = voices or VoiceBank(None, model_id=config.source, hidden=config.talker.hidden_size,
                                           device=model.device, dtype=model.dtype)
-        self._request_voices: dict[int, torch.Tensor] = {}  # request id -> x-vector, from open to close
+        if self.voices.tokenizer is None:
+            self.voices.tokenizer = model.tokenizer  # transcripts are tokenized as the model's text
+        self._request_voices: dict[int, tuple[SavedVoice, bool]] = {}  # request id -> (voice, in-context), open..close
+        self._prime_keys: dict[str, str] = {}  # voice name -> the save whose primed codec state is cached
         self.generation = GenerationSlots(kv_slots, config.talker.hidden_size, config.talker.vocab_size,
                                           device=model.device, dtype=model.dtype)
         self.kv_cache = model.talker.new_cache(kv_slots, max_context)
@@ -172,8 +191,9 @@ class Executors:
 
     # ------------------------------------------------------------ request lifecycle
 
-    def check_submit(self, msg: Submit) -> int:
-        """Validate a Submit against this model; -> its prefill length. ValueError names what is wrong."""
+    def check_submit(self, msg: Submit) -> SubmitShape:
+        """Validate a Submit against this model; -> its prefill length (and in-context trailing text).
+        ValueError names what is wrong."""
         config = self.model.config
         check_sampling(msg.sampling)
         self._check_fast_top_k(msg.sampling)
@@ -188,7 +208,11 @@ class Executors:
                 raise ValueError(f"a Base model has no built-in speakers (got speaker {msg.speaker!r})")
             if msg.instruct_ids:
                 raise ValueError("a Base model does not take instructions")
-            self.voices.resolve(msg.voice)
+            voice = self.voices.resolve(msg.voice)
+            if in_context(msg, voice):
+                prefill = self._prefill(msg, msg.text_ids, voice)
+                assert isinstance(prefill, VoicePrefill)
+                return SubmitShape(len(prefill.rows), prefill.trailing)
         elif config.is_voice_design:
             if msg.voice or msg.speaker:
                 raise ValueError(f"a VoiceDesign model has no saved voices or built-in speakers (got "
@@ -200,7 +224,7 @@ class Executors:
             raise ValueError(f"saved voices need a Base model; this {config.model_type} model has built-in speakers")
         # The streaming layout's prefill length does not depend on the text: a placeholder x_1 sizes it.
         text = msg.text_ids or ((0,) if msg.layout is Layout.STREAMING else ())
-        return len(self._prefill(msg, text).rows)
+        return SubmitShape(len(self._prefill(msg, text).rows))
 
     def _check_fast_top_k(self, sampling: Sampling) -> None:
         """A fast path samples within a static top-k width (`top_k_cap`): wider settings are refused here,
@@ -223,14 +247,26 @@ class Executors:
             raise ValueError(f"{what} must lie in [0, {vocab})")
 
     def open(self, request_id: int, submit: Submit) -> None:
-        """Allocate the request's codec stream (at admission, so its slot is ready when frames are)."""
-        skip = first_frame_skip_applies(enabled=self.silence.skip_silent_first_frame,
-                                        random_weights=self.model.config.random_weights,
-                                        default_sampling=submit.sampling == Sampling(),
-                                        instruct=bool(submit.instruct_ids), frames_decoded=0)
-        self.codec.open(request_id, skip_first_frame=skip)
-        if submit.voice:
-            self._request_voices[request_id] = self.voices.cached(submit.voice)
+        """Allocate the request's codec stream (at admission, so its slot is ready when frames are); an
+        in-context request's starts primed with its voice's reference codes."""
+        voice = self.voices.cached(submit.voice) if submit.voice else None
+        icl = voice is not None and in_context(submit, voice)
+        prime = None
+        if icl:
+            assert voice is not None and voice.ref_codes is not None
+            previous = self._prime_keys.get(submit.voice)
+            if previous is not None and previous != voice.key:
+                self.codec.forget_prime(previous)  # the name was saved again: its old state is unreachable
+            self._prime_keys[submit.voice] = voice.key
+            prime = (voice.key, voice.ref_codes)
+        # The silent first frame is a stream start's; a primed stream continues the reference (official: no skip).
+        skip = not icl and first_frame_skip_applies(enabled=self.silence.skip_silent_first_frame,
+                                                    random_weights=self.model.config.random_weights,
+                                                    default_sampling=submit.sampling == Sampling(),
+                                                    instruct=bool(submit.instruct_ids), frames_decoded=0)
+        self.codec.open(request_id, skip_first_frame=skip, prime=prime)
+        if voice is not None:
+            self._request_voices[request_id] = (voice, icl)
 
     def close(self, request_id: int) -> None:
         """Free the request's device state that outlives its plan rows. Idempotent."""
@@ -283,9 +319,11 @@ class Executors:
             requests = [inputs[row.request_id] for row in rows]
             embeds = []
             for row, r in zip(rows, requests, strict=True):
-                prefill = self._prefill(r.submit, r.state.text_ids)
+                voice, icl = self._request_voices.get(row.request_id, (None, False))
+                prefill = self._prefill(r.submit, r.state.text_ids, voice if icl else None)
                 if isinstance(prefill, VoicePrefill):
-                    embed = embed_voice_prefill(self.model, prefill, self._request_voices[row.request_id])[0]
+                    assert voice is not None
+                    embed = embed_voice_prefill(self.model, prefill, voice.embedding, voice.ref_codes if icl else None)[0]
                 else:
                     embed = embed_prefill(self.model, prefill)  # [L,H]
                 assert embed.shape[0] == r.state.prefill_len, "prefill length changed since admission"
@@ -325,7 +363,15 @@ class Executors:
 
         return audio
 
-    def _prefill(self, submit: Submit, text_ids: Sequence[int]) -> Prefill | VoicePrefill:
+    def _prefill(self, submit: Submit, text_ids: Sequence[int], in_context_voice: SavedVoice | None = None
+                 ) -> Prefill | VoicePrefill:  # fmt: skip
+        """The request's prompt; `in_context_voice`: the voice of an in-context request (None otherwise)."""
+        if in_context_voice is not None:
+            assert in_context_voice.ref_codes is not None
+            return build_in_context_prefill(self.model.config.prompt_ids, language=submit.language, text_ids=text_ids,
+                                            ref_text_ids=in_context_voice.ref_text_ids,
+                                            ref_frames=int(in_context_voice.ref_codes.shape[0]),
+                                            streaming=submit.layout is Layout.STREAMING)  # fmt: skip
         if self.model.config.is_voice_design:
             return build_voice_design_prefill(self.model.config.prompt_ids, language=submit.language,
                                               text_ids=text_ids, instruct_ids=submit.instruct_ids,
@@ -338,13 +384,22 @@ class Executors:
                              streaming=submit.layout is Layout.STREAMING)
 
     def _text_id(self, state: RequestState, text_index: int) -> int:
-        """The text id a talker step feeds: x_(i+1), then tts_eos once, then tts_pad (reference 5.4)."""
+        """The text id a talker step feeds: x_(i+1), then tts_eos once, then tts_pad (reference 5.4); in-context
+        mode: the prompt's trailing text, then tts_pad."""
         ids = self.model.config.prompt_ids
+        if state.prompt_trailing is not None and text_index >= 0:
+            return state.prompt_trailing[text_index]
         if text_index == TEXT_END:
             return ids.tts_eos
         if text_index == TEXT_PAD:
             return ids.tts_pad
         return state.text_ids[text_index]
+
+
+def in_context(submit: Submit, voice: SavedVoice) -> bool:
+    """The mode choice: in-context when the voice was saved with a transcript and the whole text is known at
+    Submit (its prompt holds the whole text); x-vector mode otherwise."""
+    return voice.in_context and submit.text_ended and bool(submit.text_ids)
 
 
 def _no_result() -> StepResult:

@@ -17,6 +17,12 @@ SnakeBeta and codebook kernels; one CUDA graph per (batch, frames) shape, eager 
 CUDA). Its pool has `RESERVED_SLOTS` more rows than streams for the runner's scratch row, which the pool
 keeps out of its `slots` / `free_slots` count. `capture()` must run before the first `open`.
 
+Primed streams (in-context voice cloning): `open(..., prime=(key, ref_codes))` starts the stream where a decode
+of the voice's K reference frames left it (state and position K), so its audio continues the reference
+exactly as the official decode of [ref_codes; codes] with the reference part cut off. The reference is
+decoded once per `key` (a saved voice's save), on the plain decoder in chunks of `PRIME_CHUNK_FRAMES`, and
+its state row is copied into every later stream of that voice; `launch` expects positions first_frames + K.
+
 Precision (`bf16`, `tf32`, `fp32`) applies on both paths: the decoder must already be in its dtype
 (`codec_dtype`), and the TF32 switches are set around every call (they only matter on CUDA).
 """
@@ -45,11 +51,15 @@ def codec_dtype(precision: str) -> torch.dtype:
     return PRECISION_DTYPES[precision][0]
 
 
+PRIME_CHUNK_FRAMES = 64  # frames per decode when priming a voice's state (bounds the activations' memory)
+
+
 @dataclass(slots=True)
 class _Stream:
     pool_slot: int
     trimmer: LeadingSilenceTrimmer
     skip_first_frame: bool
+    offset: int = 0  # reference frames decoded into the state before the first generated frame
 
 
 class CodecExecutor:
@@ -67,6 +77,7 @@ class CodecExecutor:
         self.precision = precision
         self.silence = silence
         self._streams: dict[int, _Stream] = {}
+        self._primed: dict[str, tuple[Tensor, int]] = {}  # prime key -> (state row [state elements], K)
         self.ragged = ragged
         self.graphs: CodecGraphs | None = None
         if graph_shapes is None:
@@ -82,10 +93,37 @@ class CodecExecutor:
             assert not self._streams, "capture the codec graphs before any stream is open"
             self.graphs.capture()
 
-    def open(self, request_id: int, *, skip_first_frame: bool) -> None:
-        """Give a new request empty codec state (position 0: its first chunk is a full decode)."""
+    def open(self, request_id: int, *, skip_first_frame: bool, prime: tuple[str, Tensor] | None = None) -> None:
+        """Give a new request empty codec state (position 0: its first chunk is a full decode), or with
+        `prime` = (key, reference codes [K,16]) the state after those K frames (decoded once per key)."""
         assert request_id not in self._streams, f"request {request_id} already has a codec stream"
-        self._streams[request_id] = _Stream(self.pool.alloc(), LeadingSilenceTrimmer(self.silence), skip_first_frame)
+        slot = self.pool.alloc()
+        offset = 0
+        if prime is not None:
+            try:
+                offset = self._prime(slot, *prime)
+            except Exception:
+                self.pool.free(slot)
+                raise
+        self._streams[request_id] = _Stream(slot, LeadingSilenceTrimmer(self.silence), skip_first_frame, offset)
+
+    def _prime(self, slot: int, key: str, ref_codes: Tensor) -> int:
+        """Put the state after decoding `ref_codes` [K,16] into the fresh `slot`; -> K."""
+        cached = self._primed.get(key)
+        if cached is None:
+            codes = ref_codes.to(self.decoder.device, torch.int64).T[None]  # [1,16,K]
+            with torch.inference_mode(), precision_flags(self.precision):
+                for start in range(0, codes.shape[-1], PRIME_CHUNK_FRAMES):  # the audio is the reference's: unused
+                    decode_incremental(self.decoder, self.pool, [slot], codes[..., start : start + PRIME_CHUNK_FRAMES],
+                                       expected_positions=[start])  # fmt: skip
+            cached = self._primed[key] = (self.pool.flat[slot].clone(), codes.shape[-1])
+        else:
+            self.pool.load(slot, *cached)
+        return cached[1]
+
+    def forget_prime(self, key: str) -> None:
+        """Drop the primed state cached under `key` (its voice was saved again or removed)."""
+        self._primed.pop(key, None)
 
     def close(self, request_id: int) -> None:
         """Free the request's codec state. Idempotent (cancel and failure paths may both call it)."""
@@ -114,13 +152,14 @@ class CodecExecutor:
         at = (start + torch.arange(frames, device=device)).clamp(max=self.codes.shape[1] - 1)
         chunk = self.codes[rows, at]  # [B,N,16]
         slots = [s.pool_slot for s in streams]
+        positions = [f + s.offset for f, s in zip(first_frames, streams, strict=True)]  # the pool counts primed frames
         if self.graphs is not None:  # FastCodecDecoder applies the precision's switches itself
-            wav = self.graphs.decode(slots, chunk.transpose(1, 2), expected_positions=first_frames,
+            wav = self.graphs.decode(slots, chunk.transpose(1, 2), expected_positions=positions,
                                      check_code_values=False, frames=row_frames)  # [B,N*1920]
         else:
             with precision_flags(self.precision):
                 wav = decode_incremental(self.decoder, self.pool, slots, chunk.transpose(1, 2),
-                                         expected_positions=first_frames, check_code_values=False,
+                                         expected_positions=positions, check_code_values=False,
                                          frames=row_frames)  # [B,N*1920]
         wav = wav.to(torch.float32)
         if device.type == "cuda":

@@ -313,6 +313,25 @@ class TextTokenizer:
             raise ValueError("text is empty: nothing to speak")
         return ids
 
+    def reference_ids(self, transcript: str) -> list[int]:
+        """r_1..r_R of an in-context voice's transcript: ids[3:-2] of ``<|im_start|>assistant\\n{text}<|im_end|>\\n``
+        (the official `generate_voice_clone`: `_build_ref_text`, then `ref_ids[:, 3:-2]`). Same refusals as
+        `target_ids` (special-token strings, merging with the template's tokens, nothing left)."""
+        self._reject_special_strings(transcript, "transcript")
+        if self.is_fallback:
+            ids = self.encode(transcript)
+        else:
+            wrapped = self.encode(f"<|im_start|>assistant\n{transcript}<|im_end|>\n")
+            if wrapped[:3] != self._role_prefix or wrapped[-2:] != [self.im_end, self.newline] or len(wrapped) < 6:
+                raise ValueError(
+                    f"transcript {transcript[:40]!r} merges with the prompt template's tokens (leading line "
+                    "break?); the official slicing would misplace it"
+                )
+            ids = wrapped[3:-2]
+        if not ids:
+            raise ValueError("transcript is empty")
+        return ids
+
     def instruct_ids(self, instruct: str) -> list[int]:
         """All ids of ``<|im_start|>user\\n{instruct}<|im_end|>\\n``; empty instruction -> no ids."""
         if not instruct:

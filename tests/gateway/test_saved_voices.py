@@ -172,3 +172,24 @@ def test_instructions_are_refused_up_front_because_a_base_model_takes_none(base:
     update, create, updated = asyncio.run(native())
     assert update["error"]["code"] == create["error"]["code"] == "instructions_not_supported"
     assert create["context_id"] == "a" and updated["instructions"] == "" and updated["voice"] == "my-voice"
+
+
+def test_a_voice_saved_with_a_transcript_speaks_in_context_over_http(base: GatewayProcess) -> None:
+    # The same recording saved with and without a transcript: the same x-vector, so only the in-context prompt
+    # (transcript + reference codes) can make the same seed speak differently.
+    told = httpx.post(base.http + "/v1/audio/voices", data={"name": "told", "transcript": "A test tone."},
+                      files={"audio": ("ref.wav", _wav(140.0), "audio/wav")}, timeout=180)  # fmt: skip
+    plain = httpx.post(base.http + "/v1/audio/voices", data={"name": "plain"},
+                       files={"audio": ("ref.wav", _wav(140.0), "audio/wav")}, timeout=180)  # fmt: skip
+    try:
+        assert told.status_code == 201 and plain.status_code == 201, (told.text, plain.text)
+        assert told.json()["in_context"] is True
+        spoken = _openai(base, voice="told", seed=3)
+        assert len(spoken.content) == expected_samples(len(TEXT)) * 2
+        in_context, again = _pcm(spoken), _pcm(_openai(base, voice="told", seed=3))
+        x_vector = _pcm(_openai(base, voice="plain", seed=3))
+        assert np.abs(in_context).max() > 0 and np.abs(in_context - again).max() <= 4
+        assert np.abs(in_context - x_vector).mean() > 20 * max(np.abs(in_context - again).mean(), 1.0)
+    finally:
+        for name in ("told", "plain"):
+            httpx.delete(base.http + f"/v1/audio/voices/{name}", timeout=30)

@@ -81,3 +81,11 @@ def test_full_size_voice_presets_have_the_official_tensor_tables(voices, name: s
         "1.7b-voice-design": 1_916_676_352,
     }
     assert sum(math.prod(s) for s in ours.values()) == expected_params[name]
+
+
+def test_the_engine_tokenizes_a_voice_transcript_as_the_official_reference_text(reference, voices) -> None:
+    meta, _ = voices
+    model = reference.voice_model("ckpt-base")
+    official = {tuple(p["ref_ids"]) for p in meta["prefill"] if p["model"] == "base"}
+    assert len(official) == 1
+    assert tuple(model.tokenizer.reference_ids(meta["ref_text"])) == official.pop()
