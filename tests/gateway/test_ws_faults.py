@@ -223,15 +223,18 @@ async def test_slow_reader_is_cut_off_and_its_engine_work_cancelled(engine_kind:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         sock.connect(("127.0.0.1", server.port))
         async with connect(server.ws, sock=sock, subprotocols=[PROTOCOL], max_queue=1, max_size=None) as ws:
-            text = "la " * 3000  # ~8,000 frames, ~30 MB of PCM
+            text = "la " * 3000  # ~8,000 frames, ~60 MB of PCM at 48 kHz
+            # 48 kHz output: twice the bytes per generated frame, so the buffers fill in half the engine time.
+            await ws.send(orjson.dumps({"type": "context.create", "context_id": "s",
+                                        "audio": {"format": "pcm16", "sample_rate": 48000}}).decode())  # fmt: skip
             await ws.send(
                 orjson.dumps({"type": "input_text.append", "context_id": "s", "text": text}).decode()
             )
             await ws.send(orjson.dumps({"type": "input_text.end", "context_id": "s"}).decode())
             # The real tiny engine makes audio ~5x faster than realtime on one CPU core; filling the kernel's
-            # socket buffers and then the 1 MiB budget takes it 15-35 s here (over 90 s on a busy 2-core machine), the
-            # fake engine far less.
-            await _wait_for(lambda: slow_reader_errors() == 1, 30 if engine_kind == "fake" else 180)
+            # socket buffers (the server's send buffer grows to a few MB) and then the 1 MiB budget takes it 15-35 s
+            # here, and once took over 180 s at 24 kHz on the 2-core CI machine; the fake engine far less.
+            await _wait_for(lambda: slow_reader_errors() == 1, 30 if engine_kind == "fake" else 360)
             # The engine dropped the request although its audio was far from finished.
             await _wait_for(
                 lambda: server.metrics().get('vivace_engine_active_requests{engine="0"}', 1) == 0, 5
