@@ -302,13 +302,7 @@ class TextTokenizer:
         if self.is_fallback:
             ids = self.encode(text)
         else:
-            wrapped = self.encode(f"<|im_start|>assistant\n{text}<|im_end|>\n<|im_start|>assistant\n")
-            if wrapped[:3] != self._role_prefix or wrapped[-5:] != self._role_suffix or len(wrapped) < 8:
-                raise ValueError(
-                    f"text {text[:40]!r} merges with the prompt template's tokens (leading line break?); "
-                    "the official slicing would misplace it"
-                )
-            ids = wrapped[3:-5]
+            ids = self._inside_template(text, "<|im_end|>\n<|im_start|>assistant\n", self._role_suffix, "text")
         if not ids:
             raise ValueError("text is empty: nothing to speak")
         return ids
@@ -321,16 +315,22 @@ class TextTokenizer:
         if self.is_fallback:
             ids = self.encode(transcript)
         else:
-            wrapped = self.encode(f"<|im_start|>assistant\n{transcript}<|im_end|>\n")
-            if wrapped[:3] != self._role_prefix or wrapped[-2:] != [self.im_end, self.newline] or len(wrapped) < 6:
-                raise ValueError(
-                    f"transcript {transcript[:40]!r} merges with the prompt template's tokens (leading line "
-                    "break?); the official slicing would misplace it"
-                )
-            ids = wrapped[3:-2]
+            ids = self._inside_template(transcript, "<|im_end|>\n", [self.im_end, self.newline], "transcript")
         if not ids:
             raise ValueError("transcript is empty")
         return ids
+
+    def _inside_template(self, text: str, suffix: str, suffix_ids: list[int], what: str) -> list[int]:
+        """The ids of `text` in ``<|im_start|>assistant\\n{text}{suffix}``, cut as the official code cuts them
+        (the 3 role ids in front, `suffix_ids` behind); ValueError when the text merges with those tokens."""
+        wrapped = self.encode(f"<|im_start|>assistant\n{text}{suffix}")
+        tail = len(suffix_ids)
+        if wrapped[:3] != self._role_prefix or wrapped[-tail:] != suffix_ids or len(wrapped) < 3 + tail:
+            raise ValueError(
+                f"{what} {text[:40]!r} merges with the prompt template's tokens (leading line break?); "
+                "the official slicing would misplace it"
+            )
+        return wrapped[3:-tail]
 
     def instruct_ids(self, instruct: str) -> list[int]:
         """All ids of ``<|im_start|>user\\n{instruct}<|im_end|>\\n``; empty instruction -> no ids."""
