@@ -116,28 +116,26 @@ def test_oversize_cohorts_are_split_across_turns():
     assert scheduler.plan(now) is None  # every lane is busy: nothing is planned twice
 
 
-def test_a_batch_is_cut_to_the_step_budget_but_the_anchor_always_runs():
-    scheduler = make_scheduler(admission_control=False, max_step_ms=8.0)
+def _codec_plan_after_64_streams_flush(**overrides: object):
+    """The codec plan when 64 streams, 30 frames each generated, all flush (step budget 8 ms)."""
+    scheduler = make_scheduler(admission_control=False, max_step_ms=8.0, **overrides)
     requests = [admit(scheduler, make_request(rid, 0, tokens=40, chars=200), 0) for rid in range(1, 65)]
     _, now = run(scheduler, 0, lambda: all(r.frames_generated >= 30 for r in requests))
     for r in requests:
         scheduler.flush(r.request_id)
     plan = scheduler.plan(now)
     assert plan is not None and plan.kind is WorkKind.CODEC_CHUNK
+    return plan
+
+
+def test_a_batch_is_cut_to_the_step_budget_but_the_anchor_always_runs():
+    plan = _codec_plan_after_64_streams_flush()
     assert plan.predicted_ms <= 8.0 and len(plan.rows) < 64
 
 
 def test_while_slots_run_short_a_batch_may_take_the_saturated_step_budget():
     def codec_plan(slots: int):
-        scheduler = make_scheduler(admission_control=False, max_step_ms=8.0, saturated_step_ms=20.0,
-                                   max_requests=slots, max_codec_streams=slots)
-        requests = [admit(scheduler, make_request(rid, 0, tokens=40, chars=200), 0) for rid in range(1, 65)]
-        _, now = run(scheduler, 0, lambda: all(r.frames_generated >= 30 for r in requests))
-        for r in requests:
-            scheduler.flush(r.request_id)
-        plan = scheduler.plan(now)
-        assert plan is not None and plan.kind is WorkKind.CODEC_CHUNK
-        return plan
+        return _codec_plan_after_64_streams_flush(saturated_step_ms=20.0, max_requests=slots, max_codec_streams=slots)
 
     spare = codec_plan(256)  # 64 of 256 slots in use: the plain budget
     assert spare.predicted_ms <= 8.0
