@@ -1,7 +1,8 @@
 """The whole-server benchmark of issue 13 in one command: start the gateway, load it at every point,
 record latency, refusals, underruns, /metrics deltas and GPU activity, stop it, write one JSON.
 
-    python tools/bench_h200.py [--out DIR] [--quick] [--points http:1@60,http:10,...,ws:40] [-- GATEWAY ARGS]
+    python tools/bench_h200.py [--out DIR] [--quick] [--points http:1@60,http:10,...,ws:40] [--clone-voices]
+                               [-- GATEWAY ARGS]
 
 Default server: `python -m gateway --model 1.7b --device cuda --load-format dummy` (full-size random
 weights); `--model tiny --device cpu` runs it on a CPU, `--url` uses a server already running.
@@ -12,6 +13,22 @@ each after a `--warmup` and followed by a `--cooldown`. Every point runs `python
 the parent scrapes /metrics (counter deltas, gauges after) and samples the GPU (NVML or nvidia-smi
 every 250 ms; null without a GPU). The whole run is held inside `--budget` seconds (default 540,
 for a 10-minute command limit): a point that would not fit is skipped and says so.
+
+A point is `transport:rps[@window_s][/VOICE]`: with `/VOICE` every request of the point names that
+voice (`--voice` of the load test; a saved voice on a Base model, a built-in speaker otherwise) and
+the point is named e.g. `http-10-bench-xvector`. `--clone-voices` measures voice cloning on a Base
+checkpoint: once the server is ready, the bench writes a synthetic 5 s reference recording
+(voice-reference.wav) and saves two voices from it through `POST /v1/audio/voices`, `bench-xvector`
+(no transcript: x-vector only) and `bench-in-context` (with a transcript: in-context cloning); the
+server it starts gets `--voices-dir OUT/voices` (a server given with --url needs its own --voices-dir).
+Each save's status, seconds and answer go to bench.json's "voices" (the seconds count in the budget);
+a point naming a bench voice that was not saved is skipped ("voice not saved"). For example, x-vector
+and in-context cloning on the full-size Base model with dummy weights:
+
+    python tools/bench_h200.py --model 1.7b-base --clone-voices \\
+        --points http:10@20/bench-xvector,http:10@20/bench-in-context -- --heartbeat-timeout-s 60
+
+and the same points with the CustomVoice model (`--model 1.7b`, no suffix) for the comparison.
 
 Outputs in --out: bench.json (rewritten after every point), bench.md (the table), gateway.log.
 Each point's raw loadtest output (summary.json, requests.jsonl, log) is kept only with --raw-dir.
@@ -45,6 +62,7 @@ from tools.benchkit.gpu import GpuSampler  # noqa: E402
 from tools.benchkit.points import LoadRun, Point, condense, loadtest_args, parse_points, read_summary  # noqa: E402
 from tools.benchkit.report import table  # noqa: E402
 from tools.benchkit.server import Gateway, ServerFailed, http_get  # noqa: E402
+from tools.benchkit.voices import BENCH_VOICES, save_voice, write_reference  # noqa: E402
 
 SCHEMA = "vivace.bench.server.v1"
 DEFAULT_POINTS = "http:1@60,http:10,http:20,http:40,http:60,http:80,http:100,ws:10,ws:40"
@@ -53,6 +71,8 @@ CHILD_START_S = 2.0  # interpreter and loadtest import before a point's schedule
 TAIL_ALLOWANCE_S = 8.0  # requests still in flight after the window, for the budget estimate
 STOP_RESERVE_S = 25.0  # kept for stopping the server
 LOG_CAP_BYTES = 8 << 20  # gateway.log is cut to its tail beyond this (device files are capped)
+VOICE_SAVE_S = 180.0  # one voice save: the voice tool runs full-size encoders on the CPU
+REFERENCE_FILE = "voice-reference.wav"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--quick", action="store_true", help=f"smoke run: points {QUICK_POINTS}, 1 s warm-up, 1 s cool-down"
     )
     parser.add_argument(
-        "--points", default=None, help=f"comma-separated transport:rps[@window_s] (default {DEFAULT_POINTS})"
+        "--points",
+        default=None,
+        help=f"comma-separated transport:rps[@window_s][/VOICE] (default {DEFAULT_POINTS})",
     )
     parser.add_argument(
         "--window", type=float, default=20.0, help="measurement window of points without @ (s)"
@@ -90,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--loadtest-args", default="", help="extra arguments for every `python -m loadtest run`"
+    )
+    voices = " and ".join(voice.name for voice in BENCH_VOICES)
+    parser.add_argument(
+        "--clone-voices",
+        action="store_true",
+        help=f"after /ready, save the voices {voices} from a synthetic reference through POST "
+        "/v1/audio/voices (for a Base model; the server started gets --voices-dir OUT/voices)",
     )
     server = parser.add_argument_group("server (ignored with --url)")
     server.add_argument("--url", default=None, help="benchmark this running server instead of starting one")
@@ -180,10 +209,13 @@ class Bench:
         if self.url is None:
             port = args.port or free_port(args.host)
             self.url = f"http://{args.host}:{port}"
+            # The bench's --voices-dir comes before the user's arguments, which may override it.
+            voices = ["--voices-dir", str(self.out / "voices")] if args.clone_voices else []
             command = [sys.executable, "-m", "gateway", "--model", args.model, "--device", args.device,
                        "--load-format", args.load_format, "--host", args.host, "--port", str(port),
-                       *shlex.split(args.server_args), *gateway_args]  # fmt: skip
+                       *voices, *shlex.split(args.server_args), *gateway_args]  # fmt: skip
             self.gateway = Gateway(command, self.url, self.out / "gateway.log", REPO)
+        self.unsaved: set[str] = set()  # bench voices whose save failed: their points are skipped
         self.record: dict[str, Any] = {
             "schema": SCHEMA,
             "started_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -194,7 +226,8 @@ class Bench:
                 "url": self.url,
             },
             "config": {
-                "points": [f"{p.transport}:{p.rps:g}@{p.window_s:g}" for p in self.points],
+                "points": [p.spec for p in self.points],
+                "clone_voices": args.clone_voices,
                 "warmup_s": self.warmup,
                 "cooldown_s": self.cooldown,
                 "request_timeout_s": args.request_timeout,
@@ -204,6 +237,7 @@ class Bench:
                 "gpu_period_s": args.gpu_period,
             },  # fmt: skip
             "host": None,
+            "voices": [],
             "points": [],
         }
 
@@ -224,7 +258,8 @@ class Bench:
         self.record["host"] = host_info(self.gpu)
         code = 0
         load_s = sum(self.estimate(p) for p in self.points) + self.cooldown * (len(self.points) - 1)
-        self.log(f"plan: {len(self.points)} points, ~{load_s:.0f} s of load after the server is ready, "
+        saves = f" and {len(BENCH_VOICES)} voice saves" if self.args.clone_voices else ""
+        self.log(f"plan: {len(self.points)} points, ~{load_s:.0f} s of load after the server is ready{saves}, "
                  f"budget {self.args.budget:.0f} s in all")  # fmt: skip
         try:
             if self.gateway is not None:
@@ -235,6 +270,8 @@ class Bench:
                 )
                 self.record["server"]["ready_s"] = round(ready_s, 1)
                 self.log(f"server ready after {ready_s:.1f} s")
+            if self.args.clone_voices:
+                self.clone_voices()
             for number, point in enumerate(self.points):
                 if number and self.cooldown > 0:
                     time.sleep(self.cooldown)
@@ -281,10 +318,34 @@ class Bench:
 
     def point_base(self, point: Point) -> dict[str, Any]:
         return {"name": point.name, "transport": point.transport, "rps": point.rps,
-                "window_s": point.window_s, "warmup_s": self.warmup}  # fmt: skip
+                "window_s": point.window_s, "voice": point.voice, "warmup_s": self.warmup}  # fmt: skip
+
+    def clone_voices(self) -> None:
+        """Write the reference recording and save the bench voices from it, one record each."""
+        reference = self.out / REFERENCE_FILE
+        described = write_reference(reference, self.args.seed)
+        for voice in BENCH_VOICES:
+            timeout_s = min(VOICE_SAVE_S, self.args.budget - STOP_RESERVE_S - self.elapsed())
+            if timeout_s < 5.0:
+                saved = {"name": voice.name, "transcript": voice.transcript, "status": 0, "seconds": 0.0,
+                         "ok": False, "error": "budget"}  # fmt: skip
+            else:
+                self.log(f"saving voice {voice.name} ({'with' if voice.transcript else 'no'} transcript)")
+                saved = save_voice(self.url, voice, reference, timeout_s)
+            saved["reference"] = described
+            self.record["voices"].append(saved)
+            if not saved["ok"]:
+                self.unsaved.add(voice.name)
+            answer = saved.get("response", saved.get("error"))
+            self.log(f"voice {voice.name}: status {saved['status']} after {saved['seconds']:.1f} s"
+                     + ("" if saved["ok"] else f": {str(answer)[:300]}"))  # fmt: skip
+            self.save()
 
     def run_point(self, point: Point) -> dict[str, Any]:
         base = self.point_base(point)
+        if point.voice in self.unsaved:
+            self.log(f"{point.name}: skipped (voice {point.voice} was not saved)")
+            return base | {"status": "skipped", "reason": "voice not saved"}
         estimate = self.estimate(point)
         if self.elapsed() + estimate + STOP_RESERVE_S > self.args.budget:
             self.log(

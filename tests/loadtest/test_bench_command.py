@@ -1,22 +1,28 @@
-"""tools/bench_h200.py: its parts (Prometheus diff, point specs, table) and one whole CPU run.
+"""tools/bench_h200.py: its parts (Prometheus diff, point specs, table, the reference recording) and
+whole CPU runs.
 
-The whole run starts the real gateway with the tiny model on the CPU, as the GPU run starts the
-full-size one, runs one short HTTP point and one WebSocket point, and checks bench.json and the
-table printed last. No timing is asserted: on a CPU the numbers mean nothing.
+The whole runs start the real gateway with the tiny model on the CPU, as the GPU run starts the
+full-size one: one short HTTP point and one WebSocket point with the CustomVoice model, then, with the
+Base model and `--clone-voices`, one HTTP point per cloned voice; they check bench.json and the table
+printed last. No timing is asserted: on a CPU the numbers mean nothing.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
+import wave
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tools.benchkit import prom
 from tools.benchkit.points import Point, loadtest_args, parse_points
 from tools.benchkit.report import table
+from tools.benchkit.voices import REFERENCE_RATE, write_reference
 
 REPO = Path(__file__).resolve().parents[2]
 SHORT_PROMPTS = ("Hello there.", "It is a fine day.", "See you soon.")
@@ -74,6 +80,71 @@ def test_point_specs() -> None:
                                                      timeout_s=20, seed=0, extra=[])  # fmt: skip
 
 
+def test_a_point_spec_may_end_with_the_voice_its_requests_name() -> None:
+    points = parse_points("http:10@20/bench-xvector, ws:5/ryan,http:1", default_window_s=30.0)
+    assert points == [Point("http", 10.0, 20.0, "bench-xvector"), Point("ws", 5.0, 30.0, "ryan"),
+                      Point("http", 1.0, 30.0)]  # fmt: skip
+    assert [p.name for p in points] == ["http-10-bench-xvector", "ws-5-ryan", "http-1"]
+    assert [p.spec for p in points] == ["http:10@20/bench-xvector", "ws:5@30/ryan", "http:1@30"]
+    assert parse_points(",".join(p.spec for p in points), 99.0) == points
+
+    def args(point: Point, extra: list[str]) -> list[str]:
+        return loadtest_args(point, "http://h", Path("/o"), warmup_s=4, timeout_s=20, seed=0, extra=extra)
+
+    assert args(points[0], [])[-2:] == ["--voice", "bench-xvector"]
+    assert args(points[0], ["--voice", "alloy"])[-2:] == ["--voice", "bench-xvector"]  # the point's wins
+    assert "--voice" not in args(points[2], [])
+
+
+def test_a_voice_name_the_server_would_refuse_is_refused_in_the_point_spec() -> None:
+    for bad in ("http:10/", "http:10@20/", "http:10/Bench", "http:10/-voice", "http:10/a b", "http:10/a.b",
+                "http:10/a/b", "http:10/" + "v" * 65, "ws:5/voice@20"):  # fmt: skip
+        with pytest.raises(ValueError, match="point"):
+            parse_points(bad, 20.0)
+    assert parse_points("http:10/" + "v" * 64, 20.0)[0].voice == "v" * 64
+
+
+def test_the_reference_recording_is_five_seconds_of_24_khz_16_bit_mono_and_the_same_for_a_seed(
+    tmp_path: Path,
+) -> None:
+    described = write_reference(tmp_path / "a.wav", seed=0)
+    write_reference(tmp_path / "b.wav", seed=0)
+    write_reference(tmp_path / "c.wav", seed=1)
+    with wave.open(str(tmp_path / "a.wav")) as reference:
+        assert (reference.getnchannels(), reference.getsampwidth(), reference.getframerate()) == (1, 2, 24000)
+        pcm = np.frombuffer(reference.readframes(reference.getnframes()), "<i2")
+    assert described == {"file": "a.wav", "duration_s": 5.0, "sample_rate": REFERENCE_RATE,
+                         "bytes": (tmp_path / "a.wav").stat().st_size, "seed": 0}  # fmt: skip
+    assert pcm.size == 5 * 24000 and 8000 < np.abs(pcm).max() < 32767  # loud, not clipped
+    spectrum = np.abs(np.fft.rfft(pcm.astype(np.float64)))
+    peak_hz = np.argmax(spectrum) * 24000 / pcm.size
+    assert 100 < peak_hz < 600  # voiced: the energy lies in the low harmonics of a 120-220 Hz pitch
+    assert (tmp_path / "a.wav").read_bytes() == (tmp_path / "b.wav").read_bytes()
+    assert (tmp_path / "a.wav").read_bytes() != (tmp_path / "c.wav").read_bytes()
+
+
+def test_points_of_voices_that_could_not_be_saved_are_skipped(tmp_path: Path) -> None:
+    with socket.socket() as probe:  # a port nothing listens on: every save gets no answer
+        probe.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    out = tmp_path / "out"
+    command = [sys.executable, "tools/bench_h200.py", "--url", url, "--out", str(out), "--clone-voices",
+               "--points", "http:1@1/bench-xvector,http:1@1/bench-in-context", "--budget", "60"]  # fmt: skip
+    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1, run.stdout[-4000:] + run.stderr[-4000:]
+
+    record = json.loads((out / "bench.json").read_text())
+    assert record["config"]["clone_voices"] is True
+    assert [(v["name"], v["status"], v["ok"]) for v in record["voices"]] == [
+        ("bench-xvector", 0, False), ("bench-in-context", 0, False)]  # fmt: skip
+    assert all("ConnectError" in v["error"] for v in record["voices"])
+    assert [(p["name"], p["voice"], p["status"], p["reason"]) for p in record["points"]] == [
+        ("http-1-bench-xvector", "bench-xvector", "skipped", "voice not saved"),
+        ("http-1-bench-in-context", "bench-in-context", "skipped", "voice not saved"),
+    ]
+    assert "| http-1-bench-xvector | 1.0 | skipped: voice not saved |" in run.stdout
+
+
 def test_table_shows_gpu_seconds_by_kind_when_exported() -> None:
     point = {
         "name": "http-40", "rps": 40.0, "status": "ok", "offered_rps": 39.5, "achieved_rps": 39.0,
@@ -119,7 +190,9 @@ def test_whole_run_on_cpu_with_the_tiny_model(tmp_path: Path) -> None:
         assert point["metrics"]["interval_s"] == pytest.approx(3.0, abs=1.0)
         assert any(k.startswith("vivace_engine_step_seconds") for k in point["metrics"]["gauges"])
         # Device time per work kind (the wall time of CPU work here) grows over the window.
-        gpu = {k: v for k, v in point["metrics"]["counters"].items() if k.startswith("vivace_engine_gpu_seconds")}
+        gpu = {
+            k: v for k, v in point["metrics"]["counters"].items() if k.startswith("vivace_engine_gpu_seconds")
+        }
         assert any('kind="code_predict"' in k and v > 0 for k, v in gpu.items()), gpu
         assert (tmp_path / "raw" / point["name"] / "summary.json").exists()
     assert "--playback-reports" in record["points"][1]["loadtest_command"]
@@ -132,3 +205,49 @@ def test_whole_run_on_cpu_with_the_tiny_model(tmp_path: Path) -> None:
         and last[2].startswith("| http-1 |")
         and last[3].startswith("| ws-1 |")
     )
+
+
+@pytest.mark.slow
+def test_whole_run_on_cpu_clones_an_x_vector_and_an_in_context_voice_on_the_tiny_base_model(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "out"
+    prompts = tmp_path / "short.jsonl"
+    prompts.write_text(
+        "".join(f'{{"id": "{n}", "text": "{text}"}}\n' for n, text in enumerate(SHORT_PROMPTS))
+    )
+    command = [
+        sys.executable, "tools/bench_h200.py", "--out", str(out), "--clone-voices",
+        "--points", "http:1@3/bench-xvector,http:1@3/bench-in-context", "--warmup", "1", "--cooldown", "0",
+        "--request-timeout", "30", "--budget", "400", "--ready-timeout", "120", "--model", "tiny-base",
+        "--device", "cpu", "--load-format", "auto", "--loadtest-args", f"--prompts {prompts}",
+        "--", "--log-level", "warning",
+    ]  # fmt: skip
+    run = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=450)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
+
+    record = json.loads((out / "bench.json").read_text())
+    assert record["config"]["clone_voices"] is True
+    assert record["config"]["points"] == ["http:1@3/bench-xvector", "http:1@3/bench-in-context"]
+    assert f"--voices-dir {out / 'voices'}" in record["server"]["command"]
+    xvector, in_context = record["voices"]
+    for voice in (xvector, in_context):
+        assert voice["status"] in (200, 201) and voice["ok"] and voice["seconds"] > 0, voice
+        assert voice["response"]["model_id"] == "tiny-base" and voice["response"]["duration_s"] == 5.0
+        assert voice["reference"]["file"] == "voice-reference.wav"
+    assert xvector["name"] == "bench-xvector" and xvector["response"]["in_context"] is False
+    assert in_context["name"] == "bench-in-context" and in_context["response"]["in_context"] is True
+    assert in_context["response"]["transcript"] == in_context["transcript"]
+    assert (out / "voice-reference.wav").exists() and (out / "voices" / "bench-xvector").is_dir()
+
+    assert [(p["name"], p["voice"]) for p in record["points"]] == [
+        ("http-1-bench-xvector", "bench-xvector"), ("http-1-bench-in-context", "bench-in-context")]  # fmt: skip
+    for point in record["points"]:
+        assert point["status"] == "ok", point
+        assert point["requests"]["ok"] >= 1 and point["requests"]["failed"] == 0
+        assert point["errors_by_kind"] == {} and point["ttfa_ms"]["p50"] > 0
+        assert point["loadtest_command"].endswith(f"--voice {point['voice']}")
+
+    last = run.stdout.rstrip().splitlines()[-2:]
+    assert last[0].startswith("| http-1-bench-xvector |")
+    assert last[1].startswith("| http-1-bench-in-context |")

@@ -1,5 +1,5 @@
-"""Load points: parse `transport:rps[@window_s]`, run one through `python -m loadtest run` in a
-child process, and condense its summary.json into the benchmark's per-point record.
+"""Load points: parse `transport:rps[@window_s][/VOICE]`, run one through `python -m loadtest run` in
+a child process, and condense its summary.json into the benchmark's per-point record.
 
 The child prints its CLOCK_MONOTONIC (shared by every process on Linux) just before the load test
 starts, so the parent can scrape /metrics and read the GPU samples over exactly the measurement
@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from engine.voice_store import check_name  # torch-free: metadata only
 
 # Runs the load test exactly as `python -m loadtest ARGS...`, after announcing its start time.
 _CHILD = (
@@ -34,24 +36,37 @@ class Point:
     transport: str  # "http" | "ws"
     rps: float
     window_s: float
+    voice: str | None = None  # sent by every request (`--voice`); None: the load test's default
 
     @property
     def name(self) -> str:
-        return f"{self.transport}-{self.rps:g}"
+        return f"{self.transport}-{self.rps:g}" + (f"-{self.voice}" if self.voice else "")
+
+    @property
+    def spec(self) -> str:
+        """The point written back as `transport:rps@window_s[/VOICE]`."""
+        return f"{self.transport}:{self.rps:g}@{self.window_s:g}" + (f"/{self.voice}" if self.voice else "")
 
 
 def parse_points(text: str, default_window_s: float) -> list[Point]:
-    """'http:1@60,http:10,ws:40' -> points; a window after '@' overrides the default."""
+    """'http:1@60,http:10,ws:40/my-voice' -> points; a window after '@' overrides the default, a voice
+    after '/' is named by every request of that point (a saved voice or a built-in speaker)."""
     points: list[Point] = []
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
-        spec, _, window = part.partition("@")
+        spec, slash, voice = part.partition("/")
+        spec, _, window = spec.partition("@")
         transport, sep, rps = spec.partition(":")
         if not sep or transport not in ("http", "ws"):
-            raise ValueError(f"point {part!r}: expected http:RPS or ws:RPS, optionally @WINDOW_S")
+            raise ValueError(f"point {part!r}: expected http:RPS or ws:RPS, optionally @WINDOW_S and /VOICE")
+        if slash:
+            try:  # the server's own rule for voice names (built-in speakers' names pass it too)
+                check_name(voice)
+            except ValueError as error:
+                raise ValueError(f"point {part!r}: {error}") from None
         try:
-            point = Point(transport, float(rps), float(window) if window else default_window_s)
+            point = Point(transport, float(rps), float(window) if window else default_window_s, voice or None)
         except ValueError:
             raise ValueError(f"point {part!r}: RPS and window must be numbers") from None
         if point.rps <= 0 or point.window_s <= 0:
@@ -64,13 +79,15 @@ def parse_points(text: str, default_window_s: float) -> list[Point]:
 
 def loadtest_args(point: Point, url: str, out: Path, *, warmup_s: float, timeout_s: float, seed: int,
                   extra: list[str]) -> list[str]:  # fmt: skip
-    """The `python -m loadtest` arguments of one point (WS points send playback reports)."""
+    """The `python -m loadtest` arguments of one point (WS points send playback reports, a point with a
+    voice names it)."""
     args = ["run", "--url", url, "--transport", point.transport, "--rps", f"{point.rps:g}",
             "--duration", f"{point.window_s:g}s", "--warmup", f"{warmup_s:g}s", "--timeout", f"{timeout_s:g}s",
             "--seed", str(seed), "--out", str(out)]  # fmt: skip
     if point.transport == "ws":
         args.append("--playback-reports")
-    return args + extra
+    # The point's voice comes last: it wins over a --voice in `extra` (which applies to every point).
+    return args + extra + (["--voice", point.voice] if point.voice else [])
 
 
 class LoadRun:
