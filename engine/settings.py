@@ -111,7 +111,8 @@ class EngineSettings:
     # While slots run short: newcomers prefill after a decode of this many streams (0: never wait) ...
     align_startup_rows: int = SchedulerConfig().align_startup_rows
     saturated_step_ms: float = SchedulerConfig().saturated_step_ms  # ... and a batch may take this long
-    ragged_codec: bool = False  # codec batches where each row decodes its own chunk (not yet measured on a GPU)
+    ragged_codec: bool = False  # codec batches where each row decodes its own chunk (slower on the H200)
+    codec_join_ratio: float = SchedulerConfig().codec_join_ratio  # codec rows join chunks at most this much smaller
     codec_stream: bool = True  # CUDA: codec chunks on a stream of their own, beside the generation steps
     sync_debug: str = "off"  # CUDA: "warn" logs every host-device synchronisation (torch sync debug mode)
     profile_dir: str = ""  # profile the loop (engine/profiling.py) and write summary tables here
@@ -146,8 +147,8 @@ class EngineSettings:
             raise ValueError("heartbeat_s must be > 0 and shutdown_grace_ms >= 0")
         if not 0 <= self.rescue_slack_ms <= SchedulerConfig().urgent_slack_ms:
             raise ValueError(f"rescue_slack_ms must be in [0, {SchedulerConfig().urgent_slack_ms:g}]")
-        if self.align_startup_rows < 0 or self.saturated_step_ms <= 0:
-            raise ValueError("align_startup_rows must be >= 0 and saturated_step_ms > 0")
+        if self.align_startup_rows < 0 or self.saturated_step_ms <= 0 or self.codec_join_ratio < 0:
+            raise ValueError("align_startup_rows and codec_join_ratio must be >= 0, saturated_step_ms > 0")
         if self.max_in_flight < 1 or self.profile_steps < 1 or self.profile_after_s < 0:
             raise ValueError("max_in_flight and profile_steps must be >= 1, profile_after_s >= 0")
         _check_choice("sync_debug", self.sync_debug, ("off", "warn"))
@@ -237,6 +238,7 @@ class EngineSettings:
             align_startup_rows=self.align_startup_rows,
             saturated_step_ms=self.saturated_step_ms,
             ragged_codec=self.ragged_codec,
+            codec_join_ratio=self.codec_join_ratio,
         )
 
     def chunk_policy_object(self) -> ChunkPolicy | None:
@@ -334,8 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--saturated-step-ms", type=float, default=d.saturated_step_ms,
                    help="while slots run short, a batch may take this long (else the scheduler's 12 ms step budget)")
     p.add_argument("--ragged-codec", action=argparse.BooleanOptionalAction, default=d.ragged_codec,
-                   help="codec batches where each row decodes its own chunk, padded to the longest (simulator: "
-                        "fewer refusals at 80 RPS; not yet measured on a GPU; docs/scheduling.md)")
+                   help="codec batches where each row decodes its own chunk, padded to the longest (fewer refusals "
+                        "in the simulator, more on the H200: off; docs/scheduling.md)")
+    p.add_argument("--codec-join-ratio", type=float, default=d.codec_join_ratio,
+                   help="a codec row joins a batch whose chunk is smaller than its own only up to this ratio, or "
+                        "when its stream is urgent (0: always; docs/scheduling.md)")
     p.add_argument("--max-in-flight", type=int, default=d.max_in_flight,
                    help="plans queued on the GPU before the host waits for the oldest (host planning of step k+1 "
                         "overlaps the GPU's step k)")

@@ -275,7 +275,9 @@ class Scheduler:
             return None  # nothing, or only paced streams that may join a batch but not start one
         anchor = self._anchor(anchors)
         ragged = self.config.ragged_codec
-        cohort = sorted((i for i in items if i.kind is anchor.kind and _fits(anchor, i, ragged)), key=lambda i: i.key)
+        ratio = self.config.codec_join_ratio
+        cohort = sorted((i for i in items if i.kind is anchor.kind and _fits(anchor, i, ragged, ratio)),
+                        key=lambda i: i.key)  # fmt: skip
         cohort.remove(anchor)
         cohort.insert(0, anchor)
         self._plans += 1
@@ -555,11 +557,17 @@ class Scheduler:
             self._finished.append(r)
 
 
-def _fits(anchor: _Item, item: _Item, ragged_codec: bool = False) -> bool:
+def _fits(anchor: _Item, item: _Item, ragged_codec: bool = False, join_ratio: float = 0.0) -> bool:
     """Can `item` share the anchor's batch? Prefill: same token bucket. Codec: rows decode the anchor's
     chunk size, so any row with at least that many frames ready joins (the rest waits for a later chunk;
-    the codec's cost is mostly per step, so fuller steps beat equal-sized chunks); ragged, every row joins."""
+    the codec's cost is mostly per step, so fuller steps beat equal-sized chunks); ragged, every row joins.
+    With `join_ratio` > 0 a row that could decode more than `join_ratio` times the anchor's chunk joins only
+    when it is urgent: else it would decode a sliver of what it has ready (a newcomer's 1-2 frame chunk sets
+    the shape) and the codec's cost per frame triples; it waits for a batch of its own size instead."""
     if anchor.kind is WorkKind.CODEC_CHUNK:
-        return ragged_codec or item.shape >= anchor.shape
+        if ragged_codec:
+            return True
+        if item.shape < anchor.shape:
+            return False
+        return not join_ratio or item.shape <= join_ratio * anchor.shape or item.key[0] in URGENT_TIERS
     return item.shape == anchor.shape
-

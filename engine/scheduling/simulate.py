@@ -292,6 +292,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--align-startup-rows", type=int, default=DEFAULTS.align_startup_rows,
                         help="saturated mode: newcomers prefill after a decode of this many streams (0: never)")
     parser.add_argument("--saturated-step-ms", type=float, default=DEFAULTS.saturated_step_ms)
+    parser.add_argument("--codec-join-ratio", type=float, default=DEFAULTS.codec_join_ratio,
+                        help="a codec row joins a smaller anchor chunk only up to this ratio, or urgent (0: always)")
     parser.add_argument("--ragged-codec", action="store_true",
                         help="codec rows decode their own chunk sizes in one batch (engine --ragged-codec)")
     parser.add_argument("--no-admission", action="store_true", help="only slot limits refuse work")
@@ -308,7 +310,8 @@ def main(argv: list[str] | None = None) -> None:
                              first_chunk_frames=args.first_chunk_frames, max_requests=args.max_requests,
                              max_codec_streams=args.max_requests, admission_control=not args.no_admission,
                              merge_startup=args.merge_startup, align_startup_rows=args.align_startup_rows,
-                             saturated_step_ms=args.saturated_step_ms, ragged_codec=args.ragged_codec)
+                             saturated_step_ms=args.saturated_step_ms, ragged_codec=args.ragged_codec,
+                             codec_join_ratio=args.codec_join_ratio)
     prompts = load_prompts(args.prompts)
     mean_frames = sum(length_model_frames(len(p)) for p in prompts) / len(prompts)
     layout = Layout.STREAMING if args.layout == "streaming" else Layout.NON_STREAMING

@@ -6,6 +6,7 @@ import pytest
 
 from engine.request import Phase, WorkKind
 from engine.scheduling import Outcome, Policy, Scheduler, SlackChunkPolicy
+from engine.scheduling.chunk_sizing import request_chunk_frames
 
 from .helpers import COSTS, MS, admit, make_request, make_scheduler, run, step
 
@@ -70,6 +71,42 @@ def test_without_the_startup_tier_filler_delays_first_audio():
     """The same scene under plain FIFO: the newcomer waits behind older streams (so the test above can fail)."""
     plans = _first_audio_plans(Policy.FIFO)
     assert any(99 not in plan.request_ids for plan in plans)
+
+
+def _first_audio_beside_long_chunks(urgent_stream: int | None = None, **overrides: object):
+    """A newcomer's first-audio codec plan, admitted when 40 playing streams with distant deadlines each have a
+    long chunk (8+ frames) ready; `urgent_stream` is brought 58 ms from running dry and flushed."""
+    scheduler = make_scheduler(**overrides)
+    now = _established_streams(scheduler, 40, 0)
+
+    def long_chunks_ready() -> bool:
+        return all(request_chunk_frames(scheduler.get(rid), now, scheduler.slack_chunks) >= 8 for rid in range(1, 41))
+
+    while not long_chunks_ready():
+        _, now = step(scheduler, now)
+    newcomer = admit(scheduler, make_request(99, now, tokens=10, chars=45), now)
+    if urgent_stream is not None:
+        scheduler.set_deadline(urgent_stream, now + 58 * MS)  # urgent (slack < 60 ms), not yet a rescue
+        scheduler.flush(urgent_stream)
+    plans, _ = run(scheduler, now, lambda: newcomer.first_audio_ns is not None)
+    assert plans[-1].kind is WorkKind.CODEC_CHUNK and 99 in plans[-1].request_ids
+    return plans[-1]
+
+
+def test_a_stream_with_a_long_chunk_ready_does_not_join_a_newcomers_one_frame_chunk():
+    plan = _first_audio_beside_long_chunks()
+    assert plan.request_ids == (99,) and plan.rows[0].codec_frames == 1
+
+
+def test_without_the_join_ratio_every_stream_with_frames_ready_decodes_the_newcomers_one_frame():
+    """The scene above with codec_join_ratio 0: 31 long chunks are cut to one frame each (so it can fail)."""
+    plan = _first_audio_beside_long_chunks(codec_join_ratio=0.0)
+    assert len(plan.rows) > 1 and all(row.codec_frames == 1 for row in plan.rows)
+
+
+def test_an_urgent_stream_joins_a_newcomers_chunk_whatever_its_own_chunk():
+    plan = _first_audio_beside_long_chunks(urgent_stream=7)
+    assert set(plan.request_ids) == {99, 7}
 
 
 def test_stream_near_its_deadline_preempts_one_far_from_it():
@@ -203,10 +240,10 @@ def _newcomers_first_codec_plan(**overrides: object):
 
 
 def test_a_newcomers_first_codec_batch_is_predicted_within_the_startup_budget():
-    bounded = _newcomers_first_codec_plan(startup_codec_ms=4.0, max_step_ms=50.0)
+    bounded = _newcomers_first_codec_plan(startup_codec_ms=4.0, max_step_ms=50.0, codec_join_ratio=0.0)
     assert bounded.predicted_ms <= 4.0 and bounded.rows[0].request_id == 99
     # Without the startup budget the same batch is larger and slower, so the bound above can fail.
-    unbounded = _newcomers_first_codec_plan(startup_codec_ms=50.0, max_step_ms=50.0)
+    unbounded = _newcomers_first_codec_plan(startup_codec_ms=50.0, max_step_ms=50.0, codec_join_ratio=0.0)
     assert len(unbounded.rows) > len(bounded.rows) and unbounded.predicted_ms > 4.0
 
 
@@ -236,9 +273,9 @@ def test_streams_about_to_run_dry_are_rescued_before_a_newcomer_starts():
 
 @pytest.mark.parametrize("ragged", [False, True])
 def test_a_ragged_codec_batch_lets_each_row_decode_its_own_chunk(ragged: bool):
-    """Uniform (the default): every row decodes the anchor's chunk. Ragged (`ragged_codec`):
-    a row with more frames ready drains them in the same step, the batch padded to the largest."""
-    scheduler = make_scheduler(ragged_codec=ragged)
+    """Uniform (the default; here with `codec_join_ratio` off, so b joins): every row decodes the anchor's chunk.
+    Ragged (`ragged_codec`): a row with more frames ready drains them in the same step, padded to the largest."""
+    scheduler = make_scheduler(ragged_codec=ragged, codec_join_ratio=0.0)
     a = admit(scheduler, make_request(1, 0, tokens=60, chars=300), 0)
     b = admit(scheduler, make_request(2, 0, tokens=60, chars=300), 0)
     _, now = run(scheduler, 0, lambda: all(r.first_audio_ns is not None and not r.codec_busy
