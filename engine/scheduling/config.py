@@ -61,11 +61,12 @@ class SchedulerConfig:
     # ragged_codec (engine --ragged-codec); off until measured on the GPU (docs/scheduling.md).
     ragged_codec: bool = False
     # A codec row joins a batch of the anchor's chunk only if its own chunk is at most this many times larger, or
-    # it is urgent; 0: every row with enough frames ready joins. A newcomer's 1-2 frame chunk anchors most batches
-    # under load, and a row that joins one decodes that sliver of what it has ready, at ~3x the codec's cost per
-    # frame of an 8-frame chunk (costs/h200_fast.json). Simulator, H200 costs, 128 slots: 80 RPS refuses 6.5 %
-    # instead of 15 % (336 audio s/s instead of 304); 40 RPS p95 TTFA 15.6 ms instead of 16.0 (docs/scheduling.md).
-    codec_join_ratio: float = 4.0
+    # it is urgent; 0 (the default): every row with enough frames ready joins. Under load a newcomer's 1-2 frame
+    # chunk anchors most batches, and a row that joins one decodes that sliver of what it has ready, at ~3x the
+    # codec's cost per frame of an 8-frame chunk (costs/h200_fast.json). On the H200 ratio 4 raised the ceiling
+    # from 273 to 289 audio s/s (80 RPS refused 25 % instead of 29 %) but let 3-16 requests a point underrun by up
+    # to 30 ms at 60-100 RPS, where joining every batch had none: off until that is fixed (docs/scheduling.md).
+    codec_join_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("capture_sizes", "prefill_capture_sizes", "prefill_token_buckets",

@@ -93,19 +93,19 @@ def _first_audio_beside_long_chunks(urgent_stream: int | None = None, **override
     return plans[-1]
 
 
-def test_a_stream_with_a_long_chunk_ready_does_not_join_a_newcomers_one_frame_chunk():
-    plan = _first_audio_beside_long_chunks()
+def test_with_a_join_ratio_a_stream_with_a_long_chunk_ready_does_not_join_a_newcomers_one_frame_chunk():
+    plan = _first_audio_beside_long_chunks(codec_join_ratio=4.0)
     assert plan.request_ids == (99,) and plan.rows[0].codec_frames == 1
 
 
-def test_without_the_join_ratio_every_stream_with_frames_ready_decodes_the_newcomers_one_frame():
-    """The scene above with codec_join_ratio 0: 31 long chunks are cut to one frame each (so it can fail)."""
-    plan = _first_audio_beside_long_chunks(codec_join_ratio=0.0)
+def test_by_default_every_stream_with_frames_ready_decodes_the_newcomers_one_frame():
+    """The scene above without a join ratio (the default): 31 long chunks are cut to one frame each."""
+    plan = _first_audio_beside_long_chunks()
     assert len(plan.rows) > 1 and all(row.codec_frames == 1 for row in plan.rows)
 
 
-def test_an_urgent_stream_joins_a_newcomers_chunk_whatever_its_own_chunk():
-    plan = _first_audio_beside_long_chunks(urgent_stream=7)
+def test_with_a_join_ratio_an_urgent_stream_joins_a_newcomers_chunk_whatever_its_own_chunk():
+    plan = _first_audio_beside_long_chunks(urgent_stream=7, codec_join_ratio=4.0)
     assert set(plan.request_ids) == {99, 7}
 
 
