@@ -86,7 +86,11 @@ async def create(request: Request) -> Response:
 
 async def _save(state: GatewayState, store: VoiceStore, name: str, audio: UploadFile,
                 transcript: str | None) -> VoiceInfo:  # fmt: skip
-    reserved = tuple(state.engine_info().speakers)
+    served = state.voices()
+    if not served.saved_only:  # refused here, before the upload is read and a torch process is started
+        raise VoiceStoreError("wrong_model", f"{state.settings.model} is not a Base model: only Base checkpoints "
+                                             "clone voices from a reference recording")  # fmt: skip
+    reserved = tuple(served.speakers)
     check_name(name, reserved)
     if (store.root / name).exists():
         raise VoiceStoreError("exists", f"a voice named {name!r} exists; delete it first")

@@ -86,3 +86,18 @@ def test_without_a_voices_dir_saved_voices_are_off() -> None:
         assert server.get("/v1/audio/voices").json()["saved_voices"] == []
     finally:
         server.stop()
+
+
+def test_a_model_that_does_not_clone_refuses_an_upload_before_reading_its_audio(tmp_path: Path) -> None:
+    """CustomVoice (the fake engine's tiny model): `voice_wrong_model` from the gateway itself. The bytes are not
+    audio, so a voice tool started on them would have answered `voice_bad_audio` instead."""
+    server = start_gateway("--voices-dir", str(tmp_path / "voices"), engine="fake")
+    try:
+        response = httpx.post(server.http + "/v1/audio/voices", data={"name": "mine"},
+                              files={"audio": ("a.wav", b"not audio", "audio/wav")}, timeout=60)  # fmt: skip
+        error = response.json()["error"]
+        assert response.status_code == 400 and error["code"] == "voice_wrong_model", response.text
+        assert "only Base checkpoints clone voices" in error["message"]
+        assert not any((tmp_path / "voices").glob("mine*"))
+    finally:
+        server.stop()
