@@ -32,3 +32,37 @@ def test_every_kernel_matches_its_twin_in_the_triton_interpreter() -> None:
     assert set(errors) == {"rms_norm", "rms_norm_no_residual", "silu_mul", "qk_norm_rope", "decode_attention"}
     for name, error in errors.items():
         assert error < 1e-5, f"{name}: relative error {error}"
+
+
+SPLITS_SCRIPT = """
+import json, torch
+from engine.fast.kernels import use_triton
+from engine.fast.kernels.decode_attention import decode_attention, decode_attention_reference, split_layout
+assert use_triton(torch.zeros(1)), "interpreter mode not active"
+torch.manual_seed(0)
+max_len, kv_heads, heads, d = 600, 2, 4, 16
+splits, chunk = split_layout(max_len)
+lengths = torch.tensor([1, 63, 64, 65, chunk - 1, chunk, chunk + 1, 2 * chunk + 1, max_len - 1, max_len])
+rows = len(lengths)
+k, v = torch.randn(rows + 1, kv_heads, max_len, d), torch.randn(rows + 1, kv_heads, max_len, d)
+slots = torch.randperm(rows + 1)[:rows]
+k_poisoned, v_poisoned = k.clone(), v.clone()
+for b in range(rows):  # keys and values past a row's length are never read
+    k_poisoned[slots[b], :, int(lengths[b]):] = float("nan")
+    v_poisoned[slots[b], :, int(lengths[b]):] = float("nan")
+q = torch.randn(rows, heads, d)
+ours = decode_attention(q, k_poisoned, v_poisoned, slots, lengths)
+theirs = decode_attention_reference(q, k, v, slots, lengths)
+print(json.dumps({"splits": splits, "chunk": chunk, "error": float((ours - theirs).norm() / theirs.norm())}))
+"""
+
+
+def test_decode_attention_over_several_splits_reads_each_row_up_to_its_length_only() -> None:
+    """Rows ending at, just before and just after split and block boundaries, up to the cache's capacity."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    done = subprocess.run([sys.executable, "-c", SPLITS_SCRIPT], env=env, capture_output=True, text=True, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["splits"] >= 4 and result["chunk"] % 64 == 0  # several splits of whole 64-key blocks
+    assert result["error"] < 1e-5, result
