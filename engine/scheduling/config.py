@@ -58,7 +58,7 @@ class SchedulerConfig:
     align_startup_rows: int = 32
     # Codec batches where each row decodes its own chunk (padded to the largest, which the budget allows), not
     # the anchor's: rows with many frames ready drain them in the same step. Needs executors built with
-    # ragged_codec (engine --ragged-codec); off until measured on the GPU (docs/scheduling.md).
+    # ragged_codec (engine --ragged-codec); off: on the H200 it refused more than uniform batches (docs/scheduling.md).
     ragged_codec: bool = False
     # A codec row joins a batch of the anchor's chunk only if its own chunk is at most this many times larger, or
     # it is urgent; 0 (the default): every row with enough frames ready joins. Under load a newcomer's 1-2 frame
