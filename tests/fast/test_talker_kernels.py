@@ -23,12 +23,17 @@ print(json.dumps(check_kernels("cpu", torch.float32, hidden=64, heads=4, kv_head
 """
 
 
-def test_every_kernel_matches_its_twin_in_the_triton_interpreter() -> None:
+def _interpreted(script: str) -> dict:
+    """Run `script` under TRITON_INTERPRET=1 in a fresh interpreter; -> the JSON its last line prints."""
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300,
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
                           cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    errors = json.loads(done.stdout.strip().splitlines()[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_every_kernel_matches_its_twin_in_the_triton_interpreter() -> None:
+    errors = _interpreted(SCRIPT)
     assert set(errors) == {"rms_norm", "rms_norm_no_residual", "silu_mul", "qk_norm_rope", "decode_attention"}
     for name, error in errors.items():
         assert error < 1e-5, f"{name}: relative error {error}"
@@ -59,10 +64,6 @@ print(json.dumps({"splits": splits, "chunk": chunk, "error": float((ours - their
 
 def test_decode_attention_over_several_splits_reads_each_row_up_to_its_length_only() -> None:
     """Rows ending at, just before and just after split and block boundaries, up to the cache's capacity."""
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", SPLITS_SCRIPT], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _interpreted(SPLITS_SCRIPT)
     assert result["splits"] >= 4 and result["chunk"] % 64 == 0  # several splits of whole 64-key blocks
     assert result["error"] < 1e-5, result

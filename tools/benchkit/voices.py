@@ -11,13 +11,14 @@ little noise, so the encoders see something voice-like rather than a pure tone.
 from __future__ import annotations
 
 import time
-import wave
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import numpy as np
+
+from engine.synthesize import write_wav
 
 REFERENCE_RATE = 24_000
 REFERENCE_S = 5.0
@@ -34,7 +35,7 @@ BENCH_VOICES = (BenchVoice("bench-xvector", None), BenchVoice("bench-in-context"
 
 
 def reference_pcm(seed: int = 0, seconds: float = REFERENCE_S, rate: int = REFERENCE_RATE) -> np.ndarray:
-    """int16 mono samples of the synthetic reference voice."""
+    """float mono samples in [-0.5, 0.5] of the synthetic reference voice (peak at -6 dBFS)."""
     rng = np.random.default_rng(seed)
     t = np.arange(round(seconds * rate)) / rate
     f0 = 170.0 - 50.0 * np.cos(2 * np.pi * t / seconds * 1.5)  # 120 .. 220 Hz and back, one and a half glides
@@ -46,18 +47,13 @@ def reference_pcm(seed: int = 0, seconds: float = REFERENCE_S, rate: int = REFER
     syllables = np.clip(np.sin(2 * np.pi * 3.7 * t + rng.uniform(0, 2 * np.pi)), 0.0, None) ** 0.6
     fade = np.clip(np.minimum(t, seconds - t) / 0.05, 0.0, 1.0)  # 50 ms in and out
     signal = harmonics * (0.25 + 0.75 * syllables) * fade + 0.02 * rng.standard_normal(t.size)
-    return np.round(signal / np.abs(signal).max() * 0.5 * 32767).astype("<i2")  # peak at -6 dBFS
+    return signal / np.abs(signal).max() * 0.5
 
 
 def write_reference(path: Path, seed: int = 0) -> dict[str, Any]:
     """Write the reference WAV; what bench.json records of it."""
     pcm = reference_pcm(seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(REFERENCE_RATE)
-        out.writeframes(pcm.tobytes())
+    write_wav(path, pcm, REFERENCE_RATE)  # 16-bit mono
     return {"file": path.name, "duration_s": pcm.size / REFERENCE_RATE, "sample_rate": REFERENCE_RATE,
             "bytes": path.stat().st_size, "seed": seed}  # fmt: skip
 
