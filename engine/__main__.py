@@ -115,7 +115,8 @@ def build(settings: EngineSettings) -> EngineLoop:
                   languages=languages(config.prompt_ids), device=str(device), max_batch=settings.max_batch,
                   gpu_uuid=gpu_uuid(device), model_type=config.model_type)
     loop = EngineLoop(scheduler, executors, ready, heartbeat_s=settings.heartbeat_s,
-                      shutdown_grace_ms=settings.shutdown_grace_ms, max_in_flight=settings.max_in_flight)
+                      shutdown_grace_ms=settings.shutdown_grace_ms, max_in_flight=settings.max_in_flight,
+                      codec_in_flight=settings.codec_in_flight, split_lanes=settings.split_lanes)
     assert model.tokenizer is not None
     text_ids = tuple(model.tokenizer.target_ids(WARM_UP_TEXT))
     speaker = ready.speakers[0] if ready.speakers else ""

@@ -10,8 +10,10 @@
         4. publish  Audio, then scheduler.complete(plan, outcome); Done / Error for every request that
                     ended; a Heartbeat every `heartbeat_s`
 
-The host waits for the device only when `max_in_flight` plans are queued (it then blocks on the oldest),
-or when nothing can be planned before a plan in flight ends: host planning of step k+1 overlaps step k.
+The host waits for the device only when every lane holds `max_in_flight` plans (it then blocks on the oldest),
+or when nothing can be planned before a plan in flight ends: host planning of step k+1 overlaps step k. Lanes
+(`engine.executors.inflight`): generation plans and codec plans are bounded apart, and the scheduler plans only
+for a lane with room, so the host keeps the generation stream fed while a long codec plan runs beside it.
 The scheduler never touches tensors or the clock, the executors never decide anything, the loop never
 encodes bytes (engine.ipc does). Request ids: the gateway's ids are unique per link only, so each Submit
 gets an engine-wide id here and a `Route` back to (link, gateway id).
@@ -61,7 +63,8 @@ log = logging.getLogger("engine")
 
 INTERNAL_LINK = 0  # the warm-up request's route: its replies go nowhere
 MAX_FAILED_STEPS = 3
-DEFAULT_MAX_IN_FLIGHT = 2  # plans queued on the device at once: the host plans step k+1 while step k runs
+DEFAULT_MAX_IN_FLIGHT = 2  # generation plans queued on the device at once: the host plans k+1 while k runs
+DEFAULT_CODEC_IN_FLIGHT = 1  # codec-lane plans queued at once (engine.executors.inflight says why one)
 
 
 class Endpoint(Protocol):
@@ -106,12 +109,13 @@ class StepStats:
 class EngineLoop:
     def __init__(self, scheduler: Scheduler, executors: Executors, ready: Ready, *, heartbeat_s: float = 1.0,
                  shutdown_grace_ms: int = 5000, clock: Callable[[], int] = time.monotonic_ns,
-                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, on_turn: Callable[[Plan | None], None] | None = None,
-                 ) -> None:  # fmt: skip
-        """`max_in_flight`: plans the host may have queued on the device before it waits for the oldest;
-        `on_turn(plan)`: called after every turn that ran (a profiler's step hook)."""
-        if max_in_flight < 1:
-            raise ValueError("max_in_flight must be at least 1")
+                 max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, codec_in_flight: int = DEFAULT_CODEC_IN_FLIGHT,
+                 split_lanes: bool = True, on_turn: Callable[[Plan | None], None] | None = None) -> None:  # fmt: skip
+        """`max_in_flight` / `codec_in_flight`: plans the generation / codec lane may have queued on the device
+        (`split_lanes` False: `max_in_flight` over both, the codec plans included) before the host waits for
+        the oldest; `on_turn(plan)`: called after every turn that ran (a profiler's step hook)."""
+        self.timeline = DeviceTimeline(max_in_flight, codec_in_flight=codec_in_flight,
+                                       split_lanes=split_lanes)  # launched plans until they end; device time
         self.scheduler = scheduler
         self.executors = executors
         self.ready = ready
@@ -129,12 +133,18 @@ class EngineLoop:
         self._shutdown_at_ns: int | None = None
         self._failed_steps = 0
         self._next_heartbeat = 0.0
-        self.max_in_flight = max_in_flight
         self.on_turn = on_turn
         self.on_close: Callable[[], None] | None = None  # at the end of `serve` (the profiler's summary)
-        self.timeline = DeviceTimeline()  # launched plans until their end events fire; device time per kind
         self.host_plan_s = 0.0  # host time planning and launching (cumulative)
         self.turns = 0
+
+    @property
+    def max_in_flight(self) -> int:
+        return self.timeline.max_in_flight
+
+    @max_in_flight.setter
+    def max_in_flight(self, value: int) -> None:
+        self.timeline.max_in_flight = value
 
     # ------------------------------------------------------------ the loop
 
@@ -158,14 +168,14 @@ class EngineLoop:
 
     def step(self) -> bool:
         """Steps 2-4 once: finish what the device completed, plan, launch; publish Audio and Done/Error (into
-        `take_replies`). Never waits for the device unless `max_in_flight` plans are queued on it, or nothing
-        can be planned until one of them ends. False: idle (nothing planned, nothing in flight)."""
+        `take_replies`). Never waits for the device unless every lane has `max_in_flight` plans queued, or
+        nothing can be planned until one of them ends. False: idle (nothing planned, nothing in flight)."""
         finished = self.timeline.poll()
-        if len(self.timeline) >= self.max_in_flight:  # far enough ahead: let the device catch up first
+        if not self.timeline.open_lanes():  # far enough ahead everywhere: let the device catch up first
             finished += self.timeline.wait_oldest()
         self._finish(finished)
         started = time.perf_counter()
-        plan = self.scheduler.plan(self.clock())  # 2. plan
+        plan = self.scheduler.plan(self.clock(), self.timeline.open_lanes())  # 2. plan, for lanes with room
         if plan is not None:
             self._launch(plan)  # 3. execute (queued on the device)
         self.host_plan_s += time.perf_counter() - started
@@ -397,7 +407,8 @@ class EngineLoop:
             stats[f"gpu.{kind}"] = (float(t.plans[kind]), ms / 1000)
         stats["host.plan"] = (float(self.turns), self.host_plan_s)  # planning + launching, cumulative
         stats["host.wait_gpu"] = (0.0, t.wait_ms / 1000)  # blocked on device events, cumulative
-        stats["codec.over_budget"] = (float(t.codec_over_budget), t.startup_codec_budget_ms)
+        for lane, count in t.codec_over_budget.items():
+            stats[f"codec.over_budget.{lane.value}"] = (float(count), t.startup_codec_budget_ms)
         return stats
 
     def queued_count(self) -> int:

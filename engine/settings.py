@@ -32,6 +32,7 @@ from pathlib import Path
 from engine.codec.chunking import AdaptivePolicy, ChunkPolicy, FixedSchedule
 from engine.codec.silence import SilenceConfig
 from engine.scheduling import COSTS_DIR, DEFAULT_COSTS, SchedulerConfig
+from engine.scheduling.config import first_chunk_sizes
 
 FAST_COSTS = COSTS_DIR / "h200_fast.json"
 
@@ -71,6 +72,9 @@ class CaptureShapes:
     prefill_buckets: tuple[int, ...]  # talker prefill lengths
     codec_batch: tuple[int, ...]  # codec batch sizes
     codec_frames: tuple[int, ...]  # codec frames per step; 1 is always in, so any chunk splits into these
+    # First-chunk plans (the generation lane's codec graphs, `SchedulerConfig.first_chunk_lane`); () none.
+    first_chunk_batch: tuple[int, ...] = ()
+    first_chunk_frames: tuple[int, ...] = (1, 2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +118,9 @@ class EngineSettings:
     ragged_codec: bool = False  # codec batches where each row decodes its own chunk (slower on the H200)
     codec_join_ratio: float = SchedulerConfig().codec_join_ratio  # codec rows join chunks at most this much smaller
     codec_stream: bool = True  # CUDA: codec chunks on a stream of their own, beside the generation steps
+    split_lanes: bool = True  # generation and codec plans in flight bounded apart (False: one shared bound)
+    codec_in_flight: int = 1  # codec-lane plans queued on the device at once
+    first_chunk_lane: bool = True  # newcomers' first codec chunks as their own plans on the generation stream
     sync_debug: str = "off"  # CUDA: "warn" logs every host-device synchronisation (torch sync debug mode)
     profile_dir: str = ""  # profile the loop (engine/profiling.py) and write summary tables here
     profile_after_s: float = 30.0  # ... this long after the first real request
@@ -149,8 +156,8 @@ class EngineSettings:
             raise ValueError(f"rescue_slack_ms must be in [0, {SchedulerConfig().urgent_slack_ms:g}]")
         if self.align_startup_rows < 0 or self.saturated_step_ms <= 0 or self.codec_join_ratio < 0:
             raise ValueError("align_startup_rows and codec_join_ratio must be >= 0, saturated_step_ms > 0")
-        if self.max_in_flight < 1 or self.profile_steps < 1 or self.profile_after_s < 0:
-            raise ValueError("max_in_flight and profile_steps must be >= 1, profile_after_s >= 0")
+        if self.max_in_flight < 1 or self.codec_in_flight < 1 or self.profile_steps < 1 or self.profile_after_s < 0:
+            raise ValueError("max_in_flight, codec_in_flight and profile_steps must be >= 1, profile_after_s >= 0")
         _check_choice("sync_debug", self.sync_debug, ("off", "warn"))
         _check_choice("cp_kernels", self.cp_kernels, ("layers", "fused"))
         if self.precompile_workers < -1:
@@ -197,9 +204,11 @@ class EngineSettings:
     @property
     def capture_shapes(self) -> CaptureShapes:
         chunks = self.codec_chunk_sizes
+        first = first_chunk_sizes(SchedulerConfig(codec_capture_sizes=self.codec_capture_sizes))
         return CaptureShapes(batch=self.capture_sizes, prefill_batch=self.prefill_capture_sizes,
                              prefill_buckets=self.prefill_token_buckets, codec_batch=self.codec_capture_sizes,
-                             codec_frames=chunks if chunks[0] == 1 else (1, *chunks))
+                             codec_frames=chunks if chunks[0] == 1 else (1, *chunks),
+                             first_chunk_batch=first if self.first_chunk_lane else ())
 
     def costs_path(self, fast: FastPath) -> Path:
         """The cost table the scheduler predicts from (`--costs auto` follows the executors that run)."""
@@ -239,6 +248,7 @@ class EngineSettings:
             saturated_step_ms=self.saturated_step_ms,
             ragged_codec=self.ragged_codec,
             codec_join_ratio=self.codec_join_ratio,
+            first_chunk_lane=self.first_chunk_lane,
         )
 
     def chunk_policy_object(self) -> ChunkPolicy | None:
@@ -342,8 +352,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a codec row joins a batch whose chunk is smaller than its own only up to this ratio, or "
                         "when its stream is urgent (0: always; docs/scheduling.md)")
     p.add_argument("--max-in-flight", type=int, default=d.max_in_flight,
-                   help="plans queued on the GPU before the host waits for the oldest (host planning of step k+1 "
-                        "overlaps the GPU's step k)")
+                   help="generation plans queued on the GPU before the host waits for the oldest (host planning of "
+                        "step k+1 overlaps the GPU's step k)")
+    p.add_argument("--codec-in-flight", type=int, default=d.codec_in_flight,
+                   help="codec plans queued on the codec stream at once (1: the next one gathers every row that "
+                        "became ready meanwhile)")
+    p.add_argument("--split-lanes", action=argparse.BooleanOptionalAction, default=d.split_lanes,
+                   help="bound generation and codec plans in flight apart, so a long codec plan never holds the "
+                        "generation stream back (--no-split-lanes: one bound over both, the host waits on the oldest)")
+    p.add_argument("--first-chunk-lane", action=argparse.BooleanOptionalAction, default=d.first_chunk_lane,
+                   help="newcomers' first codec chunks as plans of their own on the generation stream, so first "
+                        "audio never waits behind the codec stream's longer plans (docs/scheduling.md)")
     p.add_argument("--cp-kernels", default=d.cp_kernels, choices=("layers", "fused"),
                    help="code-predictor fast path: fused (default: Triton products with folded norms at 1-2 token "
                         "rows, cuBLAS above, short attention and the one-kernel sampler; 3.3-4.0 ms a frame on an "

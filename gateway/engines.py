@@ -311,8 +311,8 @@ class EngineSlot:
             m.engine_plans_total.inc(self.label, name, amount=delta_count)
         elif group == "host":
             m.engine_host_seconds_total.inc(self.label, name, amount=delta_seconds)
-        elif name == "over_budget":
-            m.engine_codec_over_budget_total.inc(self.label, amount=delta_count)
+        elif name.startswith("over_budget."):  # codec.over_budget.<lane>
+            m.engine_codec_over_budget_total.inc(self.label, name.split(".", 1)[1], amount=delta_count)
 
     def _set_ready(self, ready: bool) -> None:
         self.metrics.engine_ready.set(1.0 if ready else 0.0, self.label)

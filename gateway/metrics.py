@@ -140,8 +140,9 @@ class GatewayMetrics:
         )
         self.engine_codec_over_budget_total = Counter(
             "vivace_engine_codec_over_budget_total",
-            "Codec plans whose device time exceeded the startup budget (4 ms) while a request awaited first audio.",
-            ("engine",),
+            "Codec plans whose device time exceeded the startup budget (4 ms) while a request awaited first audio, "
+            "per lane (generation: newcomers' first chunks; codec: the codec stream's plans beside them).",
+            ("engine", "lane"),
         )
         self.engine_slots_free = Gauge(
             "vivace_engine_slots_free", "Engine-reported free slots per resource pool.", ("engine", "pool")

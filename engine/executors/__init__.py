@@ -56,7 +56,7 @@ from engine.model.generate import embed_prefill
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.model.voices import embed_voice_prefill
 from engine.request import TEXT_END, TEXT_PAD, RequestState, WorkKind
-from engine.scheduling import Outcome, Plan
+from engine.scheduling import Lane, Outcome, Plan
 from engine.settings import CaptureShapes, FastPath
 from engine.text.prompt import (
     Prefill,
@@ -157,8 +157,10 @@ class Executors:
         else:
             self.code_predictor = CodePredictorExecutor(model, self.generation, self.codes, max_batch)
         codec_shapes = (shapes.codec_batch, shapes.codec_frames) if fast.codec and shapes is not None else None
+        first_shapes = (shapes.first_chunk_batch, shapes.first_chunk_frames) \
+            if codec_shapes is not None and shapes is not None and shapes.first_chunk_batch else None
         self.codec = CodecExecutor(model.codec, self.codes, streams, silence, precision=codec_precision,
-                                   graph_shapes=codec_shapes, ragged=ragged_codec)
+                                   graph_shapes=codec_shapes, first_chunk_shapes=first_shapes, ragged=ragged_codec)
 
     @torch.inference_mode()  # as `run`, which replays what this captures
     def capture(self) -> None:
@@ -288,12 +290,13 @@ class Executors:
 
     @torch.inference_mode()
     def launch(self, plan: Plan, inputs: Mapping[int, RequestInputs]) -> InFlight:
-        """Queue one plan's kernels between two CUDA events on its stream (codec chunks: the codec stream, after
-        everything queued on the generation stream so far, which wrote their frames); wait for nothing.
+        """Queue one plan's kernels between two CUDA events on its lane's stream (codec-lane chunks: the codec
+        stream, after everything queued on the generation stream so far, which wrote their frames; first-chunk
+        plans: the generation stream, behind the code predictor that made their frames); wait for nothing.
         Generation plans are complete at launch (their results stay on the device) unless some row may
         sample EOS; codec plans and EOS reads are `deferred` until their end event fires."""
         codec = plan.kind is WorkKind.CODEC_CHUNK
-        stream = self.codec_stream if codec else self.generation_stream
+        stream = self.codec_stream if plan.lane is Lane.CODEC else self.generation_stream
         started = time.perf_counter()
         if stream is None:  # CPU: synchronous; the host wall time is the device time
             finish = self._launch(plan, inputs)
@@ -355,7 +358,8 @@ class Executors:
         finish_audio = self.codec.launch([row.request_id for row in rows], [row.codec_slot for row in rows],  # type: ignore[misc]
                                          [row.frame_index for row in rows], plan.codec_frames,
                                          [row.final_chunk for row in rows],
-                                         [row.codec_frames for row in rows] if ragged else None)
+                                         [row.codec_frames for row in rows] if ragged else None,
+                                         first_chunks=plan.first_chunks)
 
         def audio() -> StepResult:
             pcm = finish_audio()

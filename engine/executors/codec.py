@@ -17,6 +17,11 @@ SnakeBeta and codebook kernels; one CUDA graph per (batch, frames) shape, eager 
 CUDA). Its pool has `RESERVED_SLOTS` more rows than streams for the runner's scratch row, which the pool
 keeps out of its `slots` / `free_slots` count. `capture()` must run before the first `open`.
 
+First chunks (`first_chunk_shapes` given, with the fast path): newcomers' first-chunk plans run on the generation
+stream while the codec stream runs other plans, so they replay a second, small `CodecGraphs` (its own static
+buffers, capture memory pool and scratch row) over the same state pool; the two never touch the same stream's
+row at once (a request has one chunk in flight at a time), so they may run concurrently.
+
 Primed streams (in-context voice cloning): `open(..., prime=(key, ref_codes))` starts the stream where a decode
 of the voice's K reference frames left it (state and position K), so its audio continues the reference
 exactly as the official decode of [ref_codes; codes] with the reference part cut off. The reference is
@@ -65,9 +70,12 @@ class _Stream:
 class CodecExecutor:
     def __init__(self, decoder: CodecDecoder, codes: Tensor, streams: int, silence: SilenceConfig, *,
                  precision: str = "tf32", graph_shapes: tuple[Sequence[int], Sequence[int]] | None = None,
+                 first_chunk_shapes: tuple[Sequence[int], Sequence[int]] | None = None,
                  ragged: bool = False) -> None:  # fmt: skip
-        """`graph_shapes` = (batch sizes, frame counts) selects the fast path; None the plain decode. `ragged`:
-        `launch` takes a frame count per row (the fast path's steps are then built for it)."""
+        """`graph_shapes` = (batch sizes, frame counts) selects the fast path; None the plain decode.
+        `first_chunk_shapes` (fast path only): the shapes of the first-chunk runner `launch(first_chunks=True)`
+        replays; None: first chunks replay the main runner. `ragged`: `launch` takes a frame count per row (the
+        fast path's steps are then built for it)."""
         codec_dtype(precision)  # validates the name
         if decoder.dtype not in PRECISION_DTYPES[precision]:
             raise ValueError(f"codec precision {precision!r} needs the codec loaded in "
@@ -80,11 +88,17 @@ class CodecExecutor:
         self._primed: dict[str, tuple[Tensor, int]] = {}  # prime key -> (state row [state elements], K)
         self.ragged = ragged
         self.graphs: CodecGraphs | None = None
+        self.first_graphs: CodecGraphs | None = None  # first-chunk plans (the generation stream's own runner)
         if graph_shapes is None:
             self.pool = CodecStatePool(decoder.config, streams, decoder.device, decoder.dtype)
         else:
-            self.pool = CodecStatePool(decoder.config, streams + RESERVED_SLOTS, decoder.device, decoder.dtype)
-            self.graphs = CodecGraphs(FastCodecDecoder(decoder, precision), self.pool, *graph_shapes, ragged=ragged)
+            runners = 2 if first_chunk_shapes is not None else 1
+            self.pool = CodecStatePool(decoder.config, streams + runners * RESERVED_SLOTS, decoder.device,
+                                       decoder.dtype)
+            fast = FastCodecDecoder(decoder, precision)
+            self.graphs = CodecGraphs(fast, self.pool, *graph_shapes, ragged=ragged)
+            if first_chunk_shapes is not None:
+                self.first_graphs = CodecGraphs(fast, self.pool, *first_chunk_shapes, ragged=ragged)
             assert self.pool.slots == streams, "CodecGraphs reserves its scratch row out of the stream count"
 
     def capture(self) -> None:
@@ -92,6 +106,8 @@ class CodecExecutor:
         if self.graphs is not None:
             assert not self._streams, "capture the codec graphs before any stream is open"
             self.graphs.capture()
+            if self.first_graphs is not None:
+                self.first_graphs.capture()
 
     def open(self, request_id: int, *, skip_first_frame: bool, prime: tuple[str, Tensor] | None = None) -> None:
         """Give a new request empty codec state (position 0: its first chunk is a full decode), or with
@@ -136,12 +152,14 @@ class CodecExecutor:
         return len(self._streams)
 
     def launch(self, request_ids: list[int], code_slots: list[int], first_frames: list[int], frames: int,
-               final: list[bool], row_frames: list[int] | None = None) -> Callable[[], dict[int, np.ndarray]]:
+               final: list[bool], row_frames: list[int] | None = None, *,
+               first_chunks: bool = False) -> Callable[[], dict[int, np.ndarray]]:
         """Queue the decode on the current stream without waiting for the device: row indices go up through
         pinned memory, the PCM comes down into a pinned buffer by an asynchronous copy. -> `finish()`, which the
         caller runs once the stream has passed this point (an event), and which then does the host part
         (silent first frame, leading-silence trim, int16) and returns request id -> int16 samples.
-        `row_frames` (a ragged executor): each row's own frame count, at most `frames`, the batch's shape."""
+        `row_frames` (a ragged executor): each row's own frame count, at most `frames`, the batch's shape.
+        `first_chunks`: a first-chunk plan (replayed on the first-chunk runner, when there is one)."""
         if row_frames is not None and not self.ragged:
             raise ValueError("this codec executor decodes the same frames for every row; build it with ragged=True")
         streams = [self._streams[r] for r in request_ids]
@@ -153,9 +171,10 @@ class CodecExecutor:
         chunk = self.codes[rows, at]  # [B,N,16]
         slots = [s.pool_slot for s in streams]
         positions = [f + s.offset for f, s in zip(first_frames, streams, strict=True)]  # the pool counts primed frames
-        if self.graphs is not None:  # FastCodecDecoder applies the precision's switches itself
-            wav = self.graphs.decode(slots, chunk.transpose(1, 2), expected_positions=positions,
-                                     check_code_values=False, frames=row_frames)  # [B,N*1920]
+        graphs = self.first_graphs if first_chunks and self.first_graphs is not None else self.graphs
+        if graphs is not None:  # FastCodecDecoder applies the precision's switches itself
+            wav = graphs.decode(slots, chunk.transpose(1, 2), expected_positions=positions,
+                                check_code_values=False, frames=row_frames)  # [B,N*1920]
         else:
             with precision_flags(self.precision):
                 wav = decode_incremental(self.decoder, self.pool, slots, chunk.transpose(1, 2),

@@ -6,7 +6,7 @@ Request state itself (`engine.request`) stays outside: the loop and the executor
 
 Modules:
     scheduler       the deadline-aware `Scheduler` (docs/scheduling.md)
-    plan            the records it hands out and takes back: `Plan`, `PlanRow`, `Outcome`, `Admission`
+    plan            the records it hands out and takes back: `Plan`, `PlanRow`, `Outcome`, `Admission`, `Lane`
     config          `SchedulerConfig`, `Policy` and the padded batch shapes they allow
     chunk_sizing    each request's next codec chunk (`SlackChunkPolicy`)
     capacity        a batch's time, real-time GPU share, predicted time to first audio
@@ -21,7 +21,7 @@ and `python -m` should find it unloaded).
 from engine.scheduling.chunk_sizing import SlackChunkPolicy
 from engine.scheduling.config import Policy, SchedulerConfig
 from engine.scheduling.costmodel import COSTS_DIR, DEFAULT_COSTS, CostModel
-from engine.scheduling.plan import Admission, Outcome, Plan, PlanRow
+from engine.scheduling.plan import Admission, Lane, Outcome, Plan, PlanRow
 from engine.scheduling.scheduler import Scheduler
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_COSTS",
     "Admission",
     "CostModel",
+    "Lane",
     "Outcome",
     "Plan",
     "PlanRow",

@@ -67,6 +67,12 @@ class SchedulerConfig:
     # from 273 to 289 audio s/s (80 RPS refused 25 % instead of 29 %) but let 3-16 requests a point underrun by up
     # to 30 ms at 60-100 RPS, where joining every batch had none: off until that is fixed (docs/scheduling.md).
     codec_join_ratio: float = 0.0
+    # Newcomers' first codec chunks as plans of their own on the generation lane (Plan.first_chunks), up to
+    # `first_chunk_max_batch` rows: a newcomer's first audio then never queues behind the codec lane's plans,
+    # which therefore keep the full step budget (no `startup_codec_ms` cut), and no newcomer's 1-frame chunk
+    # sets the shape of the playing streams' codec batches. False: one codec lane for every chunk.
+    first_chunk_lane: bool = True
+    first_chunk_max_batch: int = 8
 
     def __post_init__(self) -> None:
         for name in ("capture_sizes", "prefill_capture_sizes", "prefill_token_buckets",
@@ -80,6 +86,8 @@ class SchedulerConfig:
             raise ValueError("first_chunk_frames, max_requests and max_codec_streams must be >= 1")
         if self.align_startup_rows < 0:
             raise ValueError("align_startup_rows must be >= 0")
+        if self.first_chunk_max_batch < 1:
+            raise ValueError("first_chunk_max_batch must be >= 1")
         if self.codec_join_ratio < 0:
             raise ValueError("codec_join_ratio must be >= 0")
         if not 0 < self.max_utilization <= 1:
@@ -96,10 +104,18 @@ def bucket(buckets: tuple[int, ...], n: int) -> int:
     return next(b for b in buckets if b >= n)
 
 
-def capture_sizes(cfg: SchedulerConfig, kind: WorkKind) -> tuple[int, ...]:
-    """The batch sizes captured for `kind`, smallest first."""
+def capture_sizes(cfg: SchedulerConfig, kind: WorkKind, first_chunks: bool = False) -> tuple[int, ...]:
+    """The batch sizes captured for `kind`, smallest first (`first_chunks`: a codec plan of newcomers' first
+    chunks, on the generation lane's own, smaller codec graphs)."""
     if kind is WorkKind.TALKER_PREFILL:
         return cfg.prefill_capture_sizes
     if kind is WorkKind.CODEC_CHUNK:
+        if first_chunks:
+            return first_chunk_sizes(cfg)
         return cfg.codec_capture_sizes
     return cfg.capture_sizes
+
+
+def first_chunk_sizes(cfg: SchedulerConfig) -> tuple[int, ...]:
+    """Codec batch sizes of first-chunk plans: the codec's capture sizes up to `first_chunk_max_batch`."""
+    return tuple(s for s in cfg.codec_capture_sizes if s <= cfg.first_chunk_max_batch) or cfg.codec_capture_sizes[:1]

@@ -6,8 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from enum import Enum
 
 from engine.request import TEXT_PAD, WorkKind
+
+
+class Lane(Enum):
+    """Where a plan's kernels queue on the device: the generation steps' stream, or the codec's own stream
+    beside it. Each lane has its own in-flight bound, so a long codec plan never holds generation back."""
+
+    GENERATION = "generation"
+    CODEC = "codec"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +44,13 @@ class Plan:
     codec_frames: int = 0  # codec: new frames of every row (rows share it so one graph serves them)
     prefill_tokens: int = 0  # prefill: token bucket every row is padded to
     predicted_ms: float = 0.0
+    # Codec plans of newcomers' first chunks only: they run on the generation lane, right behind the code
+    # predictor that made their frames, instead of queuing behind the codec lane's longer plans.
+    first_chunks: bool = False
+
+    @property
+    def lane(self) -> Lane:
+        return Lane.CODEC if self.kind is WorkKind.CODEC_CHUNK and not self.first_chunks else Lane.GENERATION
 
     @property
     def request_ids(self) -> tuple[int, ...]:

@@ -22,6 +22,12 @@ own generation pace (`engine.scheduling.chunk_sizing`; any `engine.codec.chunkin
 frame while the listener has almost nothing, growing as the buffer grows. A codec batch takes the
 anchor's chunk size, and every row with at least that many frames ready joins it.
 
+Lanes (`Plan.lane`): generation plans queue on the generation lane, codec plans on the codec lane beside it;
+`plan(now, lanes)` plans only for lanes with room on the device. With `first_chunk_lane`, newcomers' first
+chunks are codec plans of their own on the generation lane (right behind the code predictor that made their
+frames), so no newcomer waits behind the codec lane, whose plans keep the whole step budget and the shape of
+the playing streams' chunks.
+
 Admission refuses, with a reason, a request that would push the GPU time needed to keep every stream
 real-time past `max_utilization`, or whose predicted time to first audio exceeds `ttfa_budget_ms`;
 also when KV or codec slots run out. The scheduler owns slot accounting (numbers only, no tensors).
@@ -55,10 +61,10 @@ from engine.scheduling.chunk_sizing import SlackChunkPolicy, request_chunk_frame
 from engine.scheduling.config import Policy, SchedulerConfig, bucket, capture_sizes, next_size
 from engine.scheduling.costmodel import CostModel
 from engine.scheduling.pacing import Pace, pace_of
-from engine.scheduling.plan import Admission, Outcome, Plan, PlanRow
+from engine.scheduling.plan import Admission, Lane, Outcome, Plan, PlanRow
 
 # Public names; all but Scheduler live in the modules imported above and stay importable from here.
-__all__ = ["Admission", "Outcome", "Plan", "PlanRow", "Policy", "Scheduler", "SchedulerConfig",
+__all__ = ["Admission", "Lane", "Outcome", "Plan", "PlanRow", "Policy", "Scheduler", "SchedulerConfig",
            "SlackChunkPolicy", "next_size"]
 
 PRESSURE_DECAY = 0.98  # per plan: `pressure` looks back over roughly the last 50 plans
@@ -74,6 +80,7 @@ URGENT_TIERS = (RESCUE, URGENT)
 MERGING_KINDS = {WorkKind.CODE_PREDICT: WorkKind.TALKER_DECODE, WorkKind.TALKER_DECODE: WorkKind.CODE_PREDICT}
 PHASE_KIND = {Phase.PREFILL: WorkKind.TALKER_PREFILL, Phase.CODE_PREDICT: WorkKind.CODE_PREDICT,
               Phase.TALKER_DECODE: WorkKind.TALKER_DECODE}
+ALL_LANES = frozenset(Lane)
 
 
 @dataclass(slots=True)
@@ -83,6 +90,7 @@ class _Item:
     key: tuple[float, ...]  # smaller is more pressing
     shape: int = 0  # compatibility: prefill token bucket, codec frames
     filler: bool = False  # may join a batch, never anchor one (a paced stream within its lead)
+    lane: Lane = Lane.GENERATION  # codec items: CODEC, or GENERATION for a first chunk (`first_chunk_lane`)
 
 
 # ---------------------------------------------------------------- scheduler
@@ -267,25 +275,27 @@ class Scheduler:
 
     # ------------------------------------------------------------ planning
 
-    def plan(self, now_ns: int) -> Plan | None:
-        """The next batch to run, or None when nothing is ready (wait for input or a completion)."""
-        items = self._ready_items(now_ns)
+    def plan(self, now_ns: int, lanes: frozenset[Lane] = ALL_LANES) -> Plan | None:
+        """The next batch to run on one of `lanes` (those with room on the device), or None when nothing is
+        ready there (wait for input or a completion)."""
+        items = [i for i in self._ready_items(now_ns) if i.lane in lanes]
         anchors = [i for i in items if not i.filler]
         if not anchors:
             return None  # nothing, or only paced streams that may join a batch but not start one
         anchor = self._anchor(anchors)
         ragged = self.config.ragged_codec
         ratio = self.config.codec_join_ratio
-        cohort = sorted((i for i in items if i.kind is anchor.kind and _fits(anchor, i, ragged, ratio)),
-                        key=lambda i: i.key)  # fmt: skip
+        cohort = sorted((i for i in items if i.kind is anchor.kind and i.lane is anchor.lane
+                         and _fits(anchor, i, ragged, ratio)), key=lambda i: i.key)  # fmt: skip
         cohort.remove(anchor)
         cohort.insert(0, anchor)
         self._plans += 1
         self._served_at[anchor.kind] = self._plans
-        rows = self._cut(anchor.kind, anchor.shape, cohort)
-        shape = self._ragged_frames(rows) if anchor.kind is WorkKind.CODEC_CHUNK and self.config.ragged_codec \
-            else anchor.shape
-        plan = self._lower(anchor.kind, shape, rows)
+        first_chunks = anchor.kind is WorkKind.CODEC_CHUNK and anchor.lane is Lane.GENERATION
+        rows = self._cut(anchor.kind, anchor.shape, cohort, first_chunks)
+        shape = self._ragged_frames(rows, first_chunks) if anchor.kind is WorkKind.CODEC_CHUNK \
+            and self.config.ragged_codec else anchor.shape
+        plan = self._lower(anchor.kind, shape, rows, first_chunks)
         # Pressure: the share of recent GPU time spent rescuing streams close to running dry.
         urgent = self.config.policy is Policy.DEADLINE and anchor.key[0] in URGENT_TIERS
         self._urgent_ms = PRESSURE_DECAY * self._urgent_ms + (plan.predicted_ms if urgent else 0.0)
@@ -357,7 +367,9 @@ class Scheduler:
                 shape = bucket(cfg.prefill_token_buckets, r.prefill_len) if prefill else 0
                 items.append(_Item(r, gen_kind, self._key(r, gen_kind, slack), shape, pace is Pace.FILLER))
             if chunk:
-                items.append(_Item(r, WorkKind.CODEC_CHUNK, self._key(r, WorkKind.CODEC_CHUNK, slack), chunk))
+                lane = Lane.GENERATION if cfg.first_chunk_lane and r.first_audio_ns is None else Lane.CODEC
+                items.append(_Item(r, WorkKind.CODEC_CHUNK, self._key(r, WorkKind.CODEC_CHUNK, slack), chunk,
+                                   lane=lane))
         return items
 
     def _key(self, r: RequestState, kind: WorkKind, slack: float) -> tuple[float, ...]:
@@ -407,35 +419,37 @@ class Scheduler:
         tier = anchor.key[0]
         return tier == FILLER or (tier == STARTUP and self.config.merge_startup)
 
-    def _budget_ms(self, kind: WorkKind, cohort: list[_Item]) -> float:
+    def _budget_ms(self, kind: WorkKind, cohort: list[_Item], first_chunks: bool = False) -> float:
         """How long this batch may take: `max_step_ms` (`saturated_step_ms` while slots run short), and for a
-        codec batch `startup_codec_ms` while a newcomer waits, unless its anchor is urgent."""
+        codec batch a newcomer could wait behind (first-chunk plans; with no first-chunk lane, any codec plan)
+        `startup_codec_ms` while a newcomer waits, unless its anchor is urgent."""
         budget_ms = self.config.max_step_ms
         if not self.slots_plentiful:
             budget_ms = max(budget_ms, self.config.saturated_step_ms)
         urgent = self.config.policy is Policy.DEADLINE and cohort and cohort[0].key[0] in URGENT_TIERS
-        if kind is WorkKind.CODEC_CHUNK and not urgent and self.startup_waiting:
+        in_newcomers_way = first_chunks or not self.config.first_chunk_lane
+        if kind is WorkKind.CODEC_CHUNK and in_newcomers_way and not urgent and self.startup_waiting:
             # A newcomer must not wait behind a long codec batch; a rescue of a stream about to run dry
             # (an urgent anchor) keeps its full budget, or playing streams would underrun under overload.
             budget_ms = min(budget_ms, self.config.startup_codec_ms)
         return budget_ms
 
-    def _cut(self, kind: WorkKind, shape: int, cohort: list[_Item]) -> list[_Item]:
+    def _cut(self, kind: WorkKind, shape: int, cohort: list[_Item], first_chunks: bool = False) -> list[_Item]:
         """Split oversize cohorts: keep the most pressing rows that fit a capture size and the step budget."""
-        sizes = capture_sizes(self.config, kind)
+        sizes = capture_sizes(self.config, kind, first_chunks)
         cohort = cohort[: sizes[-1]]
-        budget_ms = self._budget_ms(kind, cohort)
+        budget_ms = self._budget_ms(kind, cohort, first_chunks)
         while len(cohort) > 1 and batch_ms(self.costs, kind, next_size(sizes, len(cohort)), shape) > budget_ms:
             smaller = max((s for s in sizes if s < len(cohort)), default=1)
             cohort = cohort[:smaller]
         return cohort
 
-    def _ragged_frames(self, cohort: list[_Item]) -> int:
+    def _ragged_frames(self, cohort: list[_Item], first_chunks: bool = False) -> int:
         """Ragged codec: the batch's frames, i.e. the largest row's chunk snapped up to a chunk size, shrunk
         while the batch would overrun its budget (never below the anchor's chunk, which `_cut` fitted)."""
         sizes, anchor = self.config.codec_chunk_sizes, cohort[0].shape
-        padded = next_size(self.config.codec_capture_sizes, len(cohort))
-        budget_ms = self._budget_ms(WorkKind.CODEC_CHUNK, cohort)
+        padded = next_size(capture_sizes(self.config, WorkKind.CODEC_CHUNK, first_chunks), len(cohort))
+        budget_ms = self._budget_ms(WorkKind.CODEC_CHUNK, cohort, first_chunks)
         want = max(item.shape for item in cohort)
         frames = next((n for n in sizes if n >= want), sizes[-1])
         while frames > anchor and batch_ms(self.costs, WorkKind.CODEC_CHUNK, padded, frames) > budget_ms:
@@ -447,7 +461,7 @@ class Scheduler:
         """Some admitted request has no audio yet (its first steps are on the TTFA path)."""
         return any(r.first_audio_ns is None and not r.is_ended for r in self._requests.values())
 
-    def _lower(self, kind: WorkKind, shape: int, cohort: list[_Item]) -> Plan:
+    def _lower(self, kind: WorkKind, shape: int, cohort: list[_Item], first_chunks: bool = False) -> Plan:
         """Turn the cohort into rows and mark its lanes busy (text fed by a talker step counts as
         consumed)."""
         rows = []
@@ -476,11 +490,11 @@ class Scheduler:
                 rows.append(PlanRow(r.request_id, r.kv_slot, r.codec_slot, frame, r.prefill_len + frame,
                                     text_index, eos_allowed))
                 r.consume_text_input()
-        padded = next_size(capture_sizes(self.config, kind), len(rows))
+        padded = next_size(capture_sizes(self.config, kind, first_chunks), len(rows))
         return Plan(kind, tuple(rows), padded,
                     codec_frames=shape if kind is WorkKind.CODEC_CHUNK else 0,
                     prefill_tokens=shape if kind is WorkKind.TALKER_PREFILL else 0,
-                    predicted_ms=batch_ms(self.costs, kind, padded, shape))
+                    predicted_ms=batch_ms(self.costs, kind, padded, shape), first_chunks=first_chunks)
 
     # ------------------------------------------------------------ completion
 

@@ -10,6 +10,7 @@ import torch
 from engine.ipc.messages import DoneReason, Layout, Sampling
 from engine.model.weights import load_model
 from engine.request import WorkKind, length_model_frames
+from engine.settings import FastPath
 from tests.engine.helpers import SENTENCES, make_loop, reference, run_to_completion, submit
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -42,3 +43,19 @@ def test_full_size_random_model_runs_every_work_kind_in_bf16() -> None:
     for msg in msgs:
         assert results[msg.request_id].done.frames == length_model_frames(msg.text_chars)
     assert loop.lifetime_max_batch[WorkKind.CODE_PREDICT] == 16
+
+
+def test_codec_lanes_on_cuda_give_each_request_what_it_gets_alone() -> None:
+    """The fast codec on its two runners: newcomers' first chunks replay on the generation stream while the codec
+    stream replays other streams' chunks, both over one state pool; neither may touch the other's rows."""
+    model = load_model("tiny", device="cuda")
+    loop = make_loop(model, fast=FastPath(codec=True))
+    msgs = [submit(model, i + 1, text, seed=70 + i) for i, text in enumerate(SENTENCES)]
+    results, frames = run_to_completion(loop, msgs, submit_at=[0, 0, 4, 9, 15, 24, 35, 50])  # staggered arrivals
+    codec = loop.executors.codec
+    assert codec.first_graphs is not None and codec.first_graphs.replays > 0 and codec.graphs is not None
+    assert codec.graphs.replays > 0
+    for msg in msgs:
+        codes, pcm = reference(model, msg)
+        assert torch.equal(frames[msg.request_id], codes)
+        assert np.abs(results[msg.request_id].samples.astype(np.int32) - pcm).max() <= 256

@@ -13,7 +13,7 @@ import numpy as np
 from engine.executors.inflight import DeviceTimeline, InFlight
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.request import WorkKind
-from engine.scheduling import Plan, PlanRow
+from engine.scheduling import Lane, Plan, PlanRow
 from tests.engine.helpers import SENTENCES, make_loop, reference, run_to_completion, submit
 
 
@@ -34,22 +34,73 @@ class SlowEvent:
         return end.ms
 
 
-def _plan(kind: WorkKind) -> Plan:
-    return Plan(kind, (PlanRow(1, 0, 0, 0),), 1)
+def _plan(kind: WorkKind, first_chunks: bool = False) -> Plan:
+    return Plan(kind, (PlanRow(1, 0, 0, 0),), 1, first_chunks=first_chunks)
 
 
-def test_the_timeline_finishes_plans_in_launch_order_and_sums_device_time_per_kind() -> None:
+def _step(kind: WorkKind, polls: int, ms: float = 2.0, **kwargs: bool) -> InFlight:
+    first_chunks = kwargs.pop("first_chunks", False)
+    return InFlight(_plan(kind, first_chunks), lambda: None, kind is WorkKind.CODEC_CHUNK, SlowEvent(),
+                    SlowEvent(polls=polls, ms=ms), **kwargs)  # fmt: skip
+
+
+def test_plans_of_one_lane_finish_in_launch_order_and_device_time_is_summed_per_kind() -> None:
     timeline = DeviceTimeline()
-    first = InFlight(_plan(WorkKind.CODE_PREDICT), lambda: None, False, SlowEvent(), SlowEvent(polls=1, ms=5.0))
-    second = InFlight(_plan(WorkKind.CODEC_CHUNK), lambda: None, True, SlowEvent(), SlowEvent(polls=0, ms=7.0),
-                      startup_pending=True)  # fmt: skip
+    first = _step(WorkKind.CODE_PREDICT, polls=1, ms=5.0)
+    second = _step(WorkKind.TALKER_DECODE, polls=0, ms=3.0)
     timeline.add(first)
     timeline.add(second)
-    assert timeline.poll() == []  # the second has ended, but the first (older) has not
+    assert timeline.poll() == []  # the second has ended, but the first (older, same stream) has not
     assert timeline.poll() == [first, second]
-    assert timeline.gpu_ms == {"code_predict": 5.0, "codec_chunk": 7.0}
-    assert timeline.plans == {"code_predict": 1, "codec_chunk": 1}
-    assert timeline.codec_over_budget == 1  # 7 ms of codec while a request awaited its first audio
+    assert timeline.gpu_ms == {"code_predict": 5.0, "talker_decode": 3.0}
+    assert timeline.plans == {"code_predict": 1, "talker_decode": 1}
+
+
+def test_a_plan_on_one_lane_never_waits_for_an_older_plan_on_the_other() -> None:
+    timeline = DeviceTimeline()
+    codec = _step(WorkKind.CODEC_CHUNK, polls=5, ms=12.0)
+    decode = _step(WorkKind.TALKER_DECODE, polls=0)
+    timeline.add(codec)
+    timeline.add(decode)
+    assert timeline.poll() == [decode]  # the generation stream moved on while the long codec plan runs
+    assert len(timeline) == 1
+
+
+def test_with_one_shared_lane_every_plan_waits_for_the_oldest() -> None:
+    timeline = DeviceTimeline(split_lanes=False)
+    codec = _step(WorkKind.CODEC_CHUNK, polls=1)
+    decode = _step(WorkKind.TALKER_DECODE, polls=0)
+    timeline.add(codec)
+    timeline.add(decode)
+    assert timeline.poll() == []
+    assert timeline.poll() == [codec, decode]
+
+
+def test_each_lane_takes_plans_up_to_its_own_bound() -> None:
+    timeline = DeviceTimeline(max_in_flight=2, codec_in_flight=1)
+    assert timeline.open_lanes() == {Lane.GENERATION, Lane.CODEC}
+    timeline.add(_step(WorkKind.CODEC_CHUNK, polls=9))
+    assert timeline.open_lanes() == {Lane.GENERATION}  # one codec plan at a time
+    timeline.add(_step(WorkKind.CODEC_CHUNK, polls=9, first_chunks=True))  # first chunks: the generation lane
+    assert timeline.open_lanes() == {Lane.GENERATION}
+    timeline.add(_step(WorkKind.CODE_PREDICT, polls=9))
+    assert timeline.open_lanes() == frozenset()
+    shared = DeviceTimeline(max_in_flight=2, split_lanes=False)
+    shared.add(_step(WorkKind.CODEC_CHUNK, polls=9))
+    assert shared.open_lanes() == {Lane.GENERATION, Lane.CODEC}
+    shared.add(_step(WorkKind.CODE_PREDICT, polls=9))
+    assert shared.open_lanes() == frozenset()
+
+
+def test_codec_plans_over_the_startup_budget_are_counted_per_lane() -> None:
+    timeline = DeviceTimeline()
+    for step in (_step(WorkKind.CODEC_CHUNK, polls=0, ms=7.0, startup_pending=True),
+                 _step(WorkKind.CODEC_CHUNK, polls=0, ms=5.0, startup_pending=True, first_chunks=True),
+                 _step(WorkKind.CODEC_CHUNK, polls=0, ms=3.0, startup_pending=True, first_chunks=True),
+                 _step(WorkKind.CODEC_CHUNK, polls=0, ms=9.0)):  # nobody waited for first audio
+        timeline.add(step)
+    assert len(timeline.poll()) == 4
+    assert timeline.codec_over_budget == {Lane.CODEC: 1, Lane.GENERATION: 1}
 
 
 def test_waiting_on_the_oldest_plan_blocks_on_its_event_and_counts_the_wait() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine.request import Phase, WorkKind
-from engine.scheduling import Outcome, Policy, Scheduler, SlackChunkPolicy
+from engine.scheduling import Lane, Outcome, Plan, Policy, Scheduler, SlackChunkPolicy
 from engine.scheduling.chunk_sizing import request_chunk_frames
 
 from .helpers import COSTS, MS, admit, make_request, make_scheduler, run, step
@@ -93,20 +93,63 @@ def _first_audio_beside_long_chunks(urgent_stream: int | None = None, **override
     return plans[-1]
 
 
+def test_a_newcomers_first_chunk_is_a_plan_of_its_own_on_the_generation_lane():
+    """The default (first_chunk_lane): no playing stream's long chunk is cut to the newcomer's one frame, and the
+    newcomer's first audio queues behind generation work only, never behind the codec lane."""
+    plan = _first_audio_beside_long_chunks()
+    assert plan.request_ids == (99,) and plan.rows[0].codec_frames == 1
+    assert plan.first_chunks and plan.lane is Lane.GENERATION
+
+
+def test_with_one_codec_lane_every_stream_with_frames_ready_decodes_the_newcomers_one_frame():
+    """The scene above with one lane for every chunk: 31 long chunks are cut to one frame each."""
+    plan = _first_audio_beside_long_chunks(first_chunk_lane=False)
+    assert len(plan.rows) > 1 and all(row.codec_frames == 1 for row in plan.rows)
+    assert not plan.first_chunks and plan.lane is Lane.CODEC
+
+
 def test_with_a_join_ratio_a_stream_with_a_long_chunk_ready_does_not_join_a_newcomers_one_frame_chunk():
-    plan = _first_audio_beside_long_chunks(codec_join_ratio=4.0)
+    plan = _first_audio_beside_long_chunks(codec_join_ratio=4.0, first_chunk_lane=False)
     assert plan.request_ids == (99,) and plan.rows[0].codec_frames == 1
 
 
-def test_by_default_every_stream_with_frames_ready_decodes_the_newcomers_one_frame():
-    """The scene above without a join ratio (the default): 31 long chunks are cut to one frame each."""
-    plan = _first_audio_beside_long_chunks()
-    assert len(plan.rows) > 1 and all(row.codec_frames == 1 for row in plan.rows)
-
-
 def test_with_a_join_ratio_an_urgent_stream_joins_a_newcomers_chunk_whatever_its_own_chunk():
-    plan = _first_audio_beside_long_chunks(urgent_stream=7, codec_join_ratio=4.0)
+    plan = _first_audio_beside_long_chunks(urgent_stream=7, codec_join_ratio=4.0, first_chunk_lane=False)
     assert set(plan.request_ids) == {99, 7}
+
+
+def _codec_plan_while_a_newcomer_waits(**overrides: object) -> Plan:
+    """The codec-lane plan picked while 40 playing streams have long chunks ready and a newcomer awaits audio."""
+    scheduler = make_scheduler(**overrides)
+    now = _established_streams(scheduler, 40, 0)
+    while not all(request_chunk_frames(scheduler.get(rid), now, scheduler.slack_chunks) >= 8 for rid in range(1, 41)):
+        _, now = step(scheduler, now)
+    admit(scheduler, make_request(99, now, tokens=10, chars=45), now)
+    plan = scheduler.plan(now, frozenset({Lane.CODEC}))
+    assert plan is not None and plan.kind is WorkKind.CODEC_CHUNK and 99 not in plan.request_ids
+    assert scheduler.startup_waiting
+    return plan
+
+
+def test_codec_lane_plans_keep_the_step_budget_while_a_newcomer_waits_on_the_other_lane():
+    cfg = make_scheduler().config
+    lanes = _codec_plan_while_a_newcomer_waits()
+    assert cfg.startup_codec_ms < lanes.predicted_ms <= cfg.max_step_ms
+    one_lane = _codec_plan_while_a_newcomer_waits(first_chunk_lane=False)  # the newcomer would wait behind it
+    assert one_lane.predicted_ms <= cfg.startup_codec_ms < lanes.predicted_ms
+    assert len(one_lane.rows) < len(lanes.rows)
+
+
+def test_a_lane_with_no_room_on_the_device_gets_no_plan():
+    scheduler = make_scheduler()
+    now = _established_streams(scheduler, 8, 0)
+    while not any(request_chunk_frames(scheduler.get(rid), now, scheduler.slack_chunks) for rid in range(1, 9)):
+        _, now = step(scheduler, now)
+    for lanes in (frozenset({Lane.GENERATION}), frozenset({Lane.CODEC}), frozenset()):
+        plan = scheduler.plan(now, lanes)
+        assert plan is None or plan.lane in lanes, lanes
+        if plan is not None:
+            scheduler.complete(plan, Outcome(), now)
 
 
 def test_stream_near_its_deadline_preempts_one_far_from_it():
@@ -222,8 +265,6 @@ def test_flush_drains_pending_frames_in_one_chunk():
     assert policy.next_chunk_frames(10, 60, 3_000.0, True, 12.0) == 25
 
 
-
-
 def _newcomers_first_codec_plan(**overrides: object):
     """40 playing streams with a largest chunk each still to decode and audio to spare (filler), then a newcomer:
     -> the codec plan its first audio rides in (its own first chunk anchors; the streams' chunks fill)."""
@@ -239,12 +280,18 @@ def _newcomers_first_codec_plan(**overrides: object):
     return first_audio[0]
 
 
-def test_a_newcomers_first_codec_batch_is_predicted_within_the_startup_budget():
-    bounded = _newcomers_first_codec_plan(startup_codec_ms=4.0, max_step_ms=50.0, codec_join_ratio=0.0)
+def test_with_one_codec_lane_a_newcomers_first_codec_batch_is_predicted_within_the_startup_budget():
+    one_lane = {"first_chunk_lane": False, "max_step_ms": 50.0, "codec_join_ratio": 0.0}
+    bounded = _newcomers_first_codec_plan(startup_codec_ms=4.0, **one_lane)
     assert bounded.predicted_ms <= 4.0 and bounded.rows[0].request_id == 99
     # Without the startup budget the same batch is larger and slower, so the bound above can fail.
-    unbounded = _newcomers_first_codec_plan(startup_codec_ms=50.0, max_step_ms=50.0, codec_join_ratio=0.0)
+    unbounded = _newcomers_first_codec_plan(startup_codec_ms=50.0, **one_lane)
     assert len(unbounded.rows) > len(bounded.rows) and unbounded.predicted_ms > 4.0
+
+
+def test_with_the_first_chunk_lane_a_newcomers_first_audio_rides_with_first_chunks_only():
+    plan = _newcomers_first_codec_plan(startup_codec_ms=4.0, max_step_ms=50.0)
+    assert plan.request_ids == (99,) and plan.first_chunks and plan.predicted_ms <= 4.0
 
 
 def _first_audio_plans_beside_streams_due_in(deadline_ms: float) -> list:
