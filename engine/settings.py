@@ -87,7 +87,8 @@ class EngineSettings:
     download: bool = False
     seed: int = 0  # random weights (presets, dummy) only
     threads: int = 0  # torch CPU threads; 0: 1 for presets on cpu (tiny ops only lose to contention), else torch's
-    max_batch: int = 64
+    max_batch: int = 128  # as kv_slots: at 64, every frame step above 64 generating streams split in two (H200: 80 RPS
+    # refused 22 % instead of 1.7 %; docs/benchmarks.md, sixth session)
     max_prefill_batch: int = 8
     codec_max_batch: int = 64
     kv_slots: int = 128
