@@ -58,6 +58,7 @@ from engine.ipc.messages import (
 )
 from engine.request import FinishReason, Phase, RequestState, WorkKind
 from engine.scheduling import Outcome, Plan, Scheduler
+from engine.slot_wait import SlotWaitQueue, Waiting
 
 log = logging.getLogger("engine")
 
@@ -65,6 +66,7 @@ INTERNAL_LINK = 0  # the warm-up request's route: its replies go nowhere
 MAX_FAILED_STEPS = 3
 DEFAULT_MAX_IN_FLIGHT = 2  # generation plans queued on the device at once: the host plans k+1 while k runs
 DEFAULT_CODEC_IN_FLIGHT = 1  # codec-lane plans queued at once (engine.executors.inflight says why one)
+DEFAULT_SLOT_WAIT_MS = 200.0  # a Submit that finds every slot taken waits this long for one (engine.slot_wait)
 
 
 class Endpoint(Protocol):
@@ -110,10 +112,14 @@ class EngineLoop:
     def __init__(self, scheduler: Scheduler, executors: Executors, ready: Ready, *, heartbeat_s: float = 1.0,
                  shutdown_grace_ms: int = 5000, clock: Callable[[], int] = time.monotonic_ns,
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, codec_in_flight: int = DEFAULT_CODEC_IN_FLIGHT,
-                 split_lanes: bool = True, on_turn: Callable[[Plan | None], None] | None = None) -> None:  # fmt: skip
+                 split_lanes: bool = True, slot_wait_ms: float = DEFAULT_SLOT_WAIT_MS,
+                 on_turn: Callable[[Plan | None], None] | None = None) -> None:  # fmt: skip
         """`max_in_flight` / `codec_in_flight`: plans the generation / codec lane may have queued on the device
         (`split_lanes` False: `max_in_flight` over both, the codec plans included) before the host waits for
-        the oldest; `on_turn(plan)`: called after every turn that ran (a profiler's step hook)."""
+        the oldest; `slot_wait_ms`: how long a Submit that finds every slot taken waits for one (as many may
+        wait as there are KV slots; 0: refuse at once); `on_turn(plan)`: called after every turn that ran (a
+        profiler's step hook)."""
+        self.waiting = SlotWaitQueue(slot_wait_ms, scheduler.config.max_requests)
         self.timeline = DeviceTimeline(max_in_flight, codec_in_flight=codec_in_flight,
                                        split_lanes=split_lanes)  # launched plans until they end; device time
         self.scheduler = scheduler
@@ -174,6 +180,8 @@ class EngineLoop:
         if not self.timeline.open_lanes():  # far enough ahead everywhere: let the device catch up first
             finished += self.timeline.wait_oldest()
         self._finish(finished)
+        self._retire()  # slots of requests that just ended are free for those waiting for one
+        self._admit_waiting(self.clock())
         started = time.perf_counter()
         plan = self.scheduler.plan(self.clock(), self.timeline.open_lanes())  # 2. plan, for lanes with room
         if plan is not None:
@@ -236,7 +244,10 @@ class EngineLoop:
             return
         engine_id = self._ids.get((link_id, msg.request_id))
         if engine_id is None:
-            return  # a late record for a request that already ended: normal, nothing to answer
+            waiting = self.waiting.record(link_id, msg)  # kept for its admission (a Cancel removes it)
+            if waiting is not None and isinstance(msg, Cancel):
+                self._send(Route(link_id, msg.request_id), Done(msg.request_id, DoneReason.CANCELLED, 0, 0))
+            return  # else a late record for a request that already ended: normal, nothing to answer
         if isinstance(msg, AppendText):
             self._append(engine_id, msg)
         elif isinstance(msg, EndText):
@@ -254,7 +265,7 @@ class EngineLoop:
         if self.shutting_down:
             self._refuse(link_id, msg.request_id, "shutting_down", "the engine is shutting down")
             return
-        if (link_id, msg.request_id) in self._ids:
+        if (link_id, msg.request_id) in self._ids or self.waiting.find(link_id, msg.request_id):
             self._refuse(link_id, msg.request_id, "bad_request", f"request {msg.request_id} is already running")
             return
         try:
@@ -262,18 +273,57 @@ class EngineLoop:
         except ValueError as error:
             self._refuse(link_id, msg.request_id, "bad_request", str(error))
             return
+        waiting = Waiting(link_id, msg, shape.prefill_len, shape.prompt_trailing, now_ns, "")
+        if len(self.waiting):  # others wait for a slot already: no overtaking
+            self._wait_or_refuse(waiting, "every slot is in use and earlier requests wait for one")
+            return
+        if not self._admit(waiting, now_ns, may_wait=self.waiting.accepting):
+            self.waiting.add(waiting)
+
+    def _admit(self, waiting: Waiting, now_ns: int, may_wait: bool) -> bool:
+        """Admit a Submit (its arrival: when it came), or refuse it; False: every slot is taken and it may wait
+        (`may_wait`) for one."""
+        link_id, msg = waiting.link_id, waiting.submit
         engine_id = self._next_id
-        state = RequestState.from_submit(dataclasses.replace(msg, request_id=engine_id), shape.prefill_len, now_ns,
-                                         shape.prompt_trailing)
+        state = RequestState.from_submit(dataclasses.replace(msg, request_id=engine_id), waiting.prefill_len,
+                                         waiting.since_ns, waiting.prompt_trailing)
         admission = self.scheduler.admit(state, now_ns)
         if not admission.ok:
+            if admission.slots_full and may_wait:
+                waiting.reason = admission.reason
+                return False
             self._refuse(link_id, msg.request_id, admission.code, admission.reason)
-            return
+            return True
         self._next_id += 1
         self._routes[engine_id] = Route(link_id, msg.request_id)
         self._inputs[engine_id] = RequestInputs(msg, state)
         self._ids[(link_id, msg.request_id)] = engine_id
         self.executors.open(engine_id, msg)
+        for record in waiting.records:  # what its client sent while it waited for a slot, in order
+            self.handle(link_id, record, now_ns)
+        return True
+
+    def _wait_or_refuse(self, waiting: Waiting, reason: str) -> None:
+        if self.waiting.accepting:
+            waiting.reason = reason
+            self.waiting.add(waiting)
+        else:
+            self._refuse(waiting.link_id, waiting.submit.request_id, "overloaded", reason)
+
+    def _admit_waiting(self, now_ns: int) -> None:
+        """Offer the oldest waiting Submits the slots that freed; refuse those whose wait is over."""
+        while (head := self.waiting.head()) is not None:
+            if self.shutting_down:
+                self.waiting.pop_head()
+                self._refuse(head.link_id, head.submit.request_id, "shutting_down", "the engine is shutting down")
+            elif self._admit(head, now_ns, may_wait=True):
+                self.waiting.pop_head()
+            elif self.waiting.expired(head, now_ns):
+                self.waiting.pop_head()
+                self._refuse(head.link_id, head.submit.request_id, "overloaded",
+                             f"{head.reason} (waited {self.waiting.wait_ms:.0f} ms for one)")
+            else:
+                return  # still no slot: the rest wait behind it
 
     def _append(self, engine_id: int, msg: AppendText) -> None:
         try:
@@ -285,6 +335,7 @@ class EngineLoop:
 
     def _drop_link(self, link_id: int) -> None:
         """The gateway worker is gone: cancel its requests (slots are freed when they retire)."""
+        self.waiting.remove_link(link_id)  # nobody to answer
         for engine_id, route in self._routes.items():
             if route.link_id == link_id:
                 self.scheduler.cancel(engine_id)
@@ -371,6 +422,8 @@ class EngineLoop:
         self._send(Route(link_id, request_id), Done(request_id, DoneReason.ERROR, 0, 0))
 
     def _fail_all(self, code: str, message: str) -> None:
+        for waiting in self.waiting.take_all():
+            self._refuse(waiting.link_id, waiting.submit.request_id, code, message)
         for engine_id, route in list(self._routes.items()):
             route.error_code = code
             self.scheduler.fail(engine_id, message)
@@ -412,9 +465,9 @@ class EngineLoop:
         return stats
 
     def queued_count(self) -> int:
-        """Admitted requests not yet prefilled (waiting for their turn or for their first text)."""
-        return sum(1 for r in self.scheduler.requests if r.phase in (Phase.PREFILL, Phase.WAITING_TEXT)
-                   and r.frames_generated == 0 and r.text_fed == 0)
+        """Requests not yet prefilled: waiting for a slot, for their turn or for their first text."""
+        return len(self.waiting) + sum(1 for r in self.scheduler.requests if r.phase in (Phase.PREFILL,
+                                       Phase.WAITING_TEXT) and r.frames_generated == 0 and r.text_fed == 0)
 
     def _idle_timeout_s(self) -> float:
         """Nothing to run: sleep in epoll until input, the next heartbeat, a paced request's resume time, or
@@ -426,12 +479,15 @@ class EngineLoop:
         paced = self.scheduler.next_wake_ns(now)  # a request paced by its max_lead_ms resumes then
         if paced is not None:
             wake = min(wake, (paced - now) / 1e9)
+        waited = self.waiting.deadline_ns()  # the oldest Submit waiting for a slot is refused then
+        if waited is not None:
+            wake = min(wake, (waited - now) / 1e9)
         return max(0.0, wake)
 
     def _shutdown_complete(self) -> bool:
         if self._shutdown_at_ns is None:
             return False
-        return not self._routes or self.clock() >= self._shutdown_at_ns
+        return (not self._routes and not len(self.waiting)) or self.clock() >= self._shutdown_at_ns
 
     def _wait_for_backlog(self, endpoint: Endpoint, timeout_s: float) -> None:
         """Give gateway workers a moment to read the last replies before the links close."""

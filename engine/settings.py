@@ -122,6 +122,7 @@ class EngineSettings:
     split_lanes: bool = True  # generation and codec plans in flight bounded apart (False: one shared bound)
     codec_in_flight: int = 1  # codec-lane plans queued on the device at once
     first_chunk_lane: bool = True  # newcomers' first codec chunks as their own plans on the generation stream
+    slot_wait_ms: float = 200.0  # a Submit that finds every slot taken waits this long for one (0: refuse at once)
     sync_debug: str = "off"  # CUDA: "warn" logs every host-device synchronisation (torch sync debug mode)
     profile_dir: str = ""  # profile the loop (engine/profiling.py) and write summary tables here
     profile_after_s: float = 30.0  # ... this long after the first real request
@@ -157,6 +158,8 @@ class EngineSettings:
             raise ValueError(f"rescue_slack_ms must be in [0, {SchedulerConfig().urgent_slack_ms:g}]")
         if self.align_startup_rows < 0 or self.saturated_step_ms <= 0 or self.codec_join_ratio < 0:
             raise ValueError("align_startup_rows and codec_join_ratio must be >= 0, saturated_step_ms > 0")
+        if self.slot_wait_ms < 0:
+            raise ValueError("slot_wait_ms must be >= 0")
         if self.max_in_flight < 1 or self.codec_in_flight < 1 or self.profile_steps < 1 or self.profile_after_s < 0:
             raise ValueError("max_in_flight, codec_in_flight and profile_steps must be >= 1, profile_after_s >= 0")
         _check_choice("sync_debug", self.sync_debug, ("off", "warn"))
@@ -361,6 +364,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split-lanes", action=argparse.BooleanOptionalAction, default=d.split_lanes,
                    help="bound generation and codec plans in flight apart, so a long codec plan never holds the "
                         "generation stream back (--no-split-lanes: one bound over both, the host waits on the oldest)")
+    p.add_argument("--slot-wait-ms", type=float, default=d.slot_wait_ms,
+                   help="a request that finds every KV or codec slot taken waits up to this long for one before it "
+                        "is refused as overloaded (0: refuse at once)")
     p.add_argument("--first-chunk-lane", action=argparse.BooleanOptionalAction, default=d.first_chunk_lane,
                    help="newcomers' first codec chunks as plans of their own on the generation stream, so first "
                         "audio never waits behind the codec stream's longer plans (docs/scheduling.md)")

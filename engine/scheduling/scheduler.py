@@ -141,9 +141,10 @@ class Scheduler:
         if refused:
             return Admission(False, refused, "bad_request")
         if self.kv_slots.free_count == 0:
-            return Admission(False, f"all {cfg.max_requests} KV slots are in use", "overloaded")
+            return Admission(False, f"all {cfg.max_requests} KV slots are in use", "overloaded", slots_full=True)
         if self.codec_slots.free_count == 0:
-            return Admission(False, f"all {cfg.max_codec_streams} codec slots are in use", "overloaded")
+            return Admission(False, f"all {cfg.max_codec_streams} codec slots are in use", "overloaded",
+                             slots_full=True)
         streams = sum(1 for r in self._requests.values() if not r.generation_finished)
         utilization = self.realtime_utilization(streams + 1)
         ttfa_ms = self.predicted_ttfa_ms(now_ns)
