@@ -87,8 +87,9 @@ class EngineSettings:
     download: bool = False
     seed: int = 0  # random weights (presets, dummy) only
     threads: int = 0  # torch CPU threads; 0: 1 for presets on cpu (tiny ops only lose to contention), else torch's
-    max_batch: int = 128  # as kv_slots: at 64, every frame step above 64 generating streams split in two (H200: 80 RPS
-    # refused 22 % instead of 1.7 %; docs/benchmarks.md, sixth session)
+    # As many as kv_slots (capture sizes stop there): at 64, every frame step above 64 generating streams split in
+    # two (H200, 80 RPS: 22 % refused instead of 1.7 %; docs/benchmarks.md, sixth session).
+    max_batch: int = 128
     max_prefill_batch: int = 8
     codec_max_batch: int = 64
     kv_slots: int = 128
@@ -195,7 +196,7 @@ class EngineSettings:
 
     @property
     def capture_sizes(self) -> tuple[int, ...]:
-        return powers_up_to(self.max_batch)
+        return powers_up_to(min(self.max_batch, self.kv_slots))  # no batch holds more streams than there are
 
     @property
     def prefill_capture_sizes(self) -> tuple[int, ...]:

@@ -254,6 +254,16 @@ def test_fast_path_setting_resolves_per_device() -> None:
     assert EngineSettings(model="tiny", socket="@x", codec_chunk_sizes=(2, 4)).capture_shapes.codec_frames == (1, 2, 4)
 
 
+def test_batches_are_captured_up_to_128_streams_but_never_past_the_kv_slots() -> None:
+    default = EngineSettings(model="tiny", socket="@x")
+    assert default.kv_slots == 128 and default.capture_shapes.batch == (1, 2, 4, 8, 16, 32, 64, 128)
+    small = EngineSettings(model="tiny", socket="@x", kv_slots=24)
+    assert small.capture_shapes.batch == (1, 2, 4, 8, 16, 24)  # a batch of 128 could never fill
+    first = default.capture_shapes
+    assert first.first_chunk_batch == (1, 2, 4, 8) and first.first_chunk_frames == (1, 2)
+    assert EngineSettings(model="tiny", socket="@x", first_chunk_lane=False).capture_shapes.first_chunk_batch == ()
+
+
 def test_codec_precision_must_match_the_loaded_codec(tiny_model: Qwen3TTS) -> None:
     with pytest.raises(ValueError, match="needs the codec loaded in torch.bfloat16"):
         Executors(tiny_model, kv_slots=2, streams=2, max_context=128, max_frames=16, max_batch=2,
