@@ -1,10 +1,11 @@
 """The engine loop: drain the inbound rings, schedule, execute, publish. One thread, one plan at a time.
 
     while serving:
-        1. drain    every inbound record: Submit -> admit, text/flush/cancel/deadline -> scheduler
+        1. drain    every inbound record: Submit -> admit (every slot taken: it waits for one, engine.slot_wait),
+                    text/flush/cancel/deadline -> scheduler
                     (blocks in the endpoint's epoll only when nothing ran and nothing is in flight)
-        2. plan     finish the plans whose device work ended (their end event fired); scheduler.plan(now):
-                    one work kind, a batch of rows
+        2. plan     finish the plans whose device work ended (their end event fired); admit waiting Submits
+                    into freed slots; scheduler.plan(now, lanes with room): one work kind, a batch of rows
         3. execute  executors.launch(plan): kernels queued between two CUDA events, nothing waited for;
                     codec audio and EOS reads come back later through pinned memory (`deferred` plans)
         4. publish  Audio, then scheduler.complete(plan, outcome); Done / Error for every request that
