@@ -1,0 +1,185 @@
+"""Where a frame step's GPU time goes: talker decode and code-predictor frame per kernel variant (GPU only).
+
+    python tools/frame_profile.py [--batches 1 64] [--variants defaults radix4 warps8 narrow] [--out frame_profile.json]
+
+On the full-size model with random bf16 weights, each variant builds the engine's talker and code-predictor graphs
+at the given batch sizes and times their replays (CUDA-event medians; talker contexts drawn from 256..511, as
+`loadtest.gpu_check` does). Variants change the code predictor's `FrameKernels` only:
+
+    defaults   the engine's
+    radix4     the sampler's top-k search in 8 passes over 16 candidates (defaults: 16 passes over 4)
+    warps8     every 1-2 row product with 8 warps a program (defaults: 4)
+    narrow     every 1-2 row product with half the output columns a program (twice the programs)
+
+The sampler's search finds the exact k-th value whatever its radix, so `radix4` must draw bitwise the same codes
+as `defaults` (checked over three frame steps; the other variants report whether theirs agree). Then the kernels of
+one replay of each (torch profiler): calls, microseconds, and the replay's span minus its kernels' time (the gaps
+between kernels). Prints a short table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.fast.measure import cuda_median_ms  # noqa: E402
+
+VARIANTS = ("defaults", "radix4", "warps8", "narrow")
+CONTEXT = 512
+
+
+def frame_kernels(variant: str) -> Any:
+    from engine.fast.code_predictor_graph import FrameKernels
+
+    kernels = FrameKernels()
+    if variant == "radix4":
+        return replace(kernels, radix_bits=4)
+    if variant == "warps8":
+        return replace(kernels, gemv={name: replace(tile, num_warps=8) for name, tile in kernels.gemv.items()})
+    if variant == "narrow":
+        return replace(kernels, gemv={name: replace(tile, block_n=max(1, tile.block_n // 2))
+                                      for name, tile in kernels.gemv.items()})  # fmt: skip
+    return kernels
+
+
+def build(model: Any, variant: str, batches: list[int]) -> dict[str, Any]:
+    from engine.executors.slots import GenerationSlots, new_code_buffer
+    from engine.fast.code_predictor_graph import CodePredictorGraphs
+    from engine.fast.talker_graph import TalkerGraphs
+
+    c = model.config.talker
+    slots = GenerationSlots(max(batches), c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
+    cache = model.talker.new_cache(max(batches), CONTEXT + 8)
+    codes = new_code_buffer(max(batches), 64, model.device)
+    talker = TalkerGraphs(model, slots, cache, batches)
+    predictor = CodePredictorGraphs(model, slots, codes, batches, kernels=frame_kernels(variant))
+    talker.decode_steps.capture()
+    predictor.capture()
+    return dict(model=model, slots=slots, cache=cache, codes=codes, talker=talker, predictor=predictor)
+
+
+def load(env: dict[str, Any], b: int, lengths: list[int]) -> None:
+    from loadtest.gpu_check import fill_state
+
+    fill_state(env, lengths + [0] * (env["slots"].hidden.shape[0] - b))
+    rows = list(range(b))
+    env["talker"].inputs.load(
+        b, kv_slot=rows, position=lengths, text=[1000] * b, frame=[2] * b, eos_never=[1] * b
+    )
+    env["predictor"].inputs.load(b, kv_slot=rows, stream=rows, frame=[0] * b)
+
+
+def outputs(env: dict[str, Any], b: int, lengths: list[int]) -> list[torch.Tensor]:
+    """Three frame steps (talker decode, then the frame) from one fixed state."""
+    load(env, b, lengths)
+    seen = []
+    for _ in range(3):
+        env["talker"].decode_steps.replay(b)
+        env["predictor"].steps.replay(b)
+        seen += [
+            env["slots"].hidden[:b].clone(),
+            env["codes"][:b, 0].clone(),
+            env["slots"].frame_embed[:b].clone(),
+        ]
+    torch.cuda.synchronize()
+    seen.append(env["cache"].kv[:, :, :b].clone())
+    return seen
+
+
+def kernel_table(fn: Any, replays: int = 5) -> dict[str, Any]:
+    """Kernels of `replays` replays: per name calls and us per replay, and their total."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            fn()
+        torch.cuda.synchronize()
+    rows = []
+    for event in prof.key_averages():
+        us = event.device_time_total if hasattr(event, "device_time_total") else event.cuda_time_total
+        if us <= 0:
+            continue
+        rows.append({"kernel": event.key[:90], "calls": event.count / replays, "us": us / replays})
+    rows.sort(key=lambda r: -r["us"])
+    return {
+        "kernels": rows,
+        "kernel_us": sum(r["us"] for r in rows),
+        "launches": sum(r["calls"] for r in rows),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 64])
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    p.add_argument("--out", default="frame_profile.json")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        p.error("needs a CUDA device")
+    from engine.model.weights import load_model
+
+    torch.manual_seed(0)
+    model = load_model("1.7b", device="cuda", dtype=torch.bfloat16)
+    gen = torch.Generator().manual_seed(1)
+    contexts = {b: torch.randint(CONTEXT // 2, CONTEXT, (b,), generator=gen).tolist() for b in args.batches}
+    report: dict[str, Any] = {
+        "gpu": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "variants": {},
+    }
+    seen: dict[str, dict[int, list[torch.Tensor]]] = {}
+    env: dict[str, Any] = {}
+    with torch.inference_mode():
+        for name in args.variants:
+            env = build(model, name, args.batches)
+            result: dict[str, Any] = {}
+            seen[name] = {}
+            for b in args.batches:
+                seen[name][b] = outputs(env, b, contexts[b])
+                load(env, b, contexts[b])
+                talker, predictor = env["talker"], env["predictor"]
+                talker_ms = cuda_median_ms(
+                    lambda b=b, t=talker: t.decode_steps.replay(b), repeats=50, warmup=5
+                )
+                cp_ms = cuda_median_ms(lambda b=b, c=predictor: c.steps.replay(b), repeats=50, warmup=5)
+                result[b] = {"talker_ms": talker_ms, "cp_ms": cp_ms, "frame_ms": talker_ms + cp_ms}
+            profiles = {}
+            for b in args.batches:
+                load(env, b, contexts[b])
+                profiles[f"talker_{b}"] = kernel_table(lambda b=b, t=talker: t.decode_steps.replay(b))
+                profiles[f"cp_{b}"] = kernel_table(lambda b=b, c=predictor: c.steps.replay(b))
+                for key, kind in ((f"talker_{b}", "talker_ms"), (f"cp_{b}", "cp_ms")):
+                    profiles[key]["span_us"] = result[b][kind] * 1000
+                    profiles[key]["gap_us"] = profiles[key]["span_us"] - profiles[key]["kernel_us"]
+            result["profiles"] = profiles
+            if name != "defaults" and "defaults" in seen:
+                result["bitwise_equal"] = all(torch.equal(x, y) for b in args.batches
+                                              for x, y in zip(seen[name][b], seen["defaults"][b], strict=True))  # fmt: skip
+            report["variants"][name] = result
+            print(name, json.dumps({b: result[b] for b in args.batches}), flush=True)
+    Path(args.out).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    for name in dict.fromkeys((args.variants[0], args.variants[-1])):
+        for key, prof in report["variants"][name]["profiles"].items():
+            print(f"\n{key} ({name}): span {prof['span_us']:.0f} us, kernels {prof['kernel_us']:.0f} us in "
+                  f"{prof['launches']:.0f} launches, gaps {prof['gap_us']:.0f} us; heaviest:")  # fmt: skip
+            for row in prof["kernels"][:6]:
+                print(f"  {row['us']:8.1f} us  {row['calls']:5.0f} x  {row['kernel'][:70]}")
+    print("\nvariant    " + "  ".join(f"B={b}: talker / CP / frame ms" for b in args.batches) + "  bitwise")
+    for name, result in report["variants"].items():
+        cells = "  ".join(f"{result[b]['talker_ms']:6.3f} / {result[b]['cp_ms']:6.3f} / {result[b]['frame_ms']:6.3f}"
+                          for b in args.batches)  # fmt: skip
+        print(f"{name:<10} {cells}  {result.get('bitwise_equal', '-')}")
+    return 0 if report["variants"].get("radix4", {}).get("bitwise_equal", True) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
