@@ -119,6 +119,7 @@ class EngineSettings:
     saturated_step_ms: float = SchedulerConfig().saturated_step_ms  # ... and a batch may take this long
     ragged_codec: bool = False  # codec batches where each row decodes its own chunk (slower on the H200)
     codec_join_ratio: float = SchedulerConfig().codec_join_ratio  # codec rows join chunks at most this much smaller
+    codec_gather_ms: float = SchedulerConfig().codec_gather_ms  # filler codec-lane plans at most once per this
     codec_stream: bool = True  # CUDA: codec chunks on a stream of their own, beside the generation steps
     split_lanes: bool = True  # generation and codec plans in flight bounded apart (False: one shared bound)
     codec_in_flight: int = 1  # codec-lane plans queued on the device at once
@@ -253,6 +254,7 @@ class EngineSettings:
             saturated_step_ms=self.saturated_step_ms,
             ragged_codec=self.ragged_codec,
             codec_join_ratio=self.codec_join_ratio,
+            codec_gather_ms=self.codec_gather_ms,
             first_chunk_lane=self.first_chunk_lane,
         )
 
@@ -356,6 +358,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--codec-join-ratio", type=float, default=d.codec_join_ratio,
                    help="a codec row joins a batch whose chunk is smaller than its own only up to this ratio, or "
                         "when its stream is urgent (0: always; docs/scheduling.md)")
+    p.add_argument("--codec-gather-ms", type=float, default=d.codec_gather_ms,
+                   help="while slots are plentiful, codec plans of streams far from running dry start at most once "
+                        "per this many ms, so they batch more rows (0: off; docs/scheduling.md)")
     p.add_argument("--max-in-flight", type=int, default=d.max_in_flight,
                    help="generation plans queued on the GPU before the host waits for the oldest (host planning of "
                         "step k+1 overlaps the GPU's step k)")

@@ -73,6 +73,12 @@ class SchedulerConfig:
     # sets the shape of the playing streams' codec batches. False: one codec lane for every chunk.
     first_chunk_lane: bool = True
     first_chunk_max_batch: int = 8
+    # Codec gathering: while slots are plentiful, a codec-lane plan whose rows are all filler (no stream within
+    # `urgent_slack_ms` of running dry) starts at most once per `codec_gather_ms`, so the rows that become ready
+    # meanwhile share one plan instead of a stream of small ones (the codec's cost is mostly per plan). Urgent
+    # rows never wait; a chunk waits at most this long. 0: off (codec plans back to back, as soon as rows are
+    # ready). Needs the first-chunk lane (newcomers' first chunks never wait for it).
+    codec_gather_ms: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("capture_sizes", "prefill_capture_sizes", "prefill_token_buckets",
@@ -88,8 +94,8 @@ class SchedulerConfig:
             raise ValueError("align_startup_rows must be >= 0")
         if self.first_chunk_max_batch < 1:
             raise ValueError("first_chunk_max_batch must be >= 1")
-        if self.codec_join_ratio < 0:
-            raise ValueError("codec_join_ratio must be >= 0")
+        if self.codec_join_ratio < 0 or self.codec_gather_ms < 0:
+            raise ValueError("codec_join_ratio and codec_gather_ms must be >= 0")
         if not 0 < self.max_utilization <= 1:
             raise ValueError("max_utilization must be in (0, 1]")
 

@@ -110,6 +110,7 @@ class Scheduler:
         self._finished: list[RequestState] = []
         self._served_at = {kind: 0 for kind in WorkKind}  # ROUND_ROBIN: plan counter per kind
         self._plans = 0
+        self._codec_lane_started_ns: int | None = None  # codec gathering: when the last codec-lane plan began
         self._urgent_ms = self._planned_ms = 0.0  # decaying sums over recent plans, see `pressure`
         # Time to decode n frames of one request, n = 0..largest chunk (slack needs it per request per step).
         self._codec_row_ms = [costs.ms(WorkKind.CODEC_CHUNK, 1, max(n, 1))
@@ -284,6 +285,12 @@ class Scheduler:
         if not anchors:
             return None  # nothing, or only paced streams that may join a batch but not start one
         anchor = self._anchor(anchors)
+        if self._gathering(anchor, now_ns):  # the codec lane waits for more rows: plan for the other lane
+            items = [i for i in items if i.lane is not Lane.CODEC]
+            anchors = [i for i in anchors if i.lane is not Lane.CODEC]
+            if not anchors:
+                return None
+            anchor = self._anchor(anchors)
         ragged = self.config.ragged_codec
         ratio = self.config.codec_join_ratio
         cohort = sorted((i for i in items if i.kind is anchor.kind and i.lane is anchor.lane
@@ -293,6 +300,8 @@ class Scheduler:
         self._plans += 1
         self._served_at[anchor.kind] = self._plans
         first_chunks = anchor.kind is WorkKind.CODEC_CHUNK and anchor.lane is Lane.GENERATION
+        if anchor.kind is WorkKind.CODEC_CHUNK and anchor.lane is Lane.CODEC:
+            self._codec_lane_started_ns = now_ns
         rows = self._cut(anchor.kind, anchor.shape, cohort, first_chunks)
         shape = self._ragged_frames(rows, first_chunks) if anchor.kind is WorkKind.CODEC_CHUNK \
             and self.config.ragged_codec else anchor.shape
@@ -304,12 +313,30 @@ class Scheduler:
         return plan
 
     def next_wake_ns(self, now_ns: int) -> int | None:
-        """When a paced request may start a batch of its own again (the loop sleeps no longer than this)."""
-        if not self.pacing_allowed:
-            return None
-        times = [pace_of(r, now_ns)[1] for r in self._requests.values()
-                 if not r.generation_busy and r.phase in PHASE_KIND]
+        """When a paced request may start a batch of its own again, or the codec lane's gathering window ends
+        (the loop sleeps no longer than this)."""
+        times: list[int | None] = []
+        if self.pacing_allowed:
+            times += [pace_of(r, now_ns)[1] for r in self._requests.values()
+                      if not r.generation_busy and r.phase in PHASE_KIND]
+        gathered = self._gather_ends_ns()
+        if gathered is not None and gathered > now_ns:
+            times.append(gathered)
         return min((t for t in times if t is not None), default=None)
+
+    def _gather_ends_ns(self) -> int | None:
+        if self.config.codec_gather_ms <= 0 or self._codec_lane_started_ns is None:
+            return None
+        return self._codec_lane_started_ns + int(self.config.codec_gather_ms * 1e6)
+
+    def _gathering(self, anchor: _Item, now_ns: int) -> bool:
+        """A codec-lane anchor that may wait for more rows (`codec_gather_ms`): filler only (so is every row
+        behind it), slots plentiful (a request's slots are not held longer while they run short), and the
+        last codec-lane plan started less than the window ago."""
+        ends = self._gather_ends_ns()
+        return (ends is not None and now_ns < ends and anchor.kind is WorkKind.CODEC_CHUNK
+                and anchor.lane is Lane.CODEC and self.config.policy is Policy.DEADLINE
+                and anchor.key[0] == FILLER and self.slots_plentiful)  # fmt: skip
 
     @property
     def slots_plentiful(self) -> bool:

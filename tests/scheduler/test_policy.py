@@ -336,3 +336,51 @@ def test_a_ragged_codec_batch_lets_each_row_decode_its_own_chunk(ragged: bool):
     frames = {row.request_id: row.codec_frames for row in plan.rows}
     assert frames == ({1: 1, 2: 8} if ragged else {1: 1, 2: 1})
     assert plan.codec_frames == (8 if ragged else 1)
+
+
+def _filler_codec_rows_ready(**overrides: object) -> tuple[Scheduler, int]:
+    """Eight playing streams far from running dry, each with a codec chunk ready on the codec lane."""
+    scheduler = make_scheduler(**overrides)
+    now = _established_streams(scheduler, 8, 0)
+    while not all(request_chunk_frames(scheduler.get(rid), now, scheduler.slack_chunks) for rid in range(1, 9)):
+        _, now = step(scheduler, now)
+    return scheduler, now
+
+
+def _codec_plans_a_moment_apart(**overrides: object) -> tuple[Plan | None, Scheduler, int]:
+    """A codec-lane plan at `now`, generation until rows are ready again, then the codec lane asked 10 ms later."""
+    scheduler, now = _filler_codec_rows_ready(**overrides)
+    first = scheduler.plan(now, frozenset({Lane.CODEC}))
+    assert first is not None and first.lane is Lane.CODEC
+    scheduler.complete(first, Outcome(), now + MS)
+    while not any(request_chunk_frames(scheduler.get(rid), now, scheduler.slack_chunks)
+                  and not scheduler.get(rid).codec_busy for rid in range(1, 9)):  # fmt: skip
+        plan = scheduler.plan(now, frozenset({Lane.GENERATION}))
+        assert plan is not None
+        scheduler.complete(plan, Outcome(), now)
+    return scheduler.plan(now + 10 * MS, frozenset({Lane.CODEC})), scheduler, now
+
+
+def test_with_codec_gathering_filler_codec_plans_start_at_most_once_per_window():
+    plan, scheduler, now = _codec_plans_a_moment_apart(codec_gather_ms=30.0)
+    assert plan is None  # rows are ready, but the window is open: they gather
+    assert scheduler.next_wake_ns(now + 10 * MS) == now + 30 * MS  # the loop wakes when it closes
+    later = scheduler.plan(now + 30 * MS, frozenset({Lane.CODEC}))
+    assert later is not None and later.lane is Lane.CODEC
+
+
+def test_without_codec_gathering_codec_plans_run_back_to_back():
+    plan, _, _ = _codec_plans_a_moment_apart()
+    assert plan is not None and plan.lane is Lane.CODEC
+
+
+def test_with_codec_gathering_a_stream_near_running_dry_is_decoded_at_once():
+    scheduler, now = _filler_codec_rows_ready(codec_gather_ms=30.0)
+    first = scheduler.plan(now, frozenset({Lane.CODEC}))
+    assert first is not None
+    scheduler.complete(first, Outcome(), now)
+    waiting = [rid for rid in range(1, 9) if rid not in first.request_ids]
+    assert waiting, "the first plan took every row: nothing left to test"
+    scheduler.set_deadline(waiting[0], now + 20 * MS)  # urgent now
+    plan = scheduler.plan(now + MS, frozenset({Lane.CODEC}))
+    assert plan is not None and waiting[0] in plan.request_ids
