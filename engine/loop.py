@@ -504,10 +504,17 @@ class EngineLoop:
             raise RuntimeError("the warm-up request was refused")
         state = self._inputs[engine_id].state
         steps: dict[WorkKind, int] = {}
-        while engine_id in self._routes and sum(steps.values()) < max_steps:
-            plan = self.scheduler.plan(self.clock())
+        waits = 0
+        while engine_id in self._routes and sum(steps.values()) < max_steps and waits < max_steps:
+            now = self.clock()
+            plan = self.scheduler.plan(now)
             if plan is None:
-                break
+                wake = self.scheduler.next_wake_ns(now)  # e.g. codec rows gathering for a moment
+                if wake is None:
+                    break
+                time.sleep(max(0, wake - now) / 1e9)
+                waits += 1
+                continue
             self._launch(plan)
             self.drain_device()
             steps[plan.kind] = steps.get(plan.kind, 0) + 1

@@ -96,3 +96,15 @@ def test_a_model_that_never_ends_is_stopped_where_the_reference_stops_it(tiny_mo
     expected = generate_codes(model, prefill, msg.sampling, msg.seed, max_frames=cap)
     assert torch.equal(frames[1], expected)
     assert result.done.samples == len(result.samples) > 0
+
+
+def test_with_codec_gathering_the_warm_up_and_every_request_complete_with_the_reference_audio(
+    tiny_model: Qwen3TTS,
+) -> None:
+    """Codec plans that wait for their window (`codec_gather_ms`) leave the loop with nothing to plan for a
+    moment: the warm-up waits for the window instead of giving up, and no frame or sample is lost."""
+    loop = make_loop(tiny_model, codec_gather_ms=200.0)
+    loop.warm_up(submit(tiny_model, 1000, SENTENCES[0]))
+    msgs = [submit(tiny_model, i + 1, text, seed=100 + i) for i, text in enumerate(SENTENCES[:3])]
+    results, frames = run_to_completion(loop, msgs, max_steps=500_000)
+    _check_against_reference(tiny_model, msgs, results, frames)
