@@ -320,8 +320,9 @@ class Scheduler:
             times += [pace_of(r, now_ns)[1] for r in self._requests.values()
                       if not r.generation_busy and r.phase in PHASE_KIND]
         gathered = self._gather_ends_ns()
-        if gathered is not None and gathered > now_ns:
-            times.append(gathered)
+        if gathered is not None and gathered > now_ns and any(
+                r.frames_generated > r.frames_decoded and not r.codec_busy for r in self._requests.values()):
+            times.append(gathered)  # frames wait to be decoded: they may be gathering
         return min((t for t in times if t is not None), default=None)
 
     def _gather_ends_ns(self) -> int | None:

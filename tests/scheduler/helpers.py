@@ -44,7 +44,11 @@ def run(scheduler: Scheduler, now_ns: int, until: Callable[[], bool], max_steps:
         if until():
             return plans, now_ns
         plan, now_ns = step(scheduler, now_ns)
-        if plan is None:
-            return plans, now_ns
+        if plan is None:  # nothing now; something later (a paced stream, codec rows gathering): move the clock on
+            wake = scheduler.next_wake_ns(now_ns)
+            if wake is None or wake <= now_ns:
+                return plans, now_ns
+            now_ns = wake
+            continue
         plans.append(plan)
     raise AssertionError("scheduler did not reach the condition")

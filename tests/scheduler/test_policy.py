@@ -370,7 +370,7 @@ def test_with_codec_gathering_filler_codec_plans_start_at_most_once_per_window()
 
 
 def test_without_codec_gathering_codec_plans_run_back_to_back():
-    plan, _, _ = _codec_plans_a_moment_apart()
+    plan, _, _ = _codec_plans_a_moment_apart(codec_gather_ms=0.0)
     assert plan is not None and plan.lane is Lane.CODEC
 
 
