@@ -76,10 +76,12 @@ class SchedulerConfig:
     # Codec gathering: while slots are plentiful, a codec-lane plan whose rows are all filler (no stream within
     # `urgent_slack_ms` of running dry) starts at most once per `codec_gather_ms`, so the rows that become ready
     # meanwhile share one plan instead of a stream of small ones (the codec's cost is mostly per plan). Urgent
-    # rows never wait; a chunk waits at most this long. 0: off (codec plans back to back, as soon as rows are
-    # ready). On the H200 at 40 RPS, 30 ms cut the codec lane's plans from 2,613 to 1,595 and its event time from
-    # 11.7 to 7.9 s in 20 s, p95 TTFA unchanged (30 ms); 80 RPS still without refusal or underrun (docs/benchmarks.md).
-    codec_gather_ms: float = 30.0
+    # rows never wait; a chunk waits at most this long. 0 (the default): codec plans back to back. On the H200,
+    # 30 ms cut the codec lane's plans at 40 RPS from 2,613 to ~1,600 in 20 s and its event time from 11.7 to 7.8 s
+    # (6.0k frames per codec event-second instead of 4.0k), p95 TTFA unchanged; but in a full sweep 80 RPS then
+    # refused 0.6 % and 3 requests underran by up to 3.4 ms, where the default had neither: off until an A/B at
+    # 80-100 RPS settles it (docs/benchmarks.md, seventh session).
+    codec_gather_ms: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("capture_sizes", "prefill_capture_sizes", "prefill_token_buckets",
