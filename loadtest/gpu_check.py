@@ -166,8 +166,8 @@ def error_ratio(fast: torch.Tensor, plain: torch.Tensor, reference: torch.Tensor
 
 
 def check_twins(env: dict[str, Any]) -> dict[str, float | bool]:
-    """Talker decode at 8 rows (cuBLAS products) and at 1 row (`gemv` products, keys ending in _b1), prefill,
-    then the code predictor; every talker error also against the fp32 reference."""
+    """Talker decode at 8 rows and at 1 row (keys ending in _b1), prefill, then the code predictor; every talker
+    error also against the fp32 reference."""
     out: dict[str, float | bool] = {}
     ref = fp32_reference(env)
     for b, suffix in ((8, ""), (1, "_b1")):

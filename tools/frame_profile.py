@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.fast.measure import cuda_median_ms  # noqa: E402
+from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
 VARIANTS = ("defaults", "radix4", "warps8", "narrow")
 CONTEXT = 512
@@ -96,25 +96,10 @@ def outputs(env: dict[str, Any], b: int, lengths: list[int]) -> list[torch.Tenso
 
 
 def kernel_table(fn: Any, replays: int = 5) -> dict[str, Any]:
-    """Kernels of `replays` replays: per name calls and us per replay, and their total."""
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(replays):
-            fn()
-        torch.cuda.synchronize()
-    rows = []
-    for event in prof.key_averages():
-        us = event.device_time_total if hasattr(event, "device_time_total") else event.cuda_time_total
-        if us <= 0:
-            continue
-        rows.append({"kernel": event.key[:90], "calls": event.count / replays, "us": us / replays})
-    rows.sort(key=lambda r: -r["us"])
-    return {
-        "kernels": rows,
-        "kernel_us": sum(r["us"] for r in rows),
-        "launches": sum(r["calls"] for r in rows),
-    }
+    """Kernels of `replays` replays (`tools.codec_profile.kernel_table`): per name calls and us per replay, their
+    total and count."""
+    launches, rows = codec_kernel_table(fn, replays)
+    return {"kernels": rows, "kernel_us": sum(r["us"] for r in rows), "launches": launches}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n{key} ({name}): span {prof['span_us']:.0f} us, kernels {prof['kernel_us']:.0f} us in "
                   f"{prof['launches']:.0f} launches, gaps {prof['gap_us']:.0f} us; heaviest:")  # fmt: skip
             for row in prof["kernels"][:6]:
-                print(f"  {row['us']:8.1f} us  {row['calls']:5.0f} x  {row['kernel'][:70]}")
+                print(f"  {row['us']:8.1f} us  {row['calls']:5.0f} x  {row['name'][:70]}")
     print("\nvariant    " + "  ".join(f"B={b}: talker / CP / frame ms" for b in args.batches) + "  bitwise")
     for name, result in report["variants"].items():
         cells = "  ".join(f"{result[b]['talker_ms']:6.3f} / {result[b]['cp_ms']:6.3f} / {result[b]['frame_ms']:6.3f}"
