@@ -211,9 +211,9 @@ def bench_shape(name: str, rows: int, only_compile: bool, share: tuple[int, int]
             us = measure(f"dot {config}", lambda w, c=config: run_dot(x, w, out32, c), lambda: out32)
         if us is not None:
             timings.setdefault(kind, []).append((us, config))
-    result["best"] = {kind: {"us": min(t)[0], "config": min(t, key=lambda p: p[0])[1],
-                             "tb_s": nbytes / min(t)[0] / 1e6}
-                      for kind, t in timings.items()}  # fmt: skip
+    best = {kind: min(t, key=lambda p: p[0]) for kind, t in timings.items()}
+    result["best"] = {kind: {"us": us, "config": config, "tb_s": nbytes / us / 1e6}
+                      for kind, (us, config) in best.items()}  # fmt: skip
     return result
 
 
