@@ -1,6 +1,6 @@
 """Where a frame step's GPU time goes: talker decode and code-predictor frame per kernel variant (GPU only).
 
-    python tools/frame_profile.py [--batches 1 64] [--variants defaults radix4 warps8 narrow] [--out frame_profile.json]
+    python tools/frame_profile.py [--batches 1 64] [--variants defaults radix4 warps4 narrow previous] [--out frame_profile.json]
 
 On the full-size model with random bf16 weights, each variant builds the engine's talker and code-predictor graphs
 at the given batch sizes and times their replays (CUDA-event medians; talker contexts drawn from 256..511, as
@@ -8,8 +8,9 @@ at the given batch sizes and times their replays (CUDA-event medians; talker con
 
     defaults   the engine's
     radix4     the sampler's top-k search in 8 passes over 16 candidates (defaults: 16 passes over 4)
-    warps8     every 1-2 row product with 8 warps a program (defaults: 4)
+    warps4     every 1-2 row product with 4 warps a program (defaults: 8)
     narrow     every 1-2 row product with half the output columns a program (twice the programs)
+    previous   the 1-2 row tiles before 2026-12-02: 8-32 columns and K 512 a 4-warp program
 
 The sampler's search finds the exact k-th value whatever its radix, so `radix4` must draw bitwise the same codes
 as `defaults` (checked over three frame steps; the other variants report whether theirs agree). Then the kernels of
@@ -33,18 +34,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.fast.measure import cuda_median_ms  # noqa: E402
 from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
-VARIANTS = ("defaults", "radix4", "warps8", "narrow")
+VARIANTS = ("defaults", "radix4", "warps4", "narrow", "previous")
+PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 
 
 def frame_kernels(variant: str) -> Any:
     from engine.fast.code_predictor_graph import FrameKernels
+    from engine.fast.kernels.gemv import GemvConfig
 
     kernels = FrameKernels()
     if variant == "radix4":
         return replace(kernels, radix_bits=4)
-    if variant == "warps8":
-        return replace(kernels, gemv={name: replace(tile, num_warps=8) for name, tile in kernels.gemv.items()})
+    if variant == "warps4":
+        return replace(kernels, gemv={name: replace(tile, num_warps=4) for name, tile in kernels.gemv.items()})
+    if variant == "previous":
+        return replace(kernels, gemv={name: GemvConfig(block_n=columns, block_k=512, num_warps=4)
+                                      for name, columns in PREVIOUS_COLUMNS.items()})  # fmt: skip
     if variant == "narrow":
         return replace(kernels, gemv={name: replace(tile, block_n=max(1, tile.block_n // 2))
                                       for name, tile in kernels.gemv.items()})  # fmt: skip

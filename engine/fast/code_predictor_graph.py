@@ -43,11 +43,12 @@ from engine.fast.kernels.silu_mul import silu_mul as swiglu
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k, sample_tokens
 from engine.model.qwen3_tts import Qwen3TTS
 
-# Output columns per program at one token row: ~128-192 programs per product on the H200's 132 SMs.
-DEFAULT_GEMV = {
-    "proj": GemvConfig(block_n=8), "qkv": GemvConfig(block_n=32), "o": GemvConfig(block_n=8),
-    "gate_up": GemvConfig(block_n=16), "down": GemvConfig(block_n=8), "head": GemvConfig(block_n=16),
-}  # fmt: skip
+# Tiles of the 1-2 row products: 4 output columns and the whole K (up to 1024) per 8-warp program, so each
+# product is 256-1,536 programs and every SM holds several with their weight loads in flight. Measured on the
+# H200 with weights streamed from HBM (`tools/gemv_bench.py`, 2026-12-02): within 0.2-0.4 us of a kernel that
+# only reads the weight, where 16-32 columns a program took 1.5-2.5x as long.
+_ROW_TILE = GemvConfig(block_n=4, block_k=1024, num_warps=8)
+DEFAULT_GEMV = {name: _ROW_TILE for name in ("proj", "qkv", "o", "gate_up", "down", "head")}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,10 @@ At a handful of rows a projection is a weight stream: W [N,K] bf16 is read once 
 product against it. cuBLAS runs the code predictor's shapes at 0.3-2 TB/s at one row; here the N output
 columns are cut into BLOCK_N-wide tiles, one program each (hundreds of programs over 132 SMs), each reading
 its [BLOCK_N, K] slice of W in wide contiguous [BLOCK_N, BLOCK_K] loads and accumulating in fp32. Few rows
-(BLOCK_R < 16) multiply on the CUDA cores; more rows use `tl.dot` (tensor cores) on the same tiles.
+(BLOCK_R < 16) multiply on the CUDA cores, accumulating the [BLOCK_R, BLOCK_N, BLOCK_K] tile products
+elementwise and summing over K once at the end (a cross-thread sum per tile kept the loads from streaming:
+2x slower at one row on the H200); more rows use `tl.dot` (tensor cores) on the same tiles. The first W tile
+is requested before the norm prologue reads x, so the two latencies overlap.
 
 Around the product, in the same kernel, so the layer needs fewer launches (each optional):
 
@@ -67,6 +70,14 @@ if HAVE_TRITON:
         n_mask = n < n_out
         w_rows = w_ptr + n.to(tl.int64)[:, None] * K  # [BN,1]
 
+        # The first weight tile is requested before the norm pass: the two loads' latencies overlap instead of
+        # adding up (nothing the norm pass writes aliases W).
+        k_first = tl.arange(0, BLOCK_K)
+        w_first_mask = n_mask[:, None] & (k_first < K)[None, :]
+        w_first = tl.load(w_rows + k_first[None, :], mask=w_first_mask, other=0.0)
+        if SILU_MUL:
+            w_up_first = tl.load(w_rows + n_out * K + k_first[None, :], mask=w_first_mask, other=0.0)
+
         if HAS_NORM:  # first pass over x: the row norms (and the new residual, written once)
             squares = tl.zeros([BLOCK_R], dtype=tl.float32)
             for k0 in tl.static_range(0, K, BLOCK_K):
@@ -83,8 +94,12 @@ if HAVE_TRITON:
                 squares += tl.sum(s * s, axis=1)
             rstd = 1.0 / tl.sqrt(squares / K + eps)
 
-        acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
-        acc_up = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+        if USE_DOT:
+            acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+            acc_up = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+        else:  # CUDA cores: the tile products accumulate elementwise, summed over K once after the loop
+            acc3 = tl.zeros([BLOCK_R, BLOCK_N, BLOCK_K], dtype=tl.float32)
+            acc3_up = tl.zeros([BLOCK_R, BLOCK_N, BLOCK_K], dtype=tl.float32)
         for k0 in tl.static_range(0, K, BLOCK_K):
             kk = k0 + tl.arange(0, BLOCK_K)
             k_mask = kk < K
@@ -95,10 +110,15 @@ if HAVE_TRITON:
             if HAS_NORM:
                 weight = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
                 x = _rounded(weight[None, :] * _rounded(x * rstd[:, None], DTYPE), DTYPE)
-            w_mask = n_mask[:, None] & k_mask[None, :]
-            w = tl.load(w_rows + kk[None, :], mask=w_mask, other=0.0)
-            if SILU_MUL:
-                w_up = tl.load(w_rows + n_out * K + kk[None, :], mask=w_mask, other=0.0)
+            if k0 == 0:
+                w = w_first
+                if SILU_MUL:
+                    w_up = w_up_first
+            else:
+                w_mask = n_mask[:, None] & k_mask[None, :]
+                w = tl.load(w_rows + kk[None, :], mask=w_mask, other=0.0)
+                if SILU_MUL:
+                    w_up = tl.load(w_rows + n_out * K + kk[None, :], mask=w_mask, other=0.0)
             if USE_DOT:  # x holds values exact in DTYPE: the cast back is lossless
                 acc += tl.dot(
                     x.to(DTYPE), tl.trans(w.to(DTYPE)), out_dtype=tl.float32, input_precision=PRECISION
@@ -107,9 +127,12 @@ if HAVE_TRITON:
                     acc_up += tl.dot(x.to(DTYPE), tl.trans(w_up.to(DTYPE)), out_dtype=tl.float32,
                                      input_precision=PRECISION)  # fmt: skip
             else:
-                acc += tl.sum(x[:, None, :] * w.to(tl.float32)[None, :, :], axis=2)
+                acc3 += x[:, None, :] * w.to(tl.float32)[None, :, :]
                 if SILU_MUL:
-                    acc_up += tl.sum(x[:, None, :] * w_up.to(tl.float32)[None, :, :], axis=2)
+                    acc3_up += x[:, None, :] * w_up.to(tl.float32)[None, :, :]
+        if not USE_DOT:
+            acc = tl.sum(acc3, axis=2)
+            acc_up = tl.sum(acc3_up, axis=2)
 
         if SILU_MUL:  # silu(gate) rounded, times up (each GEMM output rounded first), as `silu_mul`
             gate = _rounded(acc, DTYPE)
