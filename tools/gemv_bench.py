@@ -31,7 +31,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -45,6 +44,7 @@ HBM_BYTES = 200 << 20  # each timed graph streams this much weight: > 3x the 60 
 SHAPES = {  # name: (N, K) of the full-size code predictor
     "proj": (1024, 2048), "qkv": (4096, 1024), "o": (1024, 2048),
     "gate_up": (6144, 1024), "down": (1024, 3072), "head": (2048, 1024),
+    "talker_qkv": (4096, 2048), "talker_o": (2048, 2048), "talker_gate_up": (12288, 2048), "talker_down": (2048, 6144),
 }  # fmt: skip
 
 
@@ -196,13 +196,15 @@ def bench_shape(name: str, rows: int, only_compile: bool, share: tuple[int, int]
 
             if rows > 2:
                 continue
-            cfg = DEFAULT_GEMV.get(name)
-            us = measure(kind, lambda w: gemv(x, w, config=cfg, out=out), lambda: out)
+            from engine.fast.kernels.gemv import STREAM_TILE
+
+            cfg = DEFAULT_GEMV.get(name, STREAM_TILE)
+            us = measure(kind, lambda w, cfg=cfg: gemv(x, w, config=cfg, out=out), lambda: out)
         elif kind == "read":
             block = 8192
             partial = torch.empty(triton.cdiv(n * k, block), device="cuda")
-            us = measure(kind, lambda w: _read_kernel[(partial.numel(),)](w, partial, n * k, BLOCK=block,
-                                                                        num_warps=8),  # fmt: skip
+            us = measure(kind, lambda w, p=partial, b=block: _read_kernel[(p.numel(),)](w, p, n * k, BLOCK=b,
+                                                                                  num_warps=8),  # fmt: skip
                          lambda: truth)
         elif kind == "late":
             us = measure(f"late {config}", lambda w, c=config: run_late(x, w, out32, out, c),

@@ -36,19 +36,14 @@ from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_row
 from engine.fast.kernels import INTERPRET, use_triton
 from engine.fast.kernels.cp_attention import cp_attention
 from engine.fast.kernels.decode_attention import decode_attention
-from engine.fast.kernels.gemv import GemvConfig, gemv
+from engine.fast.kernels.gemv import STREAM_TILE, GemvConfig, gemv
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.sampler import sample
 from engine.fast.kernels.silu_mul import silu_mul as swiglu
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k, sample_tokens
 from engine.model.qwen3_tts import Qwen3TTS
 
-# Tiles of the 1-2 row products: 4 output columns and the whole K (up to 1024) per 8-warp program, so each
-# product is 256-1,536 programs and every SM holds several with their weight loads in flight. Measured on the
-# H200 with weights streamed from HBM (`tools/gemv_bench.py`, 2026-12-02): within 0.2-0.4 us of a kernel that
-# only reads the weight, where 16-32 columns a program took 1.5-2.5x as long.
-_ROW_TILE = GemvConfig(block_n=4, block_k=1024, num_warps=8)
-DEFAULT_GEMV = {name: _ROW_TILE for name in ("proj", "qkv", "o", "gate_up", "down", "head")}
+DEFAULT_GEMV = {name: STREAM_TILE for name in ("proj", "qkv", "o", "gate_up", "down", "head")}
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,8 @@ its [BLOCK_N, K] slice of W in wide contiguous [BLOCK_N, BLOCK_K] loads and accu
 (BLOCK_R < 16) multiply on the CUDA cores, accumulating the [BLOCK_R, BLOCK_N, BLOCK_K] tile products
 elementwise and summing over K once at the end (a cross-thread sum per tile kept the loads from streaming:
 2x slower at one row on the H200); more rows use `tl.dot` (tensor cores) on the same tiles. The first W tile
-is requested before the norm prologue reads x, so the two latencies overlap.
+is requested before the norm prologue reads x, so the two latencies overlap; when K fits one tile the prologue
+keeps x (+ residual) and the norm weight in registers for the product instead of reading them twice.
 
 Around the product, in the same kernel, so the layer needs fewer launches (each optional):
 
@@ -56,6 +57,7 @@ if HAVE_TRITON:
         K: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
         HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, USE_DOT: tl.constexpr, DTYPE: tl.constexpr,
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        ONE_CHUNK: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         r = tl.arange(0, BLOCK_R)
@@ -91,6 +93,9 @@ if HAVE_TRITON:
                 if HAS_RESIDUAL:  # noqa: SIM102 (constexpr, then a runtime condition)
                     if pid == 0:
                         tl.store(sum_ptr + r[:, None] * K + kk[None, :], s.to(DTYPE), mask=mask)
+                if ONE_CHUNK:  # the norm weight is requested with x, before the sum's cross-thread wait
+                    norm_first = tl.load(norm_ptr + kk, mask=kk < K, other=0.0).to(tl.float32)
+                    s_first = s
                 squares += tl.sum(s * s, axis=1)
             rstd = 1.0 / tl.sqrt(squares / K + eps)
 
@@ -104,12 +109,15 @@ if HAVE_TRITON:
             kk = k0 + tl.arange(0, BLOCK_K)
             k_mask = kk < K
             mask = r_mask[:, None] & k_mask[None, :]
-            x = tl.load(x_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32)
-            if HAS_RESIDUAL:
-                x = _rounded(x + tl.load(res_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32), DTYPE)
-            if HAS_NORM:
-                weight = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-                x = _rounded(weight[None, :] * _rounded(x * rstd[:, None], DTYPE), DTYPE)
+            if HAS_NORM and ONE_CHUNK:  # x + residual and the norm weight are already in registers
+                x = _rounded(norm_first[None, :] * _rounded(s_first * rstd[:, None], DTYPE), DTYPE)
+            else:
+                x = tl.load(x_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32)
+                if HAS_RESIDUAL:
+                    x = _rounded(x + tl.load(res_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32), DTYPE)
+                if HAS_NORM:
+                    weight = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
+                    x = _rounded(weight[None, :] * _rounded(x * rstd[:, None], DTYPE), DTYPE)
             if k0 == 0:
                 w = w_first
                 if SILU_MUL:
@@ -156,6 +164,13 @@ class GemvConfig:
     block_k: int = 512
     num_warps: int = 4
     use_dot: bool | None = None
+
+
+# The tile for 1-2 rows: 4 output columns and the whole K (up to 1024) a program of 8 warps, so a product is
+# hundreds to thousands of programs and every SM holds several with their weight loads in flight. Measured on
+# the H200 with weights streamed from HBM (`tools/gemv_bench.py`, 2026-12-02): the code predictor's products
+# within 0.2-0.4 us of a kernel that only reads the weight, where 16-32 columns a program took 1.5-2.5x as long.
+STREAM_TILE = GemvConfig(block_n=4, block_k=1024, num_warps=8)
 
 
 def gemv_reference(
@@ -223,6 +238,6 @@ def gemv(
         K=k, HAS_INDEX=index is not None, HAS_NORM=norm_weight is not None, HAS_RESIDUAL=residual is not None,
         HAS_BIAS=bias is not None, SILU_MUL=silu_mul, USE_DOT=use_dot, DTYPE=TRITON_DTYPES[x.dtype],
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
-        BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=config.num_warps,
+        BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=block_k >= k, num_warps=config.num_warps,
     )  # fmt: skip
     return out, s
