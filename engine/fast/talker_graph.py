@@ -25,6 +25,7 @@ from engine.executors.slots import GenerationSlots
 from engine.fast.decoder import fuse_layers, rope_tables, run_layers, run_row_layers
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
 from engine.fast.kernels.decode_attention import decode_attention
+from engine.fast.kernels.gemv import GemvConfig
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k, sample_tokens
 from engine.ipc.messages import Sampling
 from engine.model import sampling as sampler
@@ -34,6 +35,9 @@ from engine.model.qwen3_tts import Qwen3TTS
 # Decode batches up to this many rows run their products as `gemv` weight streams with the norms folded in
 # (`decoder.run_row_layers`); larger ones run cuBLAS GEMMs (`decoder.run_layers`).
 GEMV_MAX_ROWS = 1
+# The talker's products are 8-50 MB with K of 2048-6144: the best tiles of `tools/gemv_bench.py` on the H200.
+ROW_TILES = {"qkv": GemvConfig(block_n=8, block_k=512, num_warps=8), "o": GemvConfig(block_n=4, block_k=512),
+             "gate_up": GemvConfig(block_n=8, block_k=256), "down": GemvConfig(block_n=4, block_k=1024)}  # fmt: skip
 
 # cuDNN attention is left out of captured prefill: its graph-capture safety is not established here.
 CAPTURE_SAFE_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
@@ -139,8 +143,11 @@ class TalkerGraphs:
             k_cache, v_cache = self.caches[layer]
             return decode_attention(q, k_cache, v_cache, index, lengths).view(n, -1)
 
-        stack = run_row_layers if n <= self.gemv_max_rows else run_layers
-        hidden = stack(self.layers, x, self.talker.model.norm.weight, cos, sin, self.caches, index, positions, attend)
+        layers, norm = self.layers, self.talker.model.norm.weight
+        if n <= self.gemv_max_rows:
+            hidden = run_row_layers(layers, x, norm, cos, sin, self.caches, index, positions, attend, ROW_TILES)
+        else:
+            hidden = run_layers(layers, x, norm, cos, sin, self.caches, index, positions, attend)
         self._draw(hidden, index, self.inputs["frame"][:n] + 1, self.inputs["eos_never"][:n].bool())
 
     def _prefill(self, key: tuple[int, int]) -> None:
