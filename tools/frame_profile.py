@@ -1,17 +1,16 @@
 """Where a frame step's GPU time goes: talker decode and code-predictor frame per kernel variant (GPU only).
 
-    python tools/frame_profile.py [--batches 1 64] [--variants defaults radix4 warps4 narrow previous talker_cublas] [--out frame_profile.json]
+    python tools/frame_profile.py [--batches 1 64] [--variants defaults radix4 warps4 narrow previous] [--out frame_profile.json]
 
 On the full-size model with random bf16 weights, each variant builds the engine's talker and code-predictor graphs
 at the given batch sizes and times their replays (CUDA-event medians; talker contexts drawn from 256..511, as
-`loadtest.gpu_check` does). Variants change the code predictor's `FrameKernels`, or the talker's product path:
+`loadtest.gpu_check` does). Variants change the code predictor's `FrameKernels` only:
 
     defaults   the engine's
     radix4     the sampler's top-k search in 8 passes over 16 candidates (defaults: 16 passes over 4)
     warps4     every 1-2 row product with 4 warps a program (defaults: 8)
     narrow     every 1-2 row product with half the output columns a program (twice the programs)
     previous   the 1-2 row tiles before 2026-12-02: 8-32 columns and K 512 a 4-warp program
-    talker_cublas  the talker's 1-row decode on cuBLAS GEMMs as at larger batches (defaults: `gemv` streams)
 
 The sampler's search finds the exact k-th value whatever its radix, so `radix4` must draw bitwise the same codes
 as `defaults` (checked over three frame steps; the other variants report whether theirs agree). Then the kernels of
@@ -35,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.fast.measure import cuda_median_ms  # noqa: E402
 from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
-VARIANTS = ("defaults", "radix4", "warps4", "narrow", "previous", "talker_cublas")
+VARIANTS = ("defaults", "radix4", "warps4", "narrow", "previous")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 
@@ -67,7 +66,7 @@ def build(model: Any, variant: str, batches: list[int]) -> dict[str, Any]:
     slots = GenerationSlots(max(batches), c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
     cache = model.talker.new_cache(max(batches), CONTEXT + 8)
     codes = new_code_buffer(max(batches), 64, model.device)
-    talker = TalkerGraphs(model, slots, cache, batches, **({"gemv_max_rows": 0} if variant == "talker_cublas" else {}))
+    talker = TalkerGraphs(model, slots, cache, batches)
     predictor = CodePredictorGraphs(model, slots, codes, batches, kernels=frame_kernels(variant))
     talker.decode_steps.capture()
     predictor.capture()

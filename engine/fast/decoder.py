@@ -7,22 +7,18 @@ shapes change (q|k|v and gate|up as one product), so bf16 results match the plai
 rounding. `fuse_layers` concatenates the projection weights once and re-points the plain modules'
 parameters at views of the fused tensors, so both paths share one copy of the weights.
 
-`run_row_layers` is the same stack for one or two token rows, its products weight streams (`gemv`) with the
-norms folded in: 6 kernels per layer.
-
 Rows are flattened token rows: R = B*T, hidden width Hd; `attend(layer, q [R,H,D]) -> [R,H*D]` is
 supplied by the caller (decode over per-row lengths, or the code predictor's short dense context).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from engine.fast.kernels.gemv import STREAM_TILE, GemvConfig, gemv
 from engine.fast.kernels.qk_norm_rope import qk_norm_rope
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.silu_mul import silu_mul
@@ -93,32 +89,6 @@ def run_layers(
         x = attend(index, q) @ layer.o.T  # [R,Hd]
         normed, residual = rms_norm(x, layer.post_norm, layer.eps, residual)  # residual: h = x + attn
         x = silu_mul(normed @ layer.gate_up.T) @ layer.down.T  # [R,Hd]
-    return rms_norm(x, final_norm, layers[0].eps, residual)[0]
-
-
-def run_row_layers(
-    layers: list[FusedLayer], x: Tensor, final_norm: Tensor, cos: Tensor, sin: Tensor,
-    caches: list[tuple[Tensor, Tensor]], slot: Tensor, position: Tensor, attend: Attend,
-    tiles: Mapping[str, GemvConfig] | None = None,
-) -> Tensor:  # fmt: skip
-    """`run_layers` for a few token rows: every product a `gemv` weight stream, each RMSNorm (residual add
-    included) in the prologue of the product that follows it and SwiGLU in the gate|up epilogue, so a layer is
-    6 kernels instead of 9. Same arithmetic and rounding as `run_layers`. `tiles` maps qkv, o, gate_up, down
-    to their tile shapes (default `STREAM_TILE`)."""
-    tiles = tiles or {}
-    qkv_tile, o_tile, gate_up_tile, down_tile = (tiles.get(name, STREAM_TILE) for name in ("qkv", "o", "gate_up", "down"))
-    residual: Tensor | None = None
-    for index, layer in enumerate(layers):
-        qkv, total = gemv(x, layer.qkv, residual=residual, norm_weight=layer.input_norm, eps=layer.eps,
-                          config=qkv_tile)  # fmt: skip
-        residual = x if total is None else total  # the layer input
-        k_cache, v_cache = caches[index]
-        q = qk_norm_rope(qkv, cos, sin, layer.q_norm, layer.k_norm, layer.eps, k_cache, v_cache, slot, position,
-                         layer.num_heads, layer.num_kv_heads)  # fmt: skip
-        x, _ = gemv(attend(index, q), layer.o, config=o_tile)
-        act, residual = gemv(x, layer.gate_up, residual=residual, norm_weight=layer.post_norm, eps=layer.eps,
-                             silu_mul=True, config=gate_up_tile)  # fmt: skip
-        x, _ = gemv(act, layer.down, config=down_tile)
     return rms_norm(x, final_norm, layers[0].eps, residual)[0]
 
 

@@ -2,7 +2,7 @@
 preallocated slot KV cache with per-request lengths. A drop-in for `TalkerExecutor.prefill/decode`.
 
 Decode replay (n padded rows), inputs kv_slot/position/text/frame/eos_never [n]:
-    x = frame_embed[slot] + P(text)  ->  fused 28-layer stack (at one row: weight-streaming products), keys of row b = its slot's 0..position[b]
+    x = frame_embed[slot] + P(text)  ->  fused 28-layer stack, keys of row b = its slot's 0..position[b]
     (Triton split-KV decode attention)  ->  codec head  ->  repetition penalty, EOS/control masks,
     temperature, top-k, counter-based draw (seed, frame+1, group 0)  ->  hidden, code0, seen,
     generated updated at the slot; the tokens also land in `tokens` for the one optional read-back.
@@ -22,22 +22,14 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engine.executors.slots import GenerationSlots
-from engine.fast.decoder import fuse_layers, rope_tables, run_layers, run_row_layers
+from engine.fast.decoder import fuse_layers, rope_tables, run_layers
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
 from engine.fast.kernels.decode_attention import decode_attention
-from engine.fast.kernels.gemv import GemvConfig
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k, sample_tokens
 from engine.ipc.messages import Sampling
 from engine.model import sampling as sampler
 from engine.model.kv_cache import TalkerKVCache
 from engine.model.qwen3_tts import Qwen3TTS
-
-# Decode batches up to this many rows run their products as `gemv` weight streams with the norms folded in
-# (`decoder.run_row_layers`); larger ones run cuBLAS GEMMs (`decoder.run_layers`).
-GEMV_MAX_ROWS = 1
-# The talker's products are 8-50 MB with K of 2048-6144: the best tiles of `tools/gemv_bench.py` on the H200.
-ROW_TILES = {"qkv": GemvConfig(block_n=8, block_k=512, num_warps=8), "o": GemvConfig(block_n=4, block_k=512),
-             "gate_up": GemvConfig(block_n=8, block_k=256), "down": GemvConfig(block_n=4, block_k=1024)}  # fmt: skip
 
 # cuDNN attention is left out of captured prefill: its graph-capture safety is not established here.
 CAPTURE_SAFE_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
@@ -46,8 +38,7 @@ CAPTURE_SAFE_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
 class TalkerGraphs:
     def __init__(self, model: Qwen3TTS, slots: GenerationSlots, cache: TalkerKVCache, capture_sizes: Sequence[int],
                  *, prefill_sizes: Sequence[int] = (), prefill_buckets: Sequence[int] = (),
-                 use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP,
-                 gemv_max_rows: int = GEMV_MAX_ROWS) -> None:  # fmt: skip
+                 use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP) -> None:  # fmt: skip
         self.model = model
         self.talker = model.talker
         self.config = model.config.talker
@@ -59,7 +50,6 @@ class TalkerGraphs:
         if self.buckets and self.buckets[-1] > cache.max_len:
             raise ValueError(f"prefill bucket {self.buckets[-1]} exceeds the KV cache's {cache.max_len} positions")
         self.top_k_cap = top_k_cap
-        self.gemv_max_rows = gemv_max_rows
         self.layers = fuse_layers(self.talker.model.layers)
         self.caches = [cache.layer(i) for i in range(self.config.num_layers)]
         device = model.device
@@ -143,11 +133,8 @@ class TalkerGraphs:
             k_cache, v_cache = self.caches[layer]
             return decode_attention(q, k_cache, v_cache, index, lengths).view(n, -1)
 
-        layers, norm = self.layers, self.talker.model.norm.weight
-        if n <= self.gemv_max_rows:
-            hidden = run_row_layers(layers, x, norm, cos, sin, self.caches, index, positions, attend, ROW_TILES)
-        else:
-            hidden = run_layers(layers, x, norm, cos, sin, self.caches, index, positions, attend)
+        hidden = run_layers(self.layers, x, self.talker.model.norm.weight, cos, sin, self.caches, index,
+                            positions, attend)  # fmt: skip
         self._draw(hidden, index, self.inputs["frame"][:n] + 1, self.inputs["eos_never"][:n].bool())
 
     def _prefill(self, key: tuple[int, int]) -> None:
