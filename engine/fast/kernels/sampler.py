@@ -10,7 +10,8 @@ One program per row b draws from scores [B,V] (any float dtype; read as fp32, as
 
 The k-th largest value is found without sorting: a radix search over the order-preserving integer image of
 the fp32 values (2^RADIX_BITS candidate thresholds per round, one counting pass each), which lands exactly
-on a value of the row, so ties at the threshold are kept as `topk(...).values[k-1]` keeps them.
+on a value of the row, so ties at the threshold are kept as `topk(...).values[k-1]` keeps them; it stops early
+once exactly k values lie at or above its lower bound (the same kept set).
 
 Optionally (the frame's running code-embedding sum) the drawn token's row of `table` [V',H] is added to
 `acc` [B,H] fp32 and the token is written to a strided `out` [B] int64 (e.g. one column of the frame codes).
@@ -66,14 +67,20 @@ if HAVE_TRITON:
         hi = tl.max(tl.where(valid, key, -2147483647), axis=0).to(tl.int64)
         if limited:
             digits = tl.arange(0, 1 << RADIX_BITS).to(tl.int64)  # candidate j: lo + ceil(j * width / 2^bits)
-            for _ in tl.static_range((32 + RADIX_BITS - 1) // RADIX_BITS):
+            # The search stops as soon as exactly top_k keys are >= lo: {key >= lo} is then the top-k set
+            # itself (a tie at the k-th value would make that count exceed k), so the tokens are those of the
+            # full search, which needs all 32 / RADIX_BITS rounds only when lo must land on a tied k-th value.
+            count_lo = tl.sum(valid.to(tl.int32), axis=0)  # keys >= lo (= the row's minimum)
+            while (count_lo > top_k) & (lo < hi):
                 width = hi - lo + 1
                 cand = lo + ((digits * width + (1 << RADIX_BITS) - 1) >> RADIX_BITS)  # [2^bits], ascending
                 # every candidate <= hi + 1 <= key(+inf) + 1 fits int32: compare in 32 bits
                 above = (key[None, :] >= cand.to(tl.int32)[:, None]) & valid[None, :]
-                ok = tl.sum(above.to(tl.int32), axis=1) >= top_k  # true for j = 0, then monotone
+                counts = tl.sum(above.to(tl.int32), axis=1)  # [2^bits], descending
+                ok = counts >= top_k  # true for j = 0, then monotone
                 next_hi = tl.min(tl.where(ok, hi, cand - 1), axis=0)
                 lo = tl.max(tl.where(ok, cand, lo), axis=0)
+                count_lo = tl.min(tl.where(ok, counts, 2147483647), axis=0)
                 hi = next_hi
             keep = valid & (key >= lo)
         else:

@@ -1,0 +1,89 @@
+"""The code predictor's one-kernel sampler on the GPU: same tokens as its twin, and its time per call.
+
+For rows 1, 8 and 64 of the full-size code predictor's vocabulary (2048), every code group, random scores
+with a tie planted where thresholds fall, mixed top-k (off, 1, 2, 5, 50, the cap, the vocabulary), greedy
+rows and temperatures: `sampler.sample` against `sample_reference` (tokens must be identical; the embedding
+accumulate within 1e-6). Then the kernel's time per call, 15 calls (one frame's groups) in a CUDA graph,
+CUDA-event median, at the default top-k 50.
+
+    python tools/sampler_check.py [--radix-bits 2]      # GPU only; exit status 1 on any mismatch
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.fast.kernels.sampler import sample, sample_reference  # noqa: E402
+from engine.fast.measure import cuda_median_ms, relative_l2  # noqa: E402
+from engine.model.rng import seed_tensor  # noqa: E402
+
+VOCAB, HIDDEN, CAP = 2048, 1024, 64
+DEVICE = "cuda"
+
+
+def inputs(rows: int, group: int, gen: torch.Generator, top_k_value: int | None = None) -> dict:
+    row = torch.arange(rows, device=DEVICE)
+    scores = torch.randn(rows, VOCAB, device=DEVICE, generator=gen) * 2.0
+    scores[:, 5:9] = scores[:, 5:6]  # a tie some thresholds fall on
+    top_k = torch.tensor([0, 1, 2, 5, 50, CAP, VOCAB, 3], device=DEVICE)[row % 8]
+    if top_k_value is not None:
+        top_k = torch.full_like(top_k, top_k_value)
+    return dict(scores=scores, greedy=row % 7 == 3 if top_k_value is None else torch.zeros_like(row, dtype=torch.bool),
+                temperature=(0.4 + (row % 5).float() * 0.3)[:, None], top_k=top_k, cap=CAP,
+                seeds=seed_tensor([2**64 - 1 - 7919 * i - group for i in range(rows)], DEVICE),
+                frames=row * 37 + group, group=group)  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--radix-bits", type=int, default=2)
+    p.add_argument("--smoke", action="store_true", help="CPU under TRITON_INTERPRET=1, tokens only (proves the script)")
+    args = p.parse_args(argv)
+    global DEVICE
+    if args.smoke:
+        DEVICE = "cpu"
+    elif not torch.cuda.is_available():
+        p.error("needs a CUDA device")
+    gen = torch.Generator(device=DEVICE).manual_seed(0)
+    table = torch.randn(VOCAB, HIDDEN, device=DEVICE, generator=gen).to(torch.bfloat16)
+    mismatches, checked, acc_error = 0, 0, 0.0
+    for rows in (1, 3) if args.smoke else (1, 8, 64):
+        for group in (1, 8, 15) if args.smoke else range(1, 16):
+            kw = inputs(rows, group, gen)
+            acc = torch.randn(rows, HIDDEN, device=DEVICE, generator=gen)
+            acc_ref = acc.clone()
+            args_ = [kw[k] for k in ("scores", "greedy", "temperature", "top_k", "cap", "seeds", "frames", "group")]
+            tokens = sample(*args_, table=table, acc=acc, radix_bits=args.radix_bits)
+            expected = sample_reference(*args_, table=table, acc=acc_ref)
+            mismatches += int((tokens != expected).sum())
+            checked += rows
+            acc_error = max(acc_error, relative_l2(acc, acc_ref))
+    times = {}
+    for rows in () if args.smoke else (1, 64):
+        kws = [inputs(rows, group, gen, top_k_value=50) for group in range(1, 16)]
+        out = torch.empty(rows, dtype=torch.int64, device=DEVICE)
+
+        def frame(kws: list[dict] = kws, out: torch.Tensor = out) -> None:
+            for kw in kws:
+                sample(*[kw[k] for k in ("scores", "greedy", "temperature", "top_k", "cap", "seeds", "frames",
+                                         "group")], out=out, radix_bits=args.radix_bits)  # fmt: skip
+
+        frame()
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            frame()
+        times[rows] = cuda_median_ms(graph.replay, repeats=50, warmup=5) * 1e3 / 15
+    print(f"tokens: {mismatches} of {checked} differ from the twin; embedding accumulate error {acc_error:.1e}")
+    print("us per sampler call (top-k 50): " + ", ".join(f"{r} rows {t:.1f}" for r, t in times.items()))
+    return 0 if mismatches == 0 and acc_error <= 1e-6 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
