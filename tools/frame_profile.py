@@ -2,9 +2,11 @@
 
     python tools/frame_profile.py [--batches 1 64] [--variants defaults radix4 warps4 narrow previous] [--out frame_profile.json]
 
-On the full-size model with random bf16 weights, each variant builds the engine's talker and code-predictor graphs
-at the given batch sizes and times their replays (CUDA-event medians; talker contexts drawn from 256..511, as
-`loadtest.gpu_check` does). Variants change the code predictor's `FrameKernels` only:
+On the full-size model with random bf16 weights, the engine's talker graphs and each variant's code-predictor
+graphs are built at the given batch sizes, all before any timing, then timed round-robin (CUDA-event medians of
+replays in each of five rounds, the median of the rounds; talker contexts drawn from 256..511, as
+`loadtest.gpu_check` does). Building and timing one variant after another biased the later ones: on 2026-12-02
+the second variant built measured 5-10 % slower in the talker, whose graphs it had not changed. Variants change the code predictor's `FrameKernels` only:
 
     defaults   the engine's
     radix4     the sampler's top-k search in 8 passes over 16 candidates (defaults: 16 passes over 4)
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -37,6 +40,7 @@ from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 VARIANTS = ("defaults", "radix4", "warps4", "narrow", "previous")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
+ROUNDS = 5
 
 
 def frame_kernels(variant: str) -> Any:
@@ -57,7 +61,9 @@ def frame_kernels(variant: str) -> Any:
     return kernels
 
 
-def build(model: Any, variant: str, batches: list[int]) -> dict[str, Any]:
+def build(model: Any, variants: list[str], batches: list[int]) -> dict[str, Any]:
+    """One talker graph set and one code-predictor graph set per variant, all over the same slots and caches,
+    all captured before anything is timed (so no variant is timed on a device that has aged differently)."""
     from engine.executors.slots import GenerationSlots, new_code_buffer
     from engine.fast.code_predictor_graph import CodePredictorGraphs
     from engine.fast.talker_graph import TalkerGraphs
@@ -67,13 +73,15 @@ def build(model: Any, variant: str, batches: list[int]) -> dict[str, Any]:
     cache = model.talker.new_cache(max(batches), CONTEXT + 8)
     codes = new_code_buffer(max(batches), 64, model.device)
     talker = TalkerGraphs(model, slots, cache, batches)
-    predictor = CodePredictorGraphs(model, slots, codes, batches, kernels=frame_kernels(variant))
     talker.decode_steps.capture()
-    predictor.capture()
-    return dict(model=model, slots=slots, cache=cache, codes=codes, talker=talker, predictor=predictor)
+    predictors = {}
+    for variant in variants:
+        predictors[variant] = CodePredictorGraphs(model, slots, codes, batches, kernels=frame_kernels(variant))
+        predictors[variant].capture()
+    return dict(model=model, slots=slots, cache=cache, codes=codes, talker=talker, predictors=predictors)
 
 
-def load(env: dict[str, Any], b: int, lengths: list[int]) -> None:
+def load(env: dict[str, Any], variant: str, b: int, lengths: list[int]) -> None:
     from loadtest.gpu_check import fill_state
 
     fill_state(env, lengths + [0] * (env["slots"].hidden.shape[0] - b))
@@ -81,16 +89,16 @@ def load(env: dict[str, Any], b: int, lengths: list[int]) -> None:
     env["talker"].inputs.load(
         b, kv_slot=rows, position=lengths, text=[1000] * b, frame=[2] * b, eos_never=[1] * b
     )
-    env["predictor"].inputs.load(b, kv_slot=rows, stream=rows, frame=[0] * b)
+    env["predictors"][variant].inputs.load(b, kv_slot=rows, stream=rows, frame=[0] * b)
 
 
-def outputs(env: dict[str, Any], b: int, lengths: list[int]) -> list[torch.Tensor]:
-    """Three frame steps (talker decode, then the frame) from one fixed state."""
-    load(env, b, lengths)
+def outputs(env: dict[str, Any], variant: str, b: int, lengths: list[int]) -> list[torch.Tensor]:
+    """Three frame steps (talker decode, then the variant's frame) from one fixed state."""
+    load(env, variant, b, lengths)
     seen = []
     for _ in range(3):
         env["talker"].decode_steps.replay(b)
-        env["predictor"].steps.replay(b)
+        env["predictors"][variant].steps.replay(b)
         seen += [
             env["slots"].hidden[:b].clone(),
             env["codes"][:b, 0].clone(),
@@ -127,26 +135,34 @@ def main(argv: list[str] | None = None) -> int:
         "torch": torch.__version__,
         "variants": {},
     }
-    seen: dict[str, dict[int, list[torch.Tensor]]] = {}
-    env: dict[str, Any] = {}
     with torch.inference_mode():
+        env = build(model, args.variants, args.batches)
+        talker = env["talker"]
+        seen = {name: {b: outputs(env, name, b, contexts[b]) for b in args.batches} for name in args.variants}
+        # Round-robin timing: every round times the talker and each variant's frame once per batch size, so a
+        # device that slows as it warms weighs on every variant alike; the medians of the rounds are reported.
+        times: dict[str, dict[int, dict[str, list[float]]]] = {
+            name: {b: {"talker_ms": [], "cp_ms": []} for b in args.batches} for name in args.variants
+        }
+        for _ in range(ROUNDS):
+            for name in args.variants:
+                predictor = env["predictors"][name]
+                for b in args.batches:
+                    load(env, name, b, contexts[b])
+                    times[name][b]["talker_ms"].append(
+                        cuda_median_ms(lambda b=b: talker.decode_steps.replay(b), repeats=20, warmup=3))
+                    times[name][b]["cp_ms"].append(
+                        cuda_median_ms(lambda b=b, c=predictor: c.steps.replay(b), repeats=20, warmup=3))
         for name in args.variants:
-            env = build(model, name, args.batches)
+            predictor = env["predictors"][name]
             result: dict[str, Any] = {}
-            seen[name] = {}
             for b in args.batches:
-                seen[name][b] = outputs(env, b, contexts[b])
-                load(env, b, contexts[b])
-                talker, predictor = env["talker"], env["predictor"]
-                talker_ms = cuda_median_ms(
-                    lambda b=b, t=talker: t.decode_steps.replay(b), repeats=50, warmup=5
-                )
-                cp_ms = cuda_median_ms(lambda b=b, c=predictor: c.steps.replay(b), repeats=50, warmup=5)
+                talker_ms, cp_ms = (statistics.median(times[name][b][k]) for k in ("talker_ms", "cp_ms"))
                 result[b] = {"talker_ms": talker_ms, "cp_ms": cp_ms, "frame_ms": talker_ms + cp_ms}
             profiles = {}
             for b in args.batches:
-                load(env, b, contexts[b])
-                profiles[f"talker_{b}"] = kernel_table(lambda b=b, t=talker: t.decode_steps.replay(b))
+                load(env, name, b, contexts[b])
+                profiles[f"talker_{b}"] = kernel_table(lambda b=b: talker.decode_steps.replay(b))
                 profiles[f"cp_{b}"] = kernel_table(lambda b=b, c=predictor: c.steps.replay(b))
                 for key, kind in ((f"talker_{b}", "talker_ms"), (f"cp_{b}", "cp_ms")):
                     profiles[key]["span_us"] = result[b][kind] * 1000
