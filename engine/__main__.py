@@ -102,7 +102,7 @@ def build(settings: EngineSettings) -> EngineLoop:
                           max_context=settings.max_context, max_frames=settings.max_frames,
                           max_batch=settings.max_batch, silence=settings.silence_config(), fast=fast,
                           shapes=settings.capture_shapes, codec_precision=settings.codec_precision,
-                          codec_stream=settings.codec_stream, cp_kernels=settings.cp_kernels,
+                          codec_stream=settings.codec_stream, cp_kernels=settings.cp_kernels, cp_pdl=settings.cp_pdl,
                           precompile_workers=settings.resolved_precompile_workers, voices=voices,
                           ragged_codec=settings.ragged_codec)
     loaded = time.perf_counter()

@@ -1,6 +1,6 @@
 """Where a frame step's GPU time goes: talker decode and code-predictor frame per kernel variant (GPU only).
 
-    python tools/frame_profile.py [--batches 1 64] [--variants defaults radix4 warps4 narrow previous] [--out frame_profile.json]
+    python tools/frame_profile.py [--batches 1 64] [--variants defaults pdl radix4 warps4 narrow previous] [--out frame_profile.json]
 
 On the full-size model with random bf16 weights, the engine's talker graphs and each variant's code-predictor
 graphs are built at the given batch sizes, all before any timing, then timed round-robin (CUDA-event medians of
@@ -9,13 +9,16 @@ replays in each of five rounds, the median of the rounds; talker contexts drawn 
 the second variant built measured 5-10 % slower in the talker, whose graphs it had not changed. Variants change the code predictor's `FrameKernels` only:
 
     defaults   the engine's
+    pdl        the frame's Triton kernels launched as programmatic dependents (`FrameKernels.pdl`); bitwise
+               the same codes, hidden states and caches as `defaults` or something is wrong
     radix4     the sampler's top-k search in 8 passes over 16 candidates (defaults: 16 passes over 4)
     warps4     every 1-2 row product with 4 warps a program (defaults: 8)
     narrow     every 1-2 row product with half the output columns a program (twice the programs)
     previous   the 1-2 row tiles before 2026-12-02: 8-32 columns and K 512 a 4-warp program
 
 The sampler's search finds the exact k-th value whatever its radix, so `radix4` must draw bitwise the same codes
-as `defaults` (checked over three frame steps; the other variants report whether theirs agree). Then the kernels of
+as `defaults`, and `pdl` changes only when kernels start (checked over three frame steps; exit status 1 if either
+differs; the other variants report whether theirs agree). Then the kernels of
 one replay of each (torch profiler): calls, microseconds, and the replay's span minus its kernels' time (the gaps
 between kernels). Prints a short table last.
 """
@@ -37,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.fast.measure import cuda_median_ms  # noqa: E402
 from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
-VARIANTS = ("defaults", "radix4", "warps4", "narrow", "previous")
+VARIANTS = ("defaults", "pdl", "radix4", "warps4", "narrow", "previous")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -50,6 +53,8 @@ def frame_kernels(variant: str) -> Any:
     kernels = FrameKernels()
     if variant == "radix4":
         return replace(kernels, radix_bits=4)
+    if variant == "pdl":
+        return replace(kernels, pdl=True)
     if variant == "warps4":
         return replace(kernels, gemv={name: replace(tile, num_warps=4) for name, tile in kernels.gemv.items()})
     if variant == "previous":
@@ -185,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         cells = "  ".join(f"{result[b]['talker_ms']:6.3f} / {result[b]['cp_ms']:6.3f} / {result[b]['frame_ms']:6.3f}"
                           for b in args.batches)  # fmt: skip
         print(f"{name:<10} {cells}  {result.get('bitwise_equal', '-')}")
-    return 0 if report["variants"].get("radix4", {}).get("bitwise_equal", True) else 1
+    exact = ("radix4", "pdl")  # variants that must reproduce the defaults bit for bit
+    return 0 if all(report["variants"].get(v, {}).get("bitwise_equal", True) for v in exact) else 1
 
 
 if __name__ == "__main__":

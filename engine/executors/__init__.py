@@ -99,12 +99,13 @@ class Executors:
                  max_batch: int, silence: SilenceConfig, fast: FastPath = FastPath(),  # noqa: B008
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
                  top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True,
-                 cp_kernels: str = "layers", precompile_workers: int = 0,
+                 cp_kernels: str = "layers", cp_pdl: bool = False, precompile_workers: int = 0,
                  voices: VoiceBank | None = None, ragged_codec: bool = False) -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
         `codec_precision` must match the dtype the codec was loaded in (`executors.codec.codec_dtype`);
         `codec_stream`: on CUDA, codec chunks run on a stream of their own, beside the generation steps;
         `cp_kernels`: the code predictor's fast path, "layers" or "fused" (engine/fast/code_predictor_graph.py);
+        `cp_pdl`: the fused frame's kernels as programmatic dependent launches (`FrameKernels.pdl`);
         `precompile_workers`: child processes that compile the fused frame's Triton kernels before capture
         (engine/fast/precompile.py; 0: the capture compiles them one by one);
         `voices`: where a Base model's saved voices come from (None: a bank without a store);
@@ -153,7 +154,8 @@ class Executors:
             assert shapes is not None
             self.code_predictor = CodePredictorGraphs(model, self.generation, self.codes, shapes.batch,
                                                       top_k_cap=top_k_cap,
-                                                      kernels=FrameKernels(fused=cp_kernels == "fused"))  # fmt: skip
+                                                      kernels=FrameKernels(fused=cp_kernels == "fused",
+                                                                           pdl=cp_pdl))  # fmt: skip
         else:
             self.code_predictor = CodePredictorExecutor(model, self.generation, self.codes, max_batch)
         codec_shapes = (shapes.codec_batch, shapes.codec_frames) if fast.codec and shapes is not None else None

@@ -60,6 +60,9 @@ class FrameKernels:
     prologue_max_rows: int = 2  # up to here the RMSNorm runs inside the product; above, its own kernel
     gemv: Mapping[str, GemvConfig] = field(default_factory=lambda: dict(DEFAULT_GEMV))
     radix_bits: int = 2  # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates
+    # Programmatic dependent launch of the step's Triton kernels (`kernels.pdl`): each may start in the tail of
+    # the one before and fetch its weights while that one finishes. Off until measured (tools/frame_profile.py).
+    pdl: bool = False
 
 
 class CodePredictorGraphs:
@@ -123,12 +126,13 @@ class CodePredictorGraphs:
         embed_sum = first.to(torch.float32)  # the 16-way sum in fp32, rounded once at the end like `sum`
 
         logits = self.step_logits(torch.stack((s.hidden[index], first), dim=1).view(2 * n, -1), None, 0, 2)
-        sample(logits, *settings, 1, out=frame[:, 1], table=self.tables[0], acc=embed_sum,
-               radix_bits=self.kernels.radix_bits)  # fmt: skip
+        k = self.kernels
+        sample(logits, *settings, 1, out=frame[:, 1], table=self.tables[0], acc=embed_sum, radix_bits=k.radix_bits,
+               pdl=k.pdl)  # fmt: skip
         for group in range(2, c.num_code_groups):
             logits = self.step_logits(self.tables[group - 2], frame[:, group - 1], group, 1)
             sample(logits, *settings, group, out=frame[:, group], table=self.tables[group - 1], acc=embed_sum,
-                   radix_bits=self.kernels.radix_bits)  # fmt: skip
+                   radix_bits=k.radix_bits, pdl=k.pdl)  # fmt: skip
         self.codes[self.inputs["stream"][:n], frames] = frame
         s.frame_embed[index] = embed_sum.to(s.frame_embed.dtype)
 
@@ -148,7 +152,7 @@ class CodePredictorGraphs:
                                           eps=eps)  # fmt: skip
             k_cache, v_cache = self.cache.layer(number)
             attended = cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, eps, k_cache, v_cache,
-                                    start, tokens, layer.num_heads, layer.num_kv_heads)  # fmt: skip
+                                    start, tokens, layer.num_heads, layer.num_kv_heads, pdl=self.kernels.pdl)  # fmt: skip
             hidden, _ = self._product("o", attended, layer.o)
             act, residual = self._product("gate_up", hidden, layer.gate_up, residual=residual,
                                           norm=layer.post_norm, eps=eps, silu_mul=True)  # fmt: skip
@@ -175,7 +179,7 @@ class CodePredictorGraphs:
             config = replace(config, block_n=max(config.block_n, 1 << (columns - 1).bit_length()))
         if not use_triton(x) or (small and (norm is None or rows <= k.prologue_max_rows)):
             y, total = gemv(x, weight, index=index, residual=residual, norm_weight=norm, eps=eps, bias=bias,
-                            silu_mul=silu_mul, config=config)  # fmt: skip
+                            silu_mul=silu_mul, config=config, pdl=k.pdl)  # fmt: skip
             return y, (x if total is None else total) if norm is not None else None
         if index is not None:
             x = x[index]
@@ -183,7 +187,7 @@ class CodePredictorGraphs:
         if norm is not None:
             x, total = rms_norm(x.contiguous(), norm, eps, residual)
         if small:
-            y, _ = gemv(x, weight, bias=bias, silu_mul=silu_mul, config=config)
+            y, _ = gemv(x, weight, bias=bias, silu_mul=silu_mul, config=config, pdl=k.pdl)
         else:
             y = F.linear(x, weight, bias)
             y = swiglu(y) if silu_mul else y

@@ -264,6 +264,28 @@ def test_batches_are_captured_up_to_128_streams_but_never_past_the_kv_slots() ->
     assert EngineSettings(model="tiny", socket="@x", first_chunk_lane=False).capture_shapes.first_chunk_batch == ()
 
 
+def test_cp_pdl_reaches_the_fused_frame_and_leaves_its_results_unchanged(fast_model: Qwen3TTS) -> None:
+    settings = parse_args(["--model", "tiny", "--socket", "@x", "--cp-pdl"])
+    assert settings.cp_pdl and not EngineSettings(model="tiny", socket="@x").cp_pdl
+    shapes = CaptureShapes(batch=(1, 2), prefill_batch=(1,), prefill_buckets=(16,), codec_batch=(1,),
+                           codec_frames=(1,))  # fmt: skip
+    frames = {}
+    for pdl in (False, True):
+        executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
+                              silence=settings.silence_config(), fast=FastPath(code_predictor=True), shapes=shapes,
+                              cp_kernels="fused", cp_pdl=pdl)  # fmt: skip
+        predictor = executors.code_predictor
+        assert isinstance(predictor, CodePredictorGraphs) and predictor.kernels.pdl is pdl
+        executors.generation.hidden.normal_(generator=torch.Generator().manual_seed(5))
+        executors.generation.code0.fill_(3)
+        for slot in range(2):
+            executors.generation.start(slot, GREEDY, seed=9 + slot)
+        predictor.capture()
+        predictor.predict([0, 1], [0, 1], [0, 0])
+        frames[pdl] = executors.codes[:2, 0].clone()
+    assert torch.equal(frames[True], frames[False])
+
+
 def test_codec_precision_must_match_the_loaded_codec(tiny_model: Qwen3TTS) -> None:
     with pytest.raises(ValueError, match="needs the codec loaded in torch.bfloat16"):
         Executors(tiny_model, kv_slots=2, streams=2, max_context=128, max_frames=16, max_batch=2,

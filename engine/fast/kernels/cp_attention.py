@@ -24,12 +24,15 @@ from torch import Tensor
 
 from engine.fast.kernels import HAVE_TRITON, use_triton
 from engine.fast.kernels.decode_attention import decode_attention_reference
+from engine.fast.kernels.pdl import enabled as pdl_enabled
+from engine.fast.kernels.pdl import launch_options
 from engine.fast.kernels.qk_norm_rope import qk_norm_rope_reference
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
+    from engine.fast.kernels.pdl import wait_for_producer
     from engine.fast.kernels.snake import TRITON_DTYPES, round_to
 
     @triton.jit
@@ -53,7 +56,7 @@ if HAVE_TRITON:
         qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
         start, eps, scale, stride_s, stride_k, stride_l,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
-        D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr,
+        D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
@@ -66,6 +69,7 @@ if HAVE_TRITON:
         qw_rot = tl.load(qw_ptr + d_rot).to(tl.float32)
         kw = tl.load(kw_ptr + d).to(tl.float32)
         kw_rot = tl.load(kw_ptr + d_rot).to(tl.float32)
+        wait_for_producer(PDL)  # the norm weights above are constants; qkv and the cache are not
         for t in tl.static_range(T):
             row = qkv_ptr + (b * T + t) * width
             c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
@@ -120,11 +124,11 @@ def cp_attention_reference(
 def cp_attention(
     qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float,
     k_cache: Tensor, v_cache: Tensor, start: int, tokens: int, num_heads: int, num_kv_heads: int,
-    out: Tensor | None = None,
+    out: Tensor | None = None, pdl: bool = False,
 ) -> Tensor:  # fmt: skip
     """qkv [B*T,(H+2K)D] contiguous, cos/sin [L,D], caches [S>=B,K,L,D]; tokens T at positions start..start+T-1
     -> attention output [B*T, H*D] (into `out`, contiguous, when given); the new keys and values are written
-    into the caches in place."""
+    into the caches in place. `pdl`: launched as a programmatic dependent of the kernel before it (`kernels.pdl`)."""
     if not use_triton(qkv):
         result = cp_attention_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, start, tokens,
                                         num_heads, num_kv_heads)  # fmt: skip
@@ -141,6 +145,7 @@ def cp_attention(
         qkv, cos, sin, q_weight, k_weight, k_cache, v_cache, out, start, eps, 1.0 / math.sqrt(d),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         T=tokens, H=num_heads, K=num_kv_heads, G=group, GP=triton.next_power_of_2(group), D=d,
-        BLOCK_L=triton.next_power_of_2(k_cache.shape[2]), DTYPE=TRITON_DTYPES[qkv.dtype], num_warps=4,
+        BLOCK_L=triton.next_power_of_2(k_cache.shape[2]), DTYPE=TRITON_DTYPES[qkv.dtype], PDL=pdl_enabled(pdl),
+        num_warps=4, **launch_options(pdl),
     )  # fmt: skip
     return out

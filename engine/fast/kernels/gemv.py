@@ -34,6 +34,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.fast.kernels import HAVE_TRITON, use_triton
+from engine.fast.kernels.pdl import enabled as pdl_enabled
+from engine.fast.kernels.pdl import launch_options
 from engine.fast.kernels.rmsnorm import rms_norm_reference
 from engine.fast.kernels.silu_mul import silu_mul_reference
 
@@ -41,6 +43,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
+    from engine.fast.kernels.pdl import wait_for_producer
     from engine.fast.kernels.snake import TRITON_DTYPES, round_to
 
     @triton.jit
@@ -57,16 +60,11 @@ if HAVE_TRITON:
         K: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
         HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, USE_DOT: tl.constexpr, DTYPE: tl.constexpr,
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        ONE_CHUNK: tl.constexpr,
+        ONE_CHUNK: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         r = tl.arange(0, BLOCK_R)
         r_mask = r < rows
-        if HAS_INDEX:  # noqa: SIM108 (a constexpr branch: no load is emitted without an index)
-            source = tl.load(index_ptr + r * stride_index, mask=r_mask, other=0)
-        else:
-            source = r
-        x_rows = x_ptr + source.to(tl.int64)[:, None] * stride_x  # [BR,1]
         res_rows = res_ptr + r[:, None] * stride_res
         n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         n_mask = n < n_out
@@ -79,6 +77,12 @@ if HAVE_TRITON:
         w_first = tl.load(w_rows + k_first[None, :], mask=w_first_mask, other=0.0)
         if SILU_MUL:
             w_up_first = tl.load(w_rows + n_out * K + k_first[None, :], mask=w_first_mask, other=0.0)
+        wait_for_producer(PDL)  # everything below reads or writes activations
+        if HAS_INDEX:  # noqa: SIM108 (a constexpr branch: no load is emitted without an index)
+            source = tl.load(index_ptr + r * stride_index, mask=r_mask, other=0)
+        else:
+            source = r
+        x_rows = x_ptr + source.to(tl.int64)[:, None] * stride_x  # [BR,1]
 
         if HAS_NORM:  # first pass over x: the row norms (and the new residual, written once)
             squares = tl.zeros([BLOCK_R], dtype=tl.float32)
@@ -193,11 +197,13 @@ def gemv(
     x: Tensor, weight: Tensor, *, index: Tensor | None = None, residual: Tensor | None = None,
     norm_weight: Tensor | None = None, eps: float = 1e-6, bias: Tensor | None = None, silu_mul: bool = False,
     config: GemvConfig | None = None, out: Tensor | None = None, sum_out: Tensor | None = None,
+    pdl: bool = False,
 ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
     """x [X,K] (last dim contiguous, any row stride; rows index[r] when index [R] int64 is given, else all
     X rows), weight [N,K] (or [2N,K] = [gate; up] with silu_mul) contiguous, residual [R,K] (last dim
     contiguous), norm_weight [K], bias [N] -> (y [R,N], residual + x [R,K] when a residual is given, else
-    None). `out` / `sum_out` (last dim contiguous) receive them when given."""
+    None). `out` / `sum_out` (last dim contiguous) receive them when given. `pdl`: launched as a programmatic
+    dependent of the kernel before it (`kernels.pdl`), its first weight tile fetched before waiting for it."""
     if residual is not None and norm_weight is None:
         raise ValueError("gemv: a residual is only added in the norm prologue")
     if bias is not None and silu_mul:
@@ -238,6 +244,7 @@ def gemv(
         K=k, HAS_INDEX=index is not None, HAS_NORM=norm_weight is not None, HAS_RESIDUAL=residual is not None,
         HAS_BIAS=bias is not None, SILU_MUL=silu_mul, USE_DOT=use_dot, DTYPE=TRITON_DTYPES[x.dtype],
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
-        BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=block_k >= k, num_warps=config.num_warps,
+        BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=block_k >= k, PDL=pdl_enabled(pdl),
+        num_warps=config.num_warps, **launch_options(pdl),
     )  # fmt: skip
     return out, s

@@ -25,6 +25,8 @@ import torch
 from torch import Tensor
 
 from engine.fast.kernels import HAVE_TRITON, INTERPRET, use_triton
+from engine.fast.kernels.pdl import enabled as pdl_enabled
+from engine.fast.kernels.pdl import launch_options
 from engine.fast.sampling import sample_tokens
 from engine.model.rng import GROUPS_PER_FRAME
 
@@ -32,6 +34,8 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
     from triton.language.extra.cuda import libdevice
+
+    from engine.fast.kernels.pdl import wait_for_producer
 
     @triton.jit
     def _mix64(z):
@@ -45,9 +49,10 @@ if HAVE_TRITON:
         scores_ptr, greedy_ptr, temp_ptr, topk_ptr, seeds_ptr, frames_ptr, out_ptr, table_ptr, acc_ptr,
         vocab, hidden, stride_scores, stride_temp, stride_out, group,
         CAP: tl.constexpr, GROUPS: tl.constexpr, RADIX_BITS: tl.constexpr, ACCUMULATE: tl.constexpr,
-        PRECISE: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr,
+        PRECISE: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
+        wait_for_producer(PDL)
         v = tl.arange(0, BLOCK_V)
         valid = v < vocab
         scores = tl.load(scores_ptr + b * stride_scores + v, mask=valid, other=float("-inf")).to(tl.float32)
@@ -132,11 +137,12 @@ def sample_reference(
 def sample(
     scores: Tensor, greedy: Tensor, temperature: Tensor, top_k: Tensor, cap: int, seeds: Tensor,
     frames: Tensor, group: int, *, out: Tensor | None = None, table: Tensor | None = None,
-    acc: Tensor | None = None, radix_bits: int = 2,
+    acc: Tensor | None = None, radix_bits: int = 2, pdl: bool = False,
 ) -> Tensor:  # fmt: skip
     """scores [B,V] (last dim contiguous), greedy [B] bool, temperature [B,1] fp32, top_k/seeds/frames [B]
     int64 -> tokens [B] int64 (written into `out` [B] int64, any stride, when given). With `table` [V',H]
-    and `acc` [B,H] fp32 contiguous, acc[b] += table[token[b]]."""
+    and `acc` [B,H] fp32 contiguous, acc[b] += table[token[b]]. `pdl`: launched as a programmatic dependent of
+    the kernel before it (`kernels.pdl`)."""
     if (table is None) != (acc is None):
         raise ValueError("sample: table and acc come together")
     if not use_triton(scores):
@@ -153,7 +159,7 @@ def sample(
         table if table is not None else scores, acc if acc is not None else scores,
         vocab, hidden, scores.stride(0), temperature.stride(0), out.stride(0), group,
         CAP=cap, GROUPS=GROUPS_PER_FRAME, RADIX_BITS=radix_bits, ACCUMULATE=table is not None, PRECISE=not INTERPRET,
-        BLOCK_V=triton.next_power_of_2(vocab), BLOCK_H=triton.next_power_of_2(hidden),
-        num_warps=8 if vocab >= 2048 else 4,
+        BLOCK_V=triton.next_power_of_2(vocab), BLOCK_H=triton.next_power_of_2(hidden), PDL=pdl_enabled(pdl),
+        num_warps=8 if vocab >= 2048 else 4, **launch_options(pdl),
     )  # fmt: skip
     return out
