@@ -16,6 +16,7 @@ over a grid of tile shapes, and prints the best of each against the copy bandwid
 is checked against an fp32 product (relative L2 <= 1e-2), so a fast wrong kernel cannot win.
 
     python tools/gemv_bench.py [--rows 1,2,64,128] [--out gemv_bench.json] [--workers 12]
+    python tools/gemv_bench.py --chain      # a frame's 330 products in one graph, with and without PDL
 """
 
 from __future__ import annotations
@@ -219,6 +220,62 @@ def bench_shape(name: str, rows: int, only_compile: bool, share: tuple[int, int]
     return result
 
 
+def chain(rounds: int = 5) -> dict[str, Any]:
+    """A code-predictor frame's 330 products alone (15 steps x [proj, 5 x (qkv, o, gate_up, down), head], the
+    real weights' shapes and sizes, norms and residuals in the prologues, SwiGLU in gate|up), engine `gemv` at
+    one row, as one CUDA graph, launched plainly and as programmatic dependents: ms per frame (median of
+    rounds, the two alternating) and whether the two give bitwise the same output."""
+    from engine.fast.kernels.gemv import gemv
+
+    hidden, inter, heads, kv_heads, dim, inp = 1024, 3072, 16, 8, 128, 2048
+    gen = torch.Generator(device="cuda").manual_seed(1)
+
+    def weight(n: int, k: int) -> torch.Tensor:
+        return torch.randn(n, k, device="cuda", dtype=torch.bfloat16, generator=gen) * 0.02
+
+    layers = [dict(qkv=weight((heads + 2 * kv_heads) * dim, hidden), o=weight(hidden, heads * dim),
+                   gate_up=weight(2 * inter, hidden), down=weight(hidden, inter),
+                   norm=1 + 0.1 * torch.randn(hidden, device="cuda", generator=gen).to(torch.bfloat16))
+              for _ in range(5)]  # fmt: skip
+    proj, bias, head = weight(hidden, inp), torch.zeros(hidden, device="cuda", dtype=torch.bfloat16), weight(2048, hidden)
+    x0 = torch.randn(1, inp, device="cuda", dtype=torch.bfloat16, generator=gen)
+    outs = {}
+
+    def frame(pdl: bool) -> torch.Tensor:
+        y = x0
+        for _ in range(15):
+            h, _ = gemv(y, proj, bias=bias, pdl=pdl)
+            residual = None
+            for layer in layers:
+                qkv, total = gemv(h, layer["qkv"], residual=residual, norm_weight=layer["norm"], pdl=pdl)
+                residual = h if total is None else total
+                a, _ = gemv(qkv[:, : heads * dim], layer["o"], pdl=pdl)  # the q columns stand in for attention
+                act, residual = gemv(a, layer["gate_up"], residual=residual, norm_weight=layer["norm"],
+                                     silu_mul=True, pdl=pdl)  # fmt: skip
+                h, _ = gemv(act, layer["down"], pdl=pdl)
+            y, _ = gemv(h, head, residual=residual, norm_weight=layers[0]["norm"], pdl=pdl)  # [1, 2048] = inp
+        return y
+
+    graphs = {}
+    for pdl in (False, True):
+        frame(pdl)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs[pdl] = frame(pdl)
+        graphs[pdl] = graph
+    times: dict[bool, list[float]] = {False: [], True: []}
+    for _ in range(rounds):
+        for pdl in (False, True):
+            times[pdl].append(cuda_median_ms(graphs[pdl].replay, repeats=20, warmup=3))
+    graphs[False].replay()
+    plain = outs[False].clone()
+    graphs[True].replay()
+    torch.cuda.synchronize()
+    return {"plain_ms": sorted(times[False])[rounds // 2], "pdl_ms": sorted(times[True])[rounds // 2],
+            "bitwise_equal": bool(torch.equal(plain, outs[True]))}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", default="1,2,64,128")
@@ -226,7 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("gemv_bench.json"))
     parser.add_argument("--workers", type=int, default=12, help="parallel compile processes (0: none)")
     parser.add_argument("--compile-share", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--chain", action="store_true",
+                        help="only the frame's 330 one-row products in one graph, plain vs programmatic dependent launch")
     args = parser.parse_args(argv)
+    if args.chain:
+        result = chain()
+        print(json.dumps(result))
+        return 0 if result["bitwise_equal"] else 1
     rows = [int(r) for r in args.rows.split(",")]
     shapes = args.shapes.split(",")
     if args.compile_share:
