@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from tools.benchkit import prom
+from tools.benchkit.gpu import GpuSampler
 from tools.benchkit.points import Point, loadtest_args, parse_points
 from tools.benchkit.report import table
 from tools.benchkit.voices import REFERENCE_RATE, write_reference
@@ -51,6 +52,18 @@ vivace_engine_step_seconds{engine="0",kind="codec_chunk"} 0.02
 vivace_engine_gpu_seconds_total{engine="0",kind="codec_chunk"} 3.0
 vivace_engine_gpu_seconds_total{engine="0",kind="talker_decode"} 1.5
 """
+
+
+def test_a_gpu_window_summarises_only_its_own_samples_memory_used_included() -> None:
+    sampler = GpuSampler()
+    sampler.source = "nvidia-smi"
+    sampler.samples = [(1.0, 50.0, 10.0, 300.0, 1980.0, 60_000.0), (2.0, 90.0, 30.0, 500.0, 1980.0, 61_500.4),
+                       (3.0, 10.0, None, None, None, None), (9.0, 100.0, 99.0, 700.0, 1000.0, 90_000.0)]  # fmt: skip
+    window = sampler.window(0.5, 3.5)
+    assert window is not None and window["samples"] == 3
+    assert window["util_mean"] == 50.0 and window["util_max"] == 90.0 and window["mem_util_mean"] == 20.0
+    assert window["mem_used_mib_max"] == 61_500  # the 90 GB sample lies outside the window
+    assert GpuSampler().window(0.0, 1.0) is None  # no GPU source: no summary
 
 
 def test_diff_counters_and_gauges_generically() -> None:

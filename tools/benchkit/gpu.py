@@ -2,7 +2,8 @@
 
 Sources, first that works: NVML through `pynvml` (package nvidia-ml-py), else a long-running
 `nvidia-smi --query-gpu=... -lms N` reader, else none (a CPU machine: every summary is None).
-Each sample is (monotonic time, utilization.gpu %, utilization.memory %, power W, SM clock MHz).
+Each sample is (monotonic time, utilization.gpu %, utilization.memory %, power W, SM clock MHz, memory
+used MiB: every process's allocations on the device, so the engine's footprint where it runs alone).
 `utilization.gpu` is NVML's "a kernel was running" fraction, coarse by nature; where the GPU
 supports GPM (Hopper does), `window_gpm()` also gives SM activity, SM occupancy, tensor-pipe and
 DRAM-bandwidth utilization over an exact window from two GPM samples. Any NVML failure disables
@@ -19,8 +20,8 @@ import threading
 import time
 from typing import Any
 
-Sample = tuple[float, float | None, float | None, float | None, float | None]
-_SMI_FIELDS = "utilization.gpu,utilization.memory,power.draw,clocks.sm"
+Sample = tuple[float, float | None, float | None, float | None, float | None, float | None]
+_SMI_FIELDS = "utilization.gpu,utilization.memory,power.draw,clocks.sm,memory.used"
 _GPM_METRICS = {  # NVML_GPM_METRIC_* ids, also looked up by name when pynvml has them
     "sm_util": ("NVML_GPM_METRIC_SM_UTIL", 2),
     "sm_occupancy": ("NVML_GPM_METRIC_SM_OCCUPANCY", 3),
@@ -95,7 +96,7 @@ class GpuSampler:
     def _poll_nvml(self) -> None:
         nvml, handle = self._nvml, self._handle
         while not self._stop.is_set():
-            util = mem = power = clock = None
+            util = mem = power = clock = used = None
             with contextlib.suppress(Exception):
                 rates = nvml.nvmlDeviceGetUtilizationRates(handle)
                 util, mem = float(rates.gpu), float(rates.memory)
@@ -103,7 +104,9 @@ class GpuSampler:
                 power = nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0
             with contextlib.suppress(Exception):
                 clock = float(nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
-            self.samples.append((time.monotonic(), util, mem, power, clock))
+            with contextlib.suppress(Exception):
+                used = nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**20
+            self.samples.append((time.monotonic(), util, mem, power, clock, used))
             self._stop.wait(self.period_s)
 
     def _open_smi(self) -> bool:
@@ -130,9 +133,9 @@ class GpuSampler:
         assert self._smi is not None and self._smi.stdout is not None
         for line in self._smi.stdout:
             parts = [p.strip() for p in line.split(",")]
-            if len(parts) == 4:
+            if len(parts) == 5:
                 values = [_float(p) for p in parts]
-                self.samples.append((time.monotonic(), values[0], values[1], values[2], values[3]))
+                self.samples.append((time.monotonic(), values[0], values[1], values[2], values[3], values[4]))
 
     # --- summaries -----------------------------------------------------------------------------
 
@@ -147,6 +150,7 @@ class GpuSampler:
             return round(statistics.fmean(values), 2) if values else None
 
         utils = [s[1] for s in inside if s[1] is not None]
+        used = [s[5] for s in inside if s[5] is not None]
         return {
             "source": self.source,
             "samples": len(inside),
@@ -155,6 +159,7 @@ class GpuSampler:
             "mem_util_mean": mean(2),
             "power_w_mean": mean(3),
             "sm_clock_mhz_mean": mean(4),
+            "mem_used_mib_max": round(max(used)) if used else None,
         }
 
     def gpm_sample(self) -> Any:
