@@ -3,8 +3,9 @@
 The code predictor's context is at most 16 positions, so one program per (frame row b, kv head j) does
 everything the fused decoder does in two to three kernels (`qk_norm_rope` + split and merge attention):
 
-    for each of the row's T new tokens t (positions start+t):  k/v head j  -> q/k RMSNorm, RoPE -> cache
-    barrier (the program's own cache writes become visible to all its threads)
+    keys/values of positions 0..start-1 <- cache (earlier steps wrote them)
+    for each of the row's T new tokens t (positions start+t):  k/v head j  -> k RMSNorm, RoPE -> cache, and
+                                                               into the keys/values in registers
     for each token t:  its G = H/K query heads of kv head j -> RMSNorm, RoPE -> softmax(q k^T / sqrt(D)) v
                        over cache positions 0..start+t (fp32 scores and weights, output rounded once)
 
@@ -70,22 +71,31 @@ if HAVE_TRITON:
         kw = tl.load(kw_ptr + d).to(tl.float32)
         kw_rot = tl.load(kw_ptr + d_rot).to(tl.float32)
         wait_for_producer(PDL)  # the norm weights above are constants; qkv and the cache are not
-        for t in tl.static_range(T):
-            row = qkv_ptr + (b * T + t) * width
-            c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
-            s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
-            head = row + (H + j + one[:, None]) * D
-            k = _norm_rope(tl.load(head + d[None, :]).to(tl.float32), tl.load(head + d_rot[None, :]).to(tl.float32),
-                           kw, kw_rot, c, s, eps, d, D, DTYPE)  # fmt: skip
-            slot = cache + (start + t) * stride_l + d[None, :]  # [1, D]
-            tl.store(k_cache_ptr + slot, k.to(DTYPE))
-            tl.store(v_cache_ptr + slot, tl.load(row + (H + K + j + one[:, None]) * D + d[None, :]))
-        tl.debug_barrier()  # every thread of the program sees the keys and values it just wrote
-
         g = tl.arange(0, GP)
         g_mask = g < G
         heads = j * G + g  # query heads of kv head j
         positions = tl.arange(0, BLOCK_L)
+        kv = cache + positions[:, None] * stride_l + d[None, :]
+        # Keys and values of the earlier steps come from the cache (written by earlier kernels); this step's are
+        # computed here and merged in registers, so the cache writes below are never read back by this program.
+        earlier = (positions < start)[:, None]
+        keys = tl.load(k_cache_ptr + kv, mask=earlier, other=0.0).to(tl.float32)  # [BL, D]
+        values = tl.load(v_cache_ptr + kv, mask=earlier, other=0.0).to(tl.float32)
+        for t in tl.static_range(T):
+            row = qkv_ptr + (b * T + t) * width
+            c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
+            s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
+            head = row + (H + j + one[:, None]) * D  # k [1, D] as the cache stores it, v [1, D]
+            k = _norm_rope(tl.load(head + d[None, :]).to(tl.float32), tl.load(head + d_rot[None, :]).to(tl.float32),
+                           kw, kw_rot, c, s, eps, d, D, DTYPE).to(DTYPE)  # fmt: skip
+            v = tl.load(row + (H + K + j + one[:, None]) * D + d[None, :])
+            slot = cache + (start + t) * stride_l + d[None, :]  # [1, D]
+            tl.store(k_cache_ptr + slot, k)
+            tl.store(v_cache_ptr + slot, v)
+            here = (positions == start + t)[:, None]  # the values the cache now holds, as attention reads them
+            keys = tl.where(here, k.to(tl.float32), keys)
+            values = tl.where(here, v.to(tl.float32), values)
+
         for t in tl.static_range(T):
             row = qkv_ptr + (b * T + t) * width
             c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
@@ -94,14 +104,11 @@ if HAVE_TRITON:
             x = tl.load(q_ptrs + d[None, :], mask=g_mask[:, None], other=0.0).to(tl.float32)
             x_rot = tl.load(q_ptrs + d_rot[None, :], mask=g_mask[:, None], other=0.0).to(tl.float32)
             q = _norm_rope(x, x_rot, qw, qw_rot, c, s, eps, d, D, DTYPE)  # [GP, D]
-            visible = positions <= start + t
-            kv = cache + positions[:, None] * stride_l + d[None, :]
-            keys = tl.load(k_cache_ptr + kv, mask=visible[:, None], other=0.0).to(tl.float32)  # [BL, D]
+            visible = positions <= start + t  # (a later token's key and value get weight 0)
             scores = tl.sum(q[:, None, :] * keys[None, :, :], axis=2) * scale  # [GP, BL]
             scores = tl.where(visible[None, :], scores, float("-inf"))
             weights = tl.exp(scores - tl.max(scores, axis=1)[:, None])
             weights = weights / tl.sum(weights, axis=1)[:, None]
-            values = tl.load(v_cache_ptr + kv, mask=visible[:, None], other=0.0).to(tl.float32)
             out = tl.sum(weights[:, :, None] * values[None, :, :], axis=1)  # [GP, D]
             out_ptrs = out_ptr + (b * T + t) * H * D + heads[:, None] * D + d[None, :]
             tl.store(out_ptrs, out.to(DTYPE), mask=g_mask[:, None])
