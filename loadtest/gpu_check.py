@@ -15,7 +15,8 @@ when that module exists. On the full-size model with random bf16 weights (never 
 
     python -m loadtest.gpu_check --out /tmp/gpu_check.json [--costs engine/scheduling/costs/h200_fast.json]
 
-Needs only torch (and Triton) on the GPU machine: no gateway packages.
+Needs only torch (and Triton) on the GPU machine: no gateway packages. The JSON's commit is `$VIVACE_GIT_SHA`
+when set (a copied tree whose `.git` is stale), else git's HEAD, "+dirty" when tracked files differ from it.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import copy
 import datetime
 import json
 import math
-import subprocess
 import sys
 import time
 import traceback
@@ -342,10 +342,9 @@ def table(timings: dict[str, Any]) -> str:
 
 
 def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
+    from loadtest.revision import source_revision
+
+    return source_revision()
 
 
 def talker_section(args: argparse.Namespace, section: dict[str, Any]) -> None:

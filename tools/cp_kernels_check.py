@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import subprocess
 import sys
 import time
 import traceback
@@ -365,9 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     device = "cpu" if args.dry_run else "cuda"
     if not args.dry_run and not torch.cuda.is_available():
         p.error("no CUDA device: run on the GPU machine, or --dry-run")
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    ).stdout.strip()
+    from loadtest.revision import source_revision
+
+    commit = source_revision()
     report: dict[str, Any] = {"commit": commit, "command": " ".join(sys.argv), "torch": torch.__version__,
                               "gpu": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"}  # fmt: skip
     failures: list[str] = []
