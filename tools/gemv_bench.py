@@ -16,7 +16,7 @@ over a grid of tile shapes, and prints the best of each against the copy bandwid
 is checked against an fp32 product (relative L2 <= 1e-2), so a fast wrong kernel cannot win.
 
     python tools/gemv_bench.py [--rows 1,2,64,128] [--out gemv_bench.json] [--workers 12]
-    python tools/gemv_bench.py --chain      # a frame's 330 products in one graph, with and without PDL
+    python tools/gemv_bench.py --chain      # a frame's 330 products in one graph: norm placement x PDL
 """
 
 from __future__ import annotations
@@ -222,10 +222,12 @@ def bench_shape(name: str, rows: int, only_compile: bool, share: tuple[int, int]
 
 def chain(rounds: int = 5) -> dict[str, Any]:
     """A code-predictor frame's 330 products alone (15 steps x [proj, 5 x (qkv, o, gate_up, down), head], the
-    real weights' shapes and sizes, norms and residuals in the prologues, SwiGLU in gate|up), engine `gemv` at
-    one row, as one CUDA graph, launched plainly and as programmatic dependents: ms per frame (median of
-    rounds, the two alternating) and whether the two give bitwise the same output."""
+    real weights' shapes and sizes, SwiGLU in gate|up), engine `gemv` at one row, as one CUDA graph per variant:
+    the norms and residual adds in the products' prologues or in `rms_norm` kernels of their own ("norms
+    apart"), each launched plainly or as programmatic dependents ("pdl"). -> ms per frame (median of rounds,
+    variants alternating), whether PDL changed any bit, and how far apart the two norm placements land."""
     from engine.fast.kernels.gemv import gemv
+    from engine.fast.kernels.rmsnorm import rms_norm
 
     hidden, inter, heads, kv_heads, dim, inp = 1024, 3072, 16, 8, 128, 2048
     gen = torch.Generator(device="cuda").manual_seed(1)
@@ -241,39 +243,50 @@ def chain(rounds: int = 5) -> dict[str, Any]:
     x0 = torch.randn(1, inp, device="cuda", dtype=torch.bfloat16, generator=gen)
     outs = {}
 
-    def frame(pdl: bool) -> torch.Tensor:
+    def product(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None, norm: torch.Tensor | None,
+                variant: str, **kw: Any) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+        pdl = variant.endswith("pdl")
+        if norm is None or not variant.startswith("norms apart"):
+            return gemv(x, w, residual=residual, norm_weight=norm, pdl=pdl, **kw)
+        normed, total = rms_norm(x, norm, 1e-6, residual)  # its own kernel, then a prologue-free product
+        return gemv(normed, w, pdl=pdl, **kw)[0], total
+
+    def frame(variant: str) -> torch.Tensor:
         y = x0
         for _ in range(15):
-            h, _ = gemv(y, proj, bias=bias, pdl=pdl)
+            h, _ = gemv(y, proj, bias=bias, pdl=variant.endswith("pdl"))
             residual = None
             for layer in layers:
-                qkv, total = gemv(h, layer["qkv"], residual=residual, norm_weight=layer["norm"], pdl=pdl)
+                qkv, total = product(h, layer["qkv"], residual, layer["norm"], variant)
                 residual = h if total is None else total
-                a, _ = gemv(qkv[:, : heads * dim], layer["o"], pdl=pdl)  # the q columns stand in for attention
-                act, residual = gemv(a, layer["gate_up"], residual=residual, norm_weight=layer["norm"],
-                                     silu_mul=True, pdl=pdl)  # fmt: skip
-                h, _ = gemv(act, layer["down"], pdl=pdl)
-            y, _ = gemv(h, head, residual=residual, norm_weight=layers[0]["norm"], pdl=pdl)  # [1, 2048] = inp
+                a, _ = product(qkv[:, : heads * dim], layer["o"], None, None, variant)  # q stands in for attention
+                act, residual = product(a, layer["gate_up"], residual, layer["norm"], variant, silu_mul=True)
+                h, _ = product(act, layer["down"], None, None, variant)
+            y, _ = product(h, head, residual, layers[0]["norm"], variant)  # [1, 2048] = inp
         return y
 
+    variants = ("prologues", "prologues pdl", "norms apart", "norms apart pdl")
     graphs = {}
-    for pdl in (False, True):
-        frame(pdl)
+    for variant in variants:
+        frame(variant)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            outs[pdl] = frame(pdl)
-        graphs[pdl] = graph
-    times: dict[bool, list[float]] = {False: [], True: []}
+            outs[variant] = frame(variant)
+        graphs[variant] = graph
+    times: dict[str, list[float]] = {v: [] for v in variants}
     for _ in range(rounds):
-        for pdl in (False, True):
-            times[pdl].append(cuda_median_ms(graphs[pdl].replay, repeats=20, warmup=3))
-    graphs[False].replay()
-    plain = outs[False].clone()
-    graphs[True].replay()
-    torch.cuda.synchronize()
-    return {"plain_ms": sorted(times[False])[rounds // 2], "pdl_ms": sorted(times[True])[rounds // 2],
-            "bitwise_equal": bool(torch.equal(plain, outs[True]))}
+        for variant in variants:
+            times[variant].append(cuda_median_ms(graphs[variant].replay, repeats=20, warmup=3))
+    results: dict[str, torch.Tensor] = {}
+    for variant in variants:
+        graphs[variant].replay()
+        torch.cuda.synchronize()
+        results[variant] = outs[variant].clone()
+    return {"ms": {v: sorted(t)[rounds // 2] for v, t in times.items()},
+            "pdl_bitwise_equal": bool(torch.equal(results["prologues"], results["prologues pdl"])
+                                      and torch.equal(results["norms apart"], results["norms apart pdl"])),
+            "norms_apart_error": relative_l2(results["norms apart"], results["prologues"])}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.chain:
         result = chain()
         print(json.dumps(result))
-        return 0 if result["bitwise_equal"] else 1
+        return 0 if result["pdl_bitwise_equal"] else 1
     rows = [int(r) for r in args.rows.split(",")]
     shapes = args.shapes.split(",")
     if args.compile_share:
