@@ -1,6 +1,6 @@
 """Where a frame step's GPU time goes: talker decode and code-predictor frame per kernel variant (GPU only).
 
-    python tools/frame_profile.py [--batches 1 64] [--variants defaults pdl norms_apart radix4 warps4 narrow previous] [--out frame_profile.json]
+    python tools/frame_profile.py [--batches 1 64] [--variants defaults pdl norms_apart wide_prologues radix4 warps4 narrow previous] [--out frame_profile.json]
 
 On the full-size model with random bf16 weights, the engine's talker graphs and each variant's code-predictor
 graphs are built at the given batch sizes, all before any timing, then timed round-robin (CUDA-event medians of
@@ -12,6 +12,8 @@ the second variant built measured 5-10 % slower in the talker, whose graphs it h
     pdl        the frame's Triton kernels launched as programmatic dependents (`FrameKernels.pdl`); bitwise
                the same codes, hidden states and caches as `defaults` or something is wrong
     norms_apart  every RMSNorm in an `rms_norm` kernel of its own instead of the next product's prologue
+    wide_prologues  the products with a norm prologue (qkv, gate_up, head) 16 columns a program: 4x fewer
+               programs re-read the row, its residual and the norm weight
     radix4     the sampler's top-k search in 8 passes over 16 candidates (defaults: 16 passes over 4)
     warps4     every 1-2 row product with 4 warps a program (defaults: 8)
     narrow     every 1-2 row product with half the output columns a program (twice the programs)
@@ -41,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.fast.measure import cuda_median_ms  # noqa: E402
 from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
-VARIANTS = ("defaults", "pdl", "norms_apart", "radix4", "warps4", "narrow", "previous")
+VARIANTS = ("defaults", "pdl", "norms_apart", "wide_prologues", "radix4", "warps4", "narrow", "previous")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -58,6 +60,9 @@ def frame_kernels(variant: str) -> Any:
         return replace(kernels, pdl=True)
     if variant == "norms_apart":
         return replace(kernels, prologue_max_rows=0)
+    if variant == "wide_prologues":
+        wide = GemvConfig(block_n=16, block_k=1024, num_warps=8)
+        return replace(kernels, gemv={**kernels.gemv, "qkv": wide, "gate_up": wide, "head": wide})
     if variant == "warps4":
         return replace(kernels, gemv={name: replace(tile, num_warps=4) for name, tile in kernels.gemv.items()})
     if variant == "previous":

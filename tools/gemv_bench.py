@@ -223,11 +223,15 @@ def bench_shape(name: str, rows: int, only_compile: bool, share: tuple[int, int]
 def chain(rounds: int = 5) -> dict[str, Any]:
     """A code-predictor frame's 330 products alone (15 steps x [proj, 5 x (qkv, o, gate_up, down), head], the
     real weights' shapes and sizes, SwiGLU in gate|up), engine `gemv` at one row, as one CUDA graph per variant:
-    the norms and residual adds in the products' prologues or in `rms_norm` kernels of their own ("norms
-    apart"), each launched plainly or as programmatic dependents ("pdl"). -> ms per frame (median of rounds,
+    the norms and residual adds in the products' prologues, in `rms_norm` kernels of their own ("norms
+    apart"), or in the prologues of 16-column programs ("wide prologues": every program re-reads x, the
+    residual and the norm weight, 4-6 KB, so 4x fewer programs read 4x less), each launched plainly or as
+    programmatic dependents ("pdl"). -> ms per frame (median of rounds,
     variants alternating), whether PDL changed any bit, and how far apart the two norm placements land."""
-    from engine.fast.kernels.gemv import gemv
+    from engine.fast.kernels.gemv import GemvConfig, gemv
     from engine.fast.kernels.rmsnorm import rms_norm
+
+    WIDE_TILE = GemvConfig(block_n=16, block_k=1024, num_warps=8)  # noqa: N806
 
     hidden, inter, heads, kv_heads, dim, inp = 1024, 3072, 16, 8, 128, 2048
     gen = torch.Generator(device="cuda").manual_seed(1)
@@ -246,6 +250,8 @@ def chain(rounds: int = 5) -> dict[str, Any]:
     def product(x: torch.Tensor, w: torch.Tensor, residual: torch.Tensor | None, norm: torch.Tensor | None,
                 variant: str, **kw: Any) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
         pdl = variant.endswith("pdl")
+        if norm is not None and variant.startswith("wide prologues"):  # 4x fewer programs redo each row's norm
+            return gemv(x, w, residual=residual, norm_weight=norm, pdl=pdl, config=WIDE_TILE, **kw)
         if norm is None or not variant.startswith("norms apart"):
             return gemv(x, w, residual=residual, norm_weight=norm, pdl=pdl, **kw)
         normed, total = rms_norm(x, norm, 1e-6, residual)  # its own kernel, then a prologue-free product
@@ -265,7 +271,7 @@ def chain(rounds: int = 5) -> dict[str, Any]:
             y, _ = product(h, head, residual, layers[0]["norm"], variant)  # [1, 2048] = inp
         return y
 
-    variants = ("prologues", "prologues pdl", "norms apart", "norms apart pdl")
+    variants = ("prologues", "prologues pdl", "norms apart", "norms apart pdl", "wide prologues", "wide prologues pdl")
     graphs = {}
     for variant in variants:
         frame(variant)
