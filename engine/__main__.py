@@ -113,7 +113,8 @@ def build(settings: EngineSettings) -> EngineLoop:
     ready = Ready(model_id=settings.model, random_weights=config.random_weights,
                   sample_rate=config.codec.output_sample_rate, speakers=speakers(config.prompt_ids),
                   languages=languages(config.prompt_ids), device=str(device), max_batch=settings.max_batch,
-                  gpu_uuid=gpu_uuid(device), model_type=config.model_type)
+                  gpu_uuid=gpu_uuid(device), model_type=config.model_type,
+                  takes_instructions=config.supports_instruct and not config.is_base)
     loop = EngineLoop(scheduler, executors, ready, heartbeat_s=settings.heartbeat_s,
                       shutdown_grace_ms=settings.shutdown_grace_ms, max_in_flight=settings.max_in_flight,
                       codec_in_flight=settings.codec_in_flight, split_lanes=settings.split_lanes,

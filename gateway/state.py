@@ -56,7 +56,8 @@ class GatewayState:
         info = self.engine_info()
         if self._store is None and self.settings.voices_dir:
             self._store = VoiceStore(self.settings.voices_dir)
-        return ServedVoices(info.speakers, self.settings.model, self._store, info.model_type)
+        return ServedVoices(info.speakers, self.settings.model, self._store, info.model_type,
+                            info.takes_instructions)  # fmt: skip
 
     @contextlib.contextmanager
     def http_stream(self) -> Iterator[None]:

@@ -12,7 +12,8 @@ name a request sends (or none) into a `Voice`, the speaker or saved voice its `S
   the served model (`VoiceInfo.model_id` equals the gateway's `--model`, as the engines check). A saved
   voice may carry an OpenAI voice name (`alloy`), so clients that allow only those names can use it. There
   is no default voice: a request must name one. Base models take no instructions (the official
-  `generate_voice_clone` has none): `check_instructions` refuses them (`instructions_not_supported`).
+  `generate_voice_clone` has none): `check_instructions` refuses them (`instructions_not_supported`), as it
+  does for the 0.6B CustomVoice model, whose instructions the official wrapper drops (`Ready.takes_instructions`).
 - A VoiceDesign model speaks with the voice its request's instructions describe: `check_instructions`
   requires them (`missing_instructions`), and any `voice` sent is ignored (`pick` gives `Voice()`).
 
@@ -78,13 +79,16 @@ class ServedVoices:
     """The voices the served model offers, and the one place a requested name is resolved."""
 
     def __init__(
-        self, speakers: Sequence[str], model_id: str, store: VoiceStore | None, model_type: str = ""
+        self, speakers: Sequence[str], model_id: str, store: VoiceStore | None, model_type: str = "",
+        takes_instructions: bool = True,
     ) -> None:
-        """`model_type`: the engine's `Ready.model_type`; "" infers it from `speakers` (older engines)."""
+        """`model_type`: the engine's `Ready.model_type`; "" infers it from `speakers` (older engines).
+        `takes_instructions`: the engine's `Ready.takes_instructions` (False for the 0.6B models)."""
         self.speakers = tuple(speakers)
         self.model_id = model_id
         self.store = store
         self.model_type = model_type or (CUSTOM_VOICE if self.speakers else BASE)
+        self.takes_instructions = takes_instructions
 
     @property
     def saved_only(self) -> bool:
@@ -188,6 +192,11 @@ class ServedVoices:
         if self.saved_only and instructions:
             raise UnknownName("instructions_not_supported", "a Base model takes no instructions: it speaks as the "
                                                             "saved voice was recorded (leave instructions out)")  # fmt: skip
+        if not self.takes_instructions and instructions:
+            raise UnknownName("instructions_not_supported", f"the served model ({self.model_id}) takes no "
+                                                            "instructions: the 0.6B models ignore them in the "
+                                                            "official release (leave instructions out, or serve "
+                                                            "the 1.7B model)")  # fmt: skip
 
     def _saved(self, key: str, name: str) -> str:
         if self.store is None:

@@ -118,7 +118,7 @@ class FakeRequest:
 class FakeEngine:
     def __init__(
         self, endpoint: EngineEndpoint, *, delay_ms: float, ms_per_frame: float, heartbeat_s: float = HEARTBEAT_S,
-        gpu_uuid: str = "", model_type: str = "custom_voice",
+        gpu_uuid: str = "", model_type: str = "custom_voice", takes_instructions: bool = True,
     ) -> None:  # fmt: skip
         self.endpoint = endpoint
         self.delay_ns = int(delay_ms * 1e6)
@@ -126,6 +126,7 @@ class FakeEngine:
         self.heartbeat_s = heartbeat_s
         self.gpu_uuid = gpu_uuid
         self.model_type = model_type
+        self.takes_instructions = takes_instructions and model_type != "base"
         self.speakers = SPEAKERS if model_type == "custom_voice" else ()  # Base, VoiceDesign: none built in
         self.requests: dict[tuple[int, int], FakeRequest] = {}
         self.shutdown_at_ns: int | None = None
@@ -263,16 +264,26 @@ class FakeEngine:
     def _ready(self) -> Ready:
         return Ready(model_id="fake-qwen3-tts", random_weights=True, sample_rate=SAMPLE_RATE, speakers=self.speakers,
                      languages=LANGUAGES, device="cuda" if self.gpu_uuid else "cpu", max_batch=64,
-                     gpu_uuid=self.gpu_uuid, model_type=self.model_type)  # fmt: skip
+                     gpu_uuid=self.gpu_uuid, model_type=self.model_type,
+                     takes_instructions=self.takes_instructions)  # fmt: skip
+
+
+def _preset_config(model: str) -> dict:
+    from engine.model.presets import PRESETS  # torch-free
+
+    preset = PRESETS.get(model.lower())
+    return preset()[0] if preset is not None else {}
 
 
 def _model_type(model: str) -> str:
     """The `tts_model_type` of a preset (Base and VoiceDesign ones list no speakers, as the real engine);
     "custom_voice" for anything else."""
-    from engine.model.presets import PRESETS  # torch-free
+    return str(_preset_config(model).get("tts_model_type", "custom_voice"))
 
-    preset = PRESETS.get(model.lower())
-    return str(preset()[0]["tts_model_type"]) if preset is not None else "custom_voice"
+
+def _takes_instructions(model: str) -> bool:
+    """False for the 0.6B presets, whose instructions the official wrapper drops (as the real engine says)."""
+    return _preset_config(model).get("tts_model_size") != "0b6"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         "--model",
         default="tiny",
         help="the gateway's --model: a Base or VoiceDesign preset (tiny-base, tiny-voice-design, ...) has no "
-        "built-in speakers in Ready, and Ready names its model_type",
+        "built-in speakers in Ready, Ready names its model_type, and a 0.6B preset takes no instructions",
     )
     parser.add_argument("--gpu-uuid", default="", help="the GPU UUID to report in Ready (default: none, CPU)")
     parser.add_argument(
@@ -315,7 +326,8 @@ def main(argv: list[str] | None = None) -> int:
     endpoint = EngineEndpoint(args.socket)
     engine = FakeEngine(endpoint, delay_ms=args.delay_ms, ms_per_frame=args.ms_per_frame,
                         heartbeat_s=args.heartbeat_s, gpu_uuid=args.gpu_uuid,
-                        model_type=_model_type(args.model))  # fmt: skip
+                        model_type=_model_type(args.model),
+                        takes_instructions=_takes_instructions(args.model))  # fmt: skip
 
     def on_sigterm(signum: int, frame: object) -> None:
         engine.request_shutdown(5000)

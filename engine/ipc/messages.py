@@ -127,6 +127,9 @@ class Ready:
     # `tts_model_type` of the served model: "custom_voice", "base" or "voice_design"; "" from an engine
     # older than the field (a CustomVoice model lists speakers, a Base model none)
     model_type: str = ""
+    # Whether Submit.instruct_ids are taken (the official wrapper drops them for the 0.6B models; a Base model
+    # takes none); False lets the gateway refuse instructions before a request starts
+    takes_instructions: bool = True
 
 
 @dataclass(frozen=True, slots=True)

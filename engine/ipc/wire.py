@@ -33,7 +33,7 @@ Every record starts with a 2-byte head; all integers are little-endian, nothing 
     6     Deadline     -                                           Q request_id q deadline_ns
     7     Shutdown     -                                           I grace_ms
     64    Ready        0 random_weights 1 has gpu_uuid             I sample_rate I max_batch    str model_id
-                       2 has model_type                                                         str device
+                       2 has model_type 3 refuses instructions                                  str device
                                                                                                 strs speakers
                                                                                                 strs languages
                                                                                                 [str gpu_uuid]
@@ -221,7 +221,8 @@ def _encode_fixed(msg: Inbound | Outbound) -> bytes:
             + stats
         )
     if kind is Ready:
-        flags = (1 if msg.random_weights else 0) | (2 if msg.gpu_uuid else 0) | (4 if msg.model_type else 0)
+        flags = (1 if msg.random_weights else 0) | (2 if msg.gpu_uuid else 0) | (4 if msg.model_type else 0) \
+            | (0 if msg.takes_instructions else 8)
         return b"".join(
             (_HEAD.pack(KIND_READY, flags), _READY.pack(msg.sample_rate, msg.max_batch),
              _str(msg.model_id), _str(msg.device), _strs(msg.speakers), _strs(msg.languages),
@@ -319,6 +320,7 @@ def _ready(r: _Reader, flags: int) -> Ready:
     return Ready(
         model_id=model_id, random_weights=bool(flags & 1), sample_rate=rate, speakers=speakers,
         languages=languages, device=device, max_batch=max_batch, gpu_uuid=gpu_uuid, model_type=model_type,
+        takes_instructions=not flags & 8,
     )  # fmt: skip
 
 

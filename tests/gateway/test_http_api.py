@@ -185,6 +185,21 @@ def test_api_key_is_required_when_configured(engine_kind: str) -> None:
         server.stop()
 
 
+def test_a_0_6b_model_refuses_instructions_up_front_and_speaks_without_them() -> None:
+    # The fake engine says what the real one says for a 0.6B checkpoint: it takes no instructions (the real
+    # engine cannot run the full-size model on a CI machine; its Ready is built from the same config flag).
+    server = start_gateway("--model", "0.6b")
+    try:
+        client = openai.OpenAI(base_url=server.http + "/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.BadRequestError) as refused:
+            synthesize(client, "pcm", instructions="Speak slowly.")
+        assert refused.value.body["code"] == "instructions_not_supported"  # type: ignore[index]
+        pcm, _ = synthesize(client, "pcm")
+        assert len(pcm) == expected_samples(len(TEXT)) * 2
+    finally:
+        server.stop()
+
+
 def test_without_libopus_the_server_runs_and_opus_requests_get_a_clear_error(
     engine_kind: str, tmp_path: Path
 ) -> None:

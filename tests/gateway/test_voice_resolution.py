@@ -137,3 +137,10 @@ def test_the_gateway_and_the_engine_serve_the_same_model_kinds() -> None:
     from engine.executors import SERVED_MODEL_TYPES as ENGINE_SERVES
 
     assert SERVED_MODEL_TYPES == ENGINE_SERVES
+
+
+def test_a_model_that_takes_no_instructions_refuses_them_before_any_engine_sees_them() -> None:
+    small = ServedVoices(BUILT_INS, "0.6b", None, "custom_voice", takes_instructions=False)
+    assert _code(lambda: small.check_instructions("Speak slowly.")) == "instructions_not_supported"
+    small.check_instructions("")  # none given: nothing to refuse
+    ServedVoices(BUILT_INS, "1.7b", None, "custom_voice").check_instructions("Speak slowly.")  # the 1.7B takes them

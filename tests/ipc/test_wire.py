@@ -80,6 +80,7 @@ def _ready(rng: random.Random) -> Ready:
         languages=tuple(_text(rng, 10) for _ in range(rng.randint(0, 12))), device=_text(rng),
         max_batch=_int(rng, 0, U32), gpu_uuid=rng.choice(("", "GPU-" + _text(rng, 36))),
         model_type=rng.choice(("", "custom_voice", "base", "voice_design", _text(rng, 20))),
+        takes_instructions=rng.random() < 0.5,
     )  # fmt: skip
 
 
