@@ -87,6 +87,7 @@ def run(settings: Settings) -> int:
         ws_max_size=settings.limits.max_message_bytes * 4,  # bigger: uvicorn closes 1009; smaller: we do
         ws_per_message_deflate=False,  # PCM and Opus do not compress
         timeout_graceful_shutdown=5,
+        timeout_keep_alive=settings.keep_alive_s,
         lifespan="on",
     )
     server = DrainingServer(config, app)

@@ -41,6 +41,10 @@ class Settings:
     engine_start_timeout_s: float = 1800.0  # load + graph capture + warm-up of a real model
     engine_heartbeat_timeout_s: float = 10.0  # no heartbeat for this long: the engine is hung, restart it
     drain_timeout_s: float = 30.0  # SIGTERM: how long live contexts may take to finish
+    # An idle HTTP/1.1 connection stays open this long. Longer than common clients' own idle expiry (httpx 5 s,
+    # aiohttp 15 s), so the client, not the server, closes it: a request sent just as the server closes an
+    # idle connection would otherwise fail with a read error before any response.
+    keep_alive_s: float = 30.0
     max_lead_ms: int = 0  # every session's default pacing (session.update max_lead_ms); 0 = unpaced
     web_dir: Path = REPO_ROOT / "web"
     log_level: str = "info"
@@ -151,6 +155,13 @@ def build_parser(environ: Mapping[str, str]) -> argparse.ArgumentParser:
         help="an engine silent this long (no heartbeat; engines send one per second) is taken as hung: "
         "its requests fail and it is restarted (default 10)",
     )
+    parser.add_argument(
+        "--keep-alive-s",
+        type=float,
+        default=float(env("keep-alive-s", "30") or 30),
+        help="an idle HTTP/1.1 keep-alive connection is closed after this long (default 30: longer than clients' "
+        "own idle expiry, so a reused connection is never closed under a request just sent)",
+    )
     parser.add_argument("--log-level", default=env("log-level", "info"))
     parser.add_argument(
         "--voices-dir",
@@ -182,6 +193,8 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         parser.error("--engines must be at least 1")
     if not args.heartbeat_timeout_s > 0:
         parser.error("--heartbeat-timeout-s must be positive")
+    if not args.keep_alive_s > 0:
+        parser.error("--keep-alive-s must be positive")
     if not valid_max_lead_ms(args.max_lead_ms):
         parser.error(f"--max-lead-ms must be 0 (unpaced) or at least {MIN_MAX_LEAD_MS}")
     try:
@@ -207,6 +220,7 @@ def parse_settings(argv: Sequence[str], environ: Mapping[str, str]) -> Settings:
         engine_start_timeout_s=args.engine_start_timeout,
         engine_heartbeat_timeout_s=args.heartbeat_timeout_s,
         drain_timeout_s=args.drain_timeout,
+        keep_alive_s=args.keep_alive_s,
         max_lead_ms=args.max_lead_ms,
         log_level=args.log_level,
         voices_dir=args.voices_dir or None,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import io
+import socket
 import struct
 import time
 from collections.abc import Iterator
@@ -183,6 +184,30 @@ def test_api_key_is_required_when_configured(engine_kind: str) -> None:
         assert server.get("/health").status_code == 200  # probes need no key
     finally:
         server.stop()
+
+
+def _health_on(sock: socket.socket) -> bytes:
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        chunk = sock.recv(4096)
+        if not chunk:
+            return reply  # closed by the server
+        reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += sock.recv(4096)
+    return head
+
+
+def test_an_idle_keep_alive_connection_outlives_a_clients_own_five_second_expiry(gateway: GatewayProcess) -> None:
+    # uvicorn's default closes an idle connection after 5 s, the same as httpx's pool expiry: a request sent on
+    # a reused connection just as the server closed it failed with a read error (seen once in the fault suite).
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        assert _health_on(sock).startswith(b"HTTP/1.1 200")
+        time.sleep(6.0)
+        assert _health_on(sock).startswith(b"HTTP/1.1 200")  # the same connection, still open
 
 
 def test_a_0_6b_model_refuses_instructions_up_front_and_speaks_without_them() -> None:
