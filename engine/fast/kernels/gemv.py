@@ -5,8 +5,8 @@ product against it. cuBLAS runs the code predictor's shapes at 0.3-2 TB/s at one
 columns are cut into BLOCK_N-wide tiles, one program each (hundreds of programs over 132 SMs), each reading
 its [BLOCK_N, K] slice of W in wide contiguous [BLOCK_N, BLOCK_K] loads and accumulating in fp32. Few rows
 (BLOCK_R < 16) multiply on the CUDA cores, accumulating the [BLOCK_R, BLOCK_N, BLOCK_K] tile products
-elementwise and summing over K once at the end (a cross-thread sum per tile kept the loads from streaming:
-2x slower at one row on the H200); more rows use `tl.dot` (tensor cores) on the same tiles. The first W tile
+elementwise and summing over K once at the end (a cross-thread sum per tile inside the loop, with wider tiles,
+ran 1.5-5x slower at one row on the H200); more rows use `tl.dot` (tensor cores) on the same tiles. The first W tile
 is requested before the norm prologue reads x, so the two latencies overlap; when K fits one tile the prologue
 keeps x (+ residual) and the norm weight in registers for the product instead of reading them twice.
 
