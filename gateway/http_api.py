@@ -12,6 +12,7 @@ silently short file).
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import secrets
 import time
@@ -247,16 +248,18 @@ async def voices(request: Request) -> Response:
     except EngineUnavailable as exc:
         return error_response(HttpError(503, exc.code, str(exc)), state)
     served = state.voices()
-    saved = served.saved_names()
-    return JSONResponse(
-        {
+
+    def listing() -> dict[str, object]:  # reads each saved voice's voice.json (up to the store's 200)
+        saved = served.saved_names()
+        return {
             "voices": saved if served.saved_only else served.names(),
             "voice_kind": served.voice_kind,
             "openai_aliases": served.openai_aliases(),
             "languages": sorted({*info.languages, "auto"}),
             "saved_voices": saved,
         }
-    )
+
+    return JSONResponse(await asyncio.to_thread(listing))  # file reads off the event loop that serves audio
 
 
 async def health(request: Request) -> Response:
