@@ -14,17 +14,24 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def source_revision() -> str:
-    given = os.environ.get("VIVACE_GIT_SHA", "").strip()
-    if given:
-        return given
+def git_head() -> tuple[str, bool] | None:
+    """(HEAD's sha, whether tracked files differ from it) of this checkout; None without git or a repository."""
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
                               timeout=10).stdout.strip()  # fmt: skip
         changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
                                  capture_output=True, text=True, timeout=10).stdout.strip()  # fmt: skip
     except (OSError, subprocess.SubprocessError):
+        return None
+    return (head, bool(changed)) if head else None
+
+
+def source_revision() -> str:
+    given = os.environ.get("VIVACE_GIT_SHA", "").strip()
+    if given:
+        return given
+    head = git_head()
+    if head is None:
         return "unknown"
-    if not head:
-        return "unknown"
-    return f"{head}+dirty" if changed else head
+    sha, dirty = head
+    return f"{sha}+dirty" if dirty else sha

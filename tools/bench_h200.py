@@ -47,7 +47,6 @@ import platform
 import shlex
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -57,6 +56,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from loadtest.revision import git_head  # noqa: E402
 from tools.benchkit import prom  # noqa: E402
 from tools.benchkit.gpu import GpuSampler  # noqa: E402
 from tools.benchkit.points import LoadRun, Point, condense, loadtest_args, parse_points, read_summary  # noqa: E402
@@ -161,14 +161,10 @@ def free_port(host: str) -> int:
 def git_info(explicit: str | None) -> dict[str, Any]:
     if explicit:
         return {"sha": explicit, "dirty": None, "source": "given"}
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                             check=True, timeout=10).stdout.strip()  # fmt: skip
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
-                                capture_output=True, text=True, timeout=10).stdout  # fmt: skip
-    except (OSError, subprocess.SubprocessError):
+    head = git_head()
+    if head is None:
         return {"sha": None, "dirty": None, "source": "unavailable (pass --git-sha)"}
-    return {"sha": sha, "dirty": bool(status.strip()), "source": "git"}
+    return {"sha": head[0], "dirty": head[1], "source": "git"}
 
 
 def host_info(gpu: GpuSampler) -> dict[str, Any]:
