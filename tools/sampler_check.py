@@ -1,8 +1,8 @@
 """The code predictor's one-kernel sampler on the GPU: same tokens as its twin, and its time per call.
 
 For rows 1, 8 and 64 of the full-size code predictor's vocabulary (2048), every code group, random scores
-with a tie planted where thresholds fall, mixed top-k (off, 1, 2, 5, 50, the cap, the vocabulary), greedy
-rows and temperatures: `sampler.sample` against `sample_reference` (tokens must be identical; the embedding
+with `cp_selfcheck.sampler_case`'s settings (a tie planted where thresholds fall, mixed top-k, greedy rows
+and temperatures): `sampler.sample` against `sample_reference` (tokens must be identical; the embedding
 accumulate within 1e-6). Then the kernel's time per call, 15 calls (one frame's groups) in a CUDA graph,
 CUDA-event median, at the default top-k 50.
 
@@ -19,25 +19,22 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from engine.fast.kernels.cp_selfcheck import sampler_case  # noqa: E402
 from engine.fast.kernels.sampler import sample, sample_reference  # noqa: E402
 from engine.fast.measure import cuda_median_ms, relative_l2  # noqa: E402
-from engine.model.rng import seed_tensor  # noqa: E402
 
 VOCAB, HIDDEN, CAP = 2048, 1024, 64
 DEVICE = "cuda"
 
 
-def inputs(rows: int, group: int, gen: torch.Generator, top_k_value: int | None = None) -> dict:
-    row = torch.arange(rows, device=DEVICE)
+def inputs(rows: int, group: int, gen: torch.Generator, top_k_value: int | None = None) -> list:
+    """`sample`'s positional arguments: random scores [rows, VOCAB] with `cp_selfcheck.sampler_case`'s settings
+    (or, given `top_k_value`, that top-k on every row and no greedy row, as a timing case)."""
     scores = torch.randn(rows, VOCAB, device=DEVICE, generator=gen) * 2.0
-    scores[:, 5:9] = scores[:, 5:6]  # a tie some thresholds fall on
-    top_k = torch.tensor([0, 1, 2, 5, 50, CAP, VOCAB, 3], device=DEVICE)[row % 8]
+    greedy, temperature, top_k, cap, seeds, frames = sampler_case(scores, group, CAP)
     if top_k_value is not None:
-        top_k = torch.full_like(top_k, top_k_value)
-    return dict(scores=scores, greedy=row % 7 == 3 if top_k_value is None else torch.zeros_like(row, dtype=torch.bool),
-                temperature=(0.4 + (row % 5).float() * 0.3)[:, None], top_k=top_k, cap=CAP,
-                seeds=seed_tensor([2**64 - 1 - 7919 * i - group for i in range(rows)], DEVICE),
-                frames=row * 37 + group, group=group)  # fmt: skip
+        greedy, top_k = torch.zeros_like(greedy), torch.full_like(top_k, top_k_value)
+    return [scores, greedy, temperature, top_k, cap, seeds, frames, group]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,10 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     mismatches, checked, acc_error = 0, 0, 0.0
     for rows in (1, 3) if args.smoke else (1, 8, 64):
         for group in (1, 8, 15) if args.smoke else range(1, 16):
-            kw = inputs(rows, group, gen)
+            args_ = inputs(rows, group, gen)
             acc = torch.randn(rows, HIDDEN, device=DEVICE, generator=gen)
             acc_ref = acc.clone()
-            args_ = [kw[k] for k in ("scores", "greedy", "temperature", "top_k", "cap", "seeds", "frames", "group")]
             tokens = sample(*args_, table=table, acc=acc, radix_bits=args.radix_bits)
             expected = sample_reference(*args_, table=table, acc=acc_ref)
             mismatches += int((tokens != expected).sum())
@@ -66,13 +62,12 @@ def main(argv: list[str] | None = None) -> int:
             acc_error = max(acc_error, relative_l2(acc, acc_ref))
     times = {}
     for rows in () if args.smoke else (1, 64):
-        kws = [inputs(rows, group, gen, top_k_value=50) for group in range(1, 16)]
+        cases = [inputs(rows, group, gen, top_k_value=50) for group in range(1, 16)]
         out = torch.empty(rows, dtype=torch.int64, device=DEVICE)
 
-        def frame(kws: list[dict] = kws, out: torch.Tensor = out) -> None:
-            for kw in kws:
-                sample(*[kw[k] for k in ("scores", "greedy", "temperature", "top_k", "cap", "seeds", "frames",
-                                         "group")], out=out, radix_bits=args.radix_bits)  # fmt: skip
+        def frame(cases: list[list] = cases, out: torch.Tensor = out) -> None:
+            for case in cases:
+                sample(*case, out=out, radix_bits=args.radix_bits)
 
         frame()
         torch.cuda.synchronize()

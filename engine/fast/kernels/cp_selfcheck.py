@@ -24,6 +24,21 @@ from engine.model.layers import RotaryEmbedding
 from engine.model.rng import seed_tensor
 
 
+def sampler_case(scores: Tensor, group: int, top_k_cap: int) -> tuple[Tensor, Tensor, Tensor, int, Tensor, Tensor]:
+    """Per-row sampler settings for a check over scores [R,V], as `sample` takes them after the scores:
+    (greedy, temperature, top_k, cap, seeds, frames). Every 7th row greedy; top-k cycling through off, 1, 2, 5,
+    50, the cap, the whole vocabulary and 3; temperatures 0.4-1.6; distinct seeds and frames per row and group.
+    Plants a tie some thresholds fall on: columns 5-8 of `scores` get column 5's value (in place)."""
+    rows, vocab = scores.shape
+    device = scores.device
+    scores[:, 5:9] = scores[:, 5:6]
+    row = torch.arange(rows, device=device)
+    top_k = torch.tensor([0, 1, 2, 5, 50, top_k_cap, vocab, 3], device=device)[row % 8]
+    temperature = (0.4 + (row % 5).float() * 0.3)[:, None]
+    seeds = seed_tensor([2**64 - 1 - 7919 * i - group for i in range(rows)], device)
+    return row % 7 == 3, temperature, top_k, top_k_cap, seeds, row * 37 + group
+
+
 def check_cp_kernels(
     device: str, dtype: torch.dtype, *, hidden: int = 1024, input_size: int = 2048, heads: int = 16,
     kv_heads: int = 8, head_dim: int = 128, inter: int = 3072, vocab: int = 2048, positions: int = 16,
@@ -114,20 +129,12 @@ def check_cp_kernels(
         mismatches, acc_error = 0, 0.0
         for group, radix_bits in ((1, 2), (8, 4), (15, 3)):  # every group with its own search width
             scores = rand(r, vocab, scale=2.0)
-            scores[:, 5:9] = scores[:, 5:6]  # a tie that some thresholds fall on
-            row = torch.arange(r, device=device)
-            greedy = row % 7 == 3
-            top_k = torch.tensor([0, 1, 2, 5, 50, top_k_cap, vocab, 3], device=device)[row % 8]
-            temperature = (0.4 + (row % 5).float() * 0.3)[:, None]
-            seeds = seed_tensor([2**64 - 1 - 7919 * i - group for i in range(r)], device)
-            frames = row * 37 + group
+            settings = sampler_case(scores, group, top_k_cap)
             codes = torch.full((r, 16), -1, dtype=torch.int64, device=device)
             acc = torch.randn(r, input_size, generator=gen).to(device)
             acc_ref = acc.clone()
-            sample(scores, greedy, temperature, top_k, top_k_cap, seeds, frames, group, out=codes[:, group],
-                   table=embed, acc=acc, radix_bits=radix_bits)  # fmt: skip
-            tokens = sample_reference(scores, greedy, temperature, top_k, top_k_cap, seeds, frames, group,
-                                      table=embed, acc=acc_ref)  # fmt: skip
+            sample(scores, *settings, group, out=codes[:, group], table=embed, acc=acc, radix_bits=radix_bits)
+            tokens = sample_reference(scores, *settings, group, table=embed, acc=acc_ref)
             mismatches += int((codes[:, group] != tokens).sum())
             acc_error = max(acc_error, relative_l2(acc, acc_ref))
         errors[f"sampler_r{r}"] = mismatches / (3 * r)
