@@ -37,7 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.fast.kernels.gemv import GemvConfig, gemv  # noqa: E402
-from engine.fast.measure import cuda_median_ms, relative_l2  # noqa: E402
+from engine.fast.measure import cuda_median_ms, graph_per_call_us, relative_l2  # noqa: E402
 
 COPY_BANDWIDTH = 4255e9  # B/s, measured device-to-device copy on the H200 (h200-floors.md)
 BATCHES = (1, 4, 16, 64)
@@ -184,14 +184,7 @@ def teacher_forced(env: dict[str, Any], graphs: dict[str, Any], batch: int = 4) 
 
 def graph_us(fn: Any, calls: int = 20, repeats: int = 15) -> float:
     """Per-call microseconds of `fn` replayed `calls` times inside one CUDA graph (launch cost as in a frame)."""
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    return cuda_median_ms(graph.replay, repeats=repeats, warmup=2) * 1e3 / calls
+    return graph_per_call_us([fn] * calls, repeats=repeats)
 
 
 def sweep(env: dict[str, Any], clock: Clock, budget_s: float) -> dict[str, Any]:

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from engine.fast.measure import cuda_median_ms, relative_l2  # noqa: E402
+from engine.fast.measure import cuda_median_ms, graph_per_call_us, relative_l2  # noqa: E402
 
 COPY_BANDWIDTH = 4255e9  # B/s, h200-floors.md
 HBM_BYTES = 200 << 20  # each timed graph streams this much weight: > 3x the 60 MiB L2
@@ -140,18 +140,6 @@ def valid(k: int, c: dict[str, int]) -> bool:
     return k % c["split"] == 0 and per % c["bk"] == 0
 
 
-def per_call_us(calls: list[Any], repeats: int = 9) -> float:
-    """Per-call microseconds of `calls` (each a different weight copy) replayed in one CUDA graph."""
-    for call in calls[:2]:
-        call()
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    return cuda_median_ms(graph.replay, repeats=repeats, warmup=2) * 1e3 / len(calls)
-
-
 def bench_shape(name: str, rows: int, only_compile: bool, share: tuple[int, int]) -> dict[str, Any]:
     n, k = SHAPES[name]
     nbytes = n * k * 2
@@ -174,7 +162,7 @@ def bench_shape(name: str, rows: int, only_compile: bool, share: tuple[int, int]
                 return None
             if only_compile:
                 return None
-            return per_call_us([lambda w=w: fn(w) for w in weights])
+            return graph_per_call_us([lambda w=w: fn(w) for w in weights], repeats=9)
         except Exception as exc:  # noqa: BLE001 - a config that fails to compile is reported, not fatal
             result.setdefault("errors", []).append(f"{label}: {type(exc).__name__}: {str(exc)[:120]}")
             return None

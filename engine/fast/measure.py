@@ -1,9 +1,10 @@
-"""The two measurements every GPU check shares: relative L2 error against a twin, and CUDA-event medians."""
+"""The measurements every GPU check shares: relative L2 error against a twin, CUDA-event medians, and the
+per-call time of small kernels launched back to back inside one CUDA graph (launch cost as in a frame)."""
 
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -29,3 +30,16 @@ def cuda_median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> f
         end.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def graph_per_call_us(calls: Sequence[Callable[[], object]], repeats: int = 15) -> float:
+    """Microseconds per call of `calls` captured one after the other in one CUDA graph (the median replay over
+    len(calls)); each is run once before capture (compiles, allocator warm)."""
+    for call in calls:
+        call()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    return cuda_median_ms(graph.replay, repeats=repeats, warmup=2) * 1e3 / len(calls)
