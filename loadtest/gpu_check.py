@@ -38,6 +38,7 @@ import torch
 from engine.fast.measure import cuda_median_ms, relative_l2
 from engine.scheduling.costmodel import COSTS_DIR
 from engine.settings import EngineSettings
+from loadtest.revision import source_revision
 
 COPY_BANDWIDTH = 4255e9  # B/s, measured device-to-device copy on the H200 (h200-floors.md)
 BATCHES = (1, 4, 16, 32, 64, 128)
@@ -341,12 +342,6 @@ def table(timings: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- main
 
 
-def git_commit() -> str:
-    from loadtest.revision import source_revision
-
-    return source_revision()
-
-
 def talker_section(args: argparse.Namespace, section: dict[str, Any]) -> None:
     """Fills `section` stage by stage, so a failure keeps what the earlier stages found."""
     from engine.fast.kernels.selfcheck import check_kernels
@@ -401,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         return dry_run(args)
     if not torch.cuda.is_available():
         p.error("no CUDA device: run on the GPU machine, or use --dry-run for the CPU correctness half")
-    commit = git_commit()
+    commit = source_revision()
     report: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": commit,
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "command": " ".join(sys.argv),
