@@ -99,13 +99,13 @@ class Executors:
                  max_batch: int, silence: SilenceConfig, fast: FastPath = FastPath(),  # noqa: B008
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
                  top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True,
-                 cp_kernels: str = "layers", cp_pdl: bool = False, precompile_workers: int = 0,
+                 cp_kernels: str = "layers", cp_pdl: bool = True, precompile_workers: int = 0,
                  voices: VoiceBank | None = None, ragged_codec: bool = False) -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
         `codec_precision` must match the dtype the codec was loaded in (`executors.codec.codec_dtype`);
         `codec_stream`: on CUDA, codec chunks run on a stream of their own, beside the generation steps;
         `cp_kernels`: the code predictor's fast path, "layers" or "fused" (engine/fast/code_predictor_graph.py);
-        `cp_pdl`: the fused frame's kernels as programmatic dependent launches (`FrameKernels.pdl`);
+        `cp_pdl`: the fused frame's 1-2 row steps' kernels as programmatic dependent launches (`FrameKernels.pdl`);
         `precompile_workers`: child processes that compile the fused frame's Triton kernels before capture
         (engine/fast/precompile.py; 0: the capture compiles them one by one);
         `voices`: where a Base model's saved voices come from (None: a bank without a store);

@@ -60,9 +60,11 @@ class FrameKernels:
     prologue_max_rows: int = 2  # up to here the RMSNorm runs inside the product; above, its own kernel
     gemv: Mapping[str, GemvConfig] = field(default_factory=lambda: dict(DEFAULT_GEMV))
     radix_bits: int = 2  # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates
-    # Programmatic dependent launch of the step's Triton kernels (`kernels.pdl`): each may start in the tail of
-    # the one before and fetch its weights while that one finishes. Off until measured (tools/frame_profile.py).
-    pdl: bool = False
+    # Programmatic dependent launch (`kernels.pdl`) in the steps whose products all run in `gemv` (up to
+    # gemv_max_rows token rows): each kernel may start in the tail of the one before and fetch its weights while
+    # that one finishes. On the H200 (2026-12-02, tools/frame_profile.py, round-robin): CP frame 2.41 -> 2.16 ms
+    # at B=1, same codes bit for bit; at B=64, where cuBLAS runs the products, it cost 3.58 -> 3.64 ms.
+    pdl: bool = True
 
 
 class CodePredictorGraphs:
@@ -128,11 +130,11 @@ class CodePredictorGraphs:
         logits = self.step_logits(torch.stack((s.hidden[index], first), dim=1).view(2 * n, -1), None, 0, 2)
         k = self.kernels
         sample(logits, *settings, 1, out=frame[:, 1], table=self.tables[0], acc=embed_sum, radix_bits=k.radix_bits,
-               pdl=k.pdl)  # fmt: skip
+               pdl=self._pdl(2 * n))  # fmt: skip
         for group in range(2, c.num_code_groups):
             logits = self.step_logits(self.tables[group - 2], frame[:, group - 1], group, 1)
             sample(logits, *settings, group, out=frame[:, group], table=self.tables[group - 1], acc=embed_sum,
-                   radix_bits=k.radix_bits, pdl=k.pdl)  # fmt: skip
+                   radix_bits=k.radix_bits, pdl=self._pdl(n))  # fmt: skip
         self.codes[self.inputs["stream"][:n], frames] = frame
         s.frame_embed[index] = embed_sum.to(s.frame_embed.dtype)
 
@@ -152,7 +154,8 @@ class CodePredictorGraphs:
                                           eps=eps)  # fmt: skip
             k_cache, v_cache = self.cache.layer(number)
             attended = cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, eps, k_cache, v_cache,
-                                    start, tokens, layer.num_heads, layer.num_kv_heads, pdl=self.kernels.pdl)  # fmt: skip
+                                    start, tokens, layer.num_heads, layer.num_kv_heads,
+                                    pdl=self._pdl(qkv.shape[0]))  # fmt: skip
             hidden, _ = self._product("o", attended, layer.o)
             act, residual = self._product("gate_up", hidden, layer.gate_up, residual=residual,
                                           norm=layer.post_norm, eps=eps, silu_mul=True)  # fmt: skip
@@ -164,6 +167,10 @@ class CodePredictorGraphs:
         logits, _ = self._product("head", hidden, self.heads[max(1, start) - 1], residual=residual,
                                   norm=norm.weight, eps=norm.eps)  # fmt: skip
         return logits
+
+    def _pdl(self, token_rows: int) -> bool:
+        """Whether a kernel of a step with this many token rows launches as a programmatic dependent."""
+        return self.kernels.pdl and token_rows <= self.kernels.gemv_max_rows
 
     def _product(self, name: str, x: Tensor, weight: Tensor, *, index: Tensor | None = None,
                  residual: Tensor | None = None, norm: Tensor | None = None, eps: float = 1e-6,
@@ -179,7 +186,7 @@ class CodePredictorGraphs:
             config = replace(config, block_n=max(config.block_n, 1 << (columns - 1).bit_length()))
         if not use_triton(x) or (small and (norm is None or rows <= k.prologue_max_rows)):
             y, total = gemv(x, weight, index=index, residual=residual, norm_weight=norm, eps=eps, bias=bias,
-                            silu_mul=silu_mul, config=config, pdl=k.pdl)  # fmt: skip
+                            silu_mul=silu_mul, config=config, pdl=self._pdl(rows))  # fmt: skip
             return y, (x if total is None else total) if norm is not None else None
         if index is not None:
             x = x[index]
@@ -187,7 +194,7 @@ class CodePredictorGraphs:
         if norm is not None:
             x, total = rms_norm(x.contiguous(), norm, eps, residual)
         if small:
-            y, _ = gemv(x, weight, bias=bias, silu_mul=silu_mul, config=config, pdl=k.pdl)
+            y, _ = gemv(x, weight, bias=bias, silu_mul=silu_mul, config=config, pdl=self._pdl(rows))
         else:
             y = F.linear(x, weight, bias)
             y = swiglu(y) if silu_mul else y

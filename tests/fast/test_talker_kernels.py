@@ -42,11 +42,14 @@ def test_every_kernel_matches_its_twin_in_the_triton_interpreter() -> None:
 SPLITS_SCRIPT = """
 import json, torch
 from engine.fast.kernels import use_triton
-from engine.fast.kernels.decode_attention import decode_attention, decode_attention_reference, split_layout
+from engine.fast.kernels.decode_attention import (
+    SplitConfig, decode_attention, decode_attention_reference, split_layout,
+)
 assert use_triton(torch.zeros(1)), "interpreter mode not active"
 torch.manual_seed(0)
 max_len, kv_heads, heads, d = 600, 2, 4, 16
-splits, chunk = split_layout(max_len)
+config = SplitConfig(**json.loads(CONFIG))
+splits, chunk = split_layout(max_len, config)
 lengths = torch.tensor([1, 63, 64, 65, chunk - 1, chunk, chunk + 1, 2 * chunk + 1, max_len - 1, max_len])
 rows = len(lengths)
 k, v = torch.randn(rows + 1, kv_heads, max_len, d), torch.randn(rows + 1, kv_heads, max_len, d)
@@ -56,14 +59,21 @@ for b in range(rows):  # keys and values past a row's length are never read
     k_poisoned[slots[b], :, int(lengths[b]):] = float("nan")
     v_poisoned[slots[b], :, int(lengths[b]):] = float("nan")
 q = torch.randn(rows, heads, d)
-ours = decode_attention(q, k_poisoned, v_poisoned, slots, lengths)
+ours = decode_attention(q, k_poisoned, v_poisoned, slots, lengths, config)
 theirs = decode_attention_reference(q, k, v, slots, lengths)
 print(json.dumps({"splits": splits, "chunk": chunk, "error": float((ours - theirs).norm() / theirs.norm())}))
 """
 
 
-def test_decode_attention_over_several_splits_reads_each_row_up_to_its_length_only() -> None:
-    """Rows ending at, just before and just after split and block boundaries, up to the cache's capacity."""
-    result = _interpreted(SPLITS_SCRIPT)
-    assert result["splits"] >= 4 and result["chunk"] % 64 == 0  # several splits of whole 64-key blocks
+@pytest.mark.parametrize(
+    "config",
+    [{}, {"keys_per_split": 64, "early_v": True}, {"keys_per_split": 128, "block_n": 32, "num_stages": 2}],
+    ids=["default", "64-key-splits-values-early", "32-key-steps"],
+)
+def test_decode_attention_over_several_splits_reads_each_row_up_to_its_length_only(config: dict) -> None:
+    """Rows ending at, just before and just after split and block boundaries, up to the cache's capacity, for
+    split configurations `tools/attention_bench.py` sweeps."""
+    result = _interpreted(f"CONFIG = {json.dumps(json.dumps(config))}\n" + SPLITS_SCRIPT)
+    block = config.get("block_n", 64)
+    assert result["splits"] >= 4 and result["chunk"] % block == 0  # several splits of whole blocks
     assert result["error"] < 1e-5, result

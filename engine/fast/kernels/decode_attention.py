@@ -17,6 +17,7 @@ wrote empty partials (the H200 profile at 80 RPS: this kernel was 12 % of all GP
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -28,6 +29,22 @@ BLOCK_N = 64  # keys per inner step
 KEYS_PER_SPLIT = 256  # a 2048-position cache: 8 splits of 256 keys (4 steps); a row of L keys uses ceil(L/256)
 MAX_SPLITS = 64
 
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """How the split kernel cuts and walks a row's keys (`tools/attention_bench.py` sweeps these)."""
+
+    keys_per_split: int = KEYS_PER_SPLIT  # at most this many keys a program (a power of two, >= block_n)
+    block_n: int = BLOCK_N  # keys per inner step
+    num_warps: int = 4
+    num_stages: int | None = None  # Triton's software pipelining depth (None: its default)
+    early_v: bool = False  # request a block's values with its keys, before the scores need the keys
+
+
+def default_split_config(rows: int) -> SplitConfig:
+    """The split kernel's configuration for a batch of `rows` query rows."""
+    return SplitConfig()
+
 if HAVE_TRITON:
     import triton
     import triton.language as tl
@@ -38,6 +55,7 @@ if HAVE_TRITON:
         stride_s, stride_k, stride_l,
         H: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
+        EARLY_V: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
@@ -61,13 +79,16 @@ if HAVE_TRITON:
                 k_mask = n < hi
                 offsets = base + n[:, None] * stride_l + d[None, :]
                 k = tl.load(k_ptr + offsets, mask=k_mask[:, None], other=0.0)  # [BLOCK,D]
+                if EARLY_V:
+                    v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
                 s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [GP,BLOCK] fp32
                 s = tl.where(k_mask[None, :], s, float("-inf"))
                 m_new = tl.maximum(m, tl.max(s, axis=1))  # every block holds at least one key: finite
                 alpha = tl.exp(m - m_new)
                 p = tl.exp(s - m_new[:, None])
                 l_sum = l_sum * alpha + tl.sum(p, axis=1)
-                v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
+                if not EARLY_V:
+                    v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
                 m = m_new
             part = (b * H + heads) * SPLITS + sp  # [GP]
@@ -99,16 +120,19 @@ def decode_attention_reference(q: Tensor, k_cache: Tensor, v_cache: Tensor, slot
     return attend(q[:, :, None], keys, values, visible[:, None, None], False)[:, :, 0]
 
 
-def split_layout(max_len: int) -> tuple[int, int]:
+def split_layout(max_len: int, config: SplitConfig | None = None) -> tuple[int, int]:
     """Cache capacity -> (splits, keys per split); both static, so the grid is the same every step. Splits are
-    a power of two (the merge's arange) of at most KEYS_PER_SPLIT keys, whole BLOCK_N steps."""
-    splits = min(MAX_SPLITS, 1 << max(0, math.ceil(math.log2(math.ceil(max_len / KEYS_PER_SPLIT)))))
-    chunk = math.ceil(math.ceil(max_len / splits) / BLOCK_N) * BLOCK_N
+    a power of two (the merge's arange) of at most `keys_per_split` keys, whole `block_n` steps."""
+    config = config or SplitConfig()
+    splits = min(MAX_SPLITS, 1 << max(0, math.ceil(math.log2(math.ceil(max_len / config.keys_per_split)))))
+    chunk = math.ceil(math.ceil(max_len / splits) / config.block_n) * config.block_n
     return splits, chunk
 
 
-def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor) -> Tensor:
-    """q [B,H,D] contiguous; every lengths[b] >= 1 -> [B,H,D] in q's dtype."""
+def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor,
+                     config: SplitConfig | None = None) -> Tensor:  # fmt: skip
+    """q [B,H,D] contiguous; every lengths[b] >= 1 -> [B,H,D] in q's dtype. `config`: the split kernel's
+    (default: `default_split_config` for B rows)."""
     if not use_triton(q):
         return decode_attention_reference(q, k_cache, v_cache, slots, lengths)
     rows, heads, d = q.shape
@@ -116,7 +140,8 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
     assert k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1
     q, slots, lengths = q.contiguous(), slots.contiguous(), lengths.contiguous()  # dense indexing (no stride-0 views)
     group = heads // kv_heads
-    splits, chunk = split_layout(k_cache.shape[2])
+    config = config or default_split_config(rows)
+    splits, chunk = split_layout(k_cache.shape[2], config)
     m = torch.empty(rows, heads, splits, dtype=torch.float32, device=q.device)
     l_sum = torch.empty_like(m)
     acc = torch.empty(rows, heads, splits, d, dtype=torch.float32, device=q.device)
@@ -124,8 +149,9 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
         q, k_cache, v_cache, slots, lengths, m, l_sum, acc, 1.0 / math.sqrt(d),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         H=heads, G=group, GP=max(16, triton.next_power_of_2(group)), D=d,
-        SPLITS=splits, CHUNK=chunk, BLOCK=BLOCK_N, num_warps=4,
+        SPLITS=splits, CHUNK=chunk, BLOCK=config.block_n, EARLY_V=config.early_v,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
+        num_warps=config.num_warps, **({} if config.num_stages is None else {"num_stages": config.num_stages}),
     )  # fmt: skip
     out = torch.empty_like(q)
     _merge_kernel[(rows * heads,)](m, l_sum, acc, lengths, out, H=heads, SPLITS=splits, CHUNK=chunk, D=d,

@@ -11,10 +11,15 @@ spin: 3.6 -> 5.4 ms on the H200, 2026-12-02).
     kernel k:    [weights loads] wait_for_producer() [reads of k-1's outputs ... writes]
     kernel k+1:              ^ may start here: [weights loads] wait ...
 
-Off (the default, and always in Triton's interpreter, which has no grid dependency control) both are no-ops.
+Off (and always in Triton's interpreter, which has no grid dependency control, and on GPUs before Hopper, which
+lack it) both are no-ops.
 """
 
 from __future__ import annotations
+
+from functools import cache
+
+import torch
 
 from engine.fast.kernels import HAVE_TRITON, INTERPRET
 
@@ -30,9 +35,16 @@ if HAVE_TRITON:
             gdc_launch_dependents()
 
 
+@cache
+def _device_has_it() -> bool:
+    """Compute capability 9.0 or later on the current CUDA device (griddepcontrol is sm_90+)."""
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+
+
 def enabled(pdl: bool) -> bool:
-    """Whether a kernel asked to use programmatic dependent launch really does (never under the interpreter)."""
-    return pdl and not INTERPRET
+    """Whether a kernel asked to use programmatic dependent launch really does (never under the interpreter,
+    never before Hopper)."""
+    return pdl and not INTERPRET and _device_has_it()
 
 
 def launch_options(pdl: bool) -> dict[str, bool]:
