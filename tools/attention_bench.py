@@ -3,8 +3,7 @@
 The talker's decode step spends a third of its time at 64 rows in `decode_attention` (H200, 2026-12-02:
 `_split_kernel` 0.93 ms of a 2.78 ms step, 28 calls), where the keys and values it reads (~50 MB a layer at
 contexts 256-511) would take ~12 us at copy bandwidth against the 33 us measured. This script times every
-`SplitConfig` of a grid (keys per split, keys per inner step, warps, pipelining stages, values requested with
-the keys) on the full-size talker's heads (16 query heads, 8 kv heads, head dim 128, bf16, a 2048-position
+`SplitConfig` of a grid (keys per split, keys per inner step, warps, pipelining stages) on the full-size talker's heads (16 query heads, 8 kv heads, head dim 128, bf16, a 2048-position
 cache) for each batch size and context range, per call, inside one CUDA graph of many calls that each read
 other cache slots, so every call streams its keys from HBM (not the 60 MiB L2) as the 28 layers do. Every
 configuration's output is checked against the fp32 reference first (relative L2 <= 1e-2), so a fast wrong
@@ -46,11 +45,10 @@ HBM_BYTES = 256 << 20  # each timed graph reads at least this much: > 4x L2
 
 def configs() -> list[SplitConfig]:
     grid = [
-        SplitConfig(keys_per_split=kps, block_n=64, num_warps=warps, num_stages=stages, early_v=early)
-        for kps, warps, stages, early in itertools.product((64, 128, 256), (4, 8), (None, 2, 4), (False, True))
+        SplitConfig(keys_per_split=kps, block_n=64, num_warps=warps, num_stages=stages)
+        for kps, warps, stages in itertools.product((64, 128, 256), (4, 8), (None, 2, 4))
     ]
-    grid += [SplitConfig(keys_per_split=kps, block_n=32, early_v=early)
-             for kps, early in itertools.product((64, 128), (False, True))]  # fmt: skip
+    grid += [SplitConfig(keys_per_split=kps, block_n=32) for kps in (64, 128)]
     return grid
 
 
@@ -78,7 +76,7 @@ def bench(batches: list[int], contexts: list[tuple[int, int]]) -> dict[str, Any]
             wrong.append({**asdict(config), "error": error})
     results["wrong"] = wrong
     grid = [c for c in grid if not any(w["keys_per_split"] == c.keys_per_split and w["num_warps"] == c.num_warps
-                                       and w["num_stages"] == c.num_stages and w["early_v"] == c.early_v
+                                       and w["num_stages"] == c.num_stages
                                        and w["block_n"] == c.block_n for w in wrong)]  # fmt: skip
 
     for (lo, hi), batch in itertools.product(contexts, batches):
@@ -114,8 +112,7 @@ def bench(batches: list[int], contexts: list[tuple[int, int]]) -> dict[str, Any]
 
 def describe(t: dict[str, Any]) -> str:
     stages = "-" if t["num_stages"] is None else t["num_stages"]
-    return (f"kps {t['keys_per_split']:>3} bn {t['block_n']:>2} w{t['num_warps']} s{stages} "
-            f"{'early_v' if t['early_v'] else 'late_v '}")  # fmt: skip
+    return f"kps {t['keys_per_split']:>3} bn {t['block_n']:>2} w{t['num_warps']} s{stages}"
 
 
 def main() -> int:

@@ -1,10 +1,11 @@
-"""The code predictor's one-kernel sampler on the GPU: same tokens as its twin, and its time per call.
+"""The one-kernel sampler on the GPU: same tokens as its twin, and its time per call.
 
 For rows 1, 8 and 64 of the full-size code predictor's vocabulary (2048), every code group, random scores
 with `cp_selfcheck.sampler_case`'s settings (a tie planted where thresholds fall, mixed top-k, greedy rows
 and temperatures): `sampler.sample` against `sample_reference` (tokens must be identical; the embedding
-accumulate within 1e-6). Then the kernel's time per call, 15 calls (one frame's groups) in a CUDA graph,
-CUDA-event median, at the default top-k 50.
+accumulate within 1e-6). The same for the talker's draw (group 0, vocabulary 3072, whose control tokens
+`talker_scores` masks to -inf: all but one of columns 2048 and up here). Then the kernel's time per call,
+15 calls (one frame's groups) in a CUDA graph, CUDA-event median, at the default top-k 50.
 
     python tools/sampler_check.py [--radix-bits 2]      # GPU only; exit status 1 on any mismatch
 """
@@ -24,13 +25,17 @@ from engine.fast.kernels.sampler import sample, sample_reference  # noqa: E402
 from engine.fast.measure import cuda_median_ms, relative_l2  # noqa: E402
 
 VOCAB, HIDDEN, CAP = 2048, 1024, 64
+TALKER_VOCAB, TALKER_CODES = 3072, 2048  # the talker's codec vocabulary; ids from 2048 are control tokens
 DEVICE = "cuda"
 
 
-def inputs(rows: int, group: int, gen: torch.Generator, top_k_value: int | None = None) -> list:
-    """`sample`'s positional arguments: random scores [rows, VOCAB] with `cp_selfcheck.sampler_case`'s settings
-    (or, given `top_k_value`, that top-k on every row and no greedy row, as a timing case)."""
-    scores = torch.randn(rows, VOCAB, device=DEVICE, generator=gen) * 2.0
+def inputs(rows: int, group: int, gen: torch.Generator, top_k_value: int | None = None, vocab: int = VOCAB) -> list:
+    """`sample`'s positional arguments: random scores [rows, vocab] with `cp_selfcheck.sampler_case`'s settings
+    (or, given `top_k_value`, that top-k on every row and no greedy row, as a timing case). The talker's
+    vocabulary gets its control tokens masked to -inf but one (the end of speech)."""
+    scores = torch.randn(rows, vocab, device=DEVICE, generator=gen) * 2.0
+    if vocab == TALKER_VOCAB:
+        scores[:, TALKER_CODES + 1 :] = float("-inf")
     greedy, temperature, top_k, cap, seeds, frames = sampler_case(scores, group, CAP)
     if top_k_value is not None:
         greedy, top_k = torch.zeros_like(greedy), torch.full_like(top_k, top_k_value)
@@ -60,6 +65,11 @@ def main(argv: list[str] | None = None) -> int:
             mismatches += int((tokens != expected).sum())
             checked += rows
             acc_error = max(acc_error, relative_l2(acc, acc_ref))
+        for draw in range(3 if args.smoke else 20):  # the talker's draw: group 0, no embedding accumulate
+            args_ = inputs(rows, 0, gen, vocab=TALKER_VOCAB)
+            args_[6] = args_[6] + draw * 7919  # other frames, other uniforms
+            mismatches += int((sample(*args_, radix_bits=args.radix_bits) != sample_reference(*args_)).sum())
+            checked += rows
     times = {}
     for rows in () if args.smoke else (1, 64):
         cases = [inputs(rows, group, gen, top_k_value=50) for group in range(1, 16)]
@@ -74,9 +84,19 @@ def main(argv: list[str] | None = None) -> int:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             frame()
-        times[rows] = cuda_median_ms(graph.replay, repeats=50, warmup=5) * 1e3 / 15
+        times[f"{rows} rows"] = cuda_median_ms(graph.replay, repeats=50, warmup=5) * 1e3 / 15
+    for rows in () if args.smoke else (1, 64):
+        cases = [inputs(rows, 0, gen, top_k_value=50, vocab=TALKER_VOCAB) for _ in range(15)]
+        graph = torch.cuda.CUDAGraph()
+        for case in cases:
+            sample(*case, radix_bits=args.radix_bits)
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph):
+            for case in cases:
+                sample(*case, radix_bits=args.radix_bits)
+        times[f"talker {rows} rows"] = cuda_median_ms(graph.replay, repeats=50, warmup=5) * 1e3 / 15
     print(f"tokens: {mismatches} of {checked} differ from the twin; embedding accumulate error {acc_error:.1e}")
-    print("us per sampler call (top-k 50): " + ", ".join(f"{r} rows {t:.1f}" for r, t in times.items()))
+    print("us per sampler call (top-k 50): " + ", ".join(f"{r} {t:.1f}" for r, t in times.items()))
     return 0 if mismatches == 0 and acc_error <= 1e-6 else 1
 
 

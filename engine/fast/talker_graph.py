@@ -3,9 +3,10 @@ preallocated slot KV cache with per-request lengths. A drop-in for `TalkerExecut
 
 Decode replay (n padded rows), inputs kv_slot/position/text/frame/eos_never [n]:
     x = frame_embed[slot] + P(text)  ->  fused 28-layer stack, keys of row b = its slot's 0..position[b]
-    (Triton split-KV decode attention)  ->  codec head  ->  repetition penalty, EOS/control masks,
-    temperature, top-k, counter-based draw (seed, frame+1, group 0)  ->  hidden, code0, seen,
-    generated updated at the slot; the tokens also land in `tokens` for the one optional read-back.
+    (Triton split-KV decode attention)  ->  codec head  ->  repetition penalty, EOS/control masks  ->
+    temperature, top-k, counter-based draw (seed, frame+1, group 0) in the code predictor's one-kernel sampler
+    (`kernels/sampler.py`; `sample_tokens`' ~20 small kernels took ~0.1 ms of a 1.8 ms B=1 step)  ->  hidden,
+    code0, seen, generated updated at the slot; the tokens also land in `tokens` for the one optional read-back.
 Prefill replay (n rows, bucket L): the prompt rows, right-padded to L in a static buffer, run causally
 from position 0 (padded queries come after every real one, so they change nothing that is kept; their
 keys past the prompt are overwritten by later decode steps before anything reads them).
@@ -25,7 +26,8 @@ from engine.executors.slots import GenerationSlots
 from engine.fast.decoder import fuse_layers, rope_tables, run_layers
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
 from engine.fast.kernels.decode_attention import decode_attention
-from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k, sample_tokens
+from engine.fast.kernels.sampler import sample
+from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k
 from engine.ipc.messages import Sampling
 from engine.model import sampling as sampler
 from engine.model.kv_cache import TalkerKVCache
@@ -162,7 +164,7 @@ class TalkerGraphs:
         logits = self.talker.logits(hidden)  # [n,V] fp32
         scores = sampler.talker_scores(logits, s.seen[index], s.generated[index], s.penalty[index], c.codec_eos_id,
                                        c.num_codes, eos_never)  # fmt: skip
-        tokens = sample_tokens(scores, s.talker.greedy[index], s.talker.temperature[index], s.talker.top_k[index],
+        tokens = sample(scores, s.talker.greedy[index], s.talker.temperature[index], s.talker.top_k[index],
                                self.top_k_cap, s.seeds[index], frames, 0)  # fmt: skip
         s.seen.index_put_((index, tokens), torch.ones_like(tokens, dtype=torch.bool))  # no host scalar in a graph
         s.generated[index] += 1

@@ -67,8 +67,8 @@ print(json.dumps({"splits": splits, "chunk": chunk, "error": float((ours - their
 
 @pytest.mark.parametrize(
     "config",
-    [{}, {"keys_per_split": 64, "early_v": True}, {"keys_per_split": 128, "block_n": 32, "num_stages": 2}],
-    ids=["default", "64-key-splits-values-early", "32-key-steps"],
+    [{}, {"keys_per_split": 64}, {"keys_per_split": 128, "block_n": 32, "num_stages": 2}],
+    ids=["256-key-splits", "64-key-splits", "32-key-steps"],
 )
 def test_decode_attention_over_several_splits_reads_each_row_up_to_its_length_only(config: dict) -> None:
     """Rows ending at, just before and just after split and block boundaries, up to the cache's capacity, for

@@ -6,10 +6,10 @@ handles the G = H/K query heads sharing that kv head (one read of the keys serve
 partial (max, sum, weighted values) in fp32; a second kernel merges the splits a row has. The grid is
 static (CUDA-graph capture), so it is sized for the cache's capacity, but a program whose chunk starts at
 or past its row's length returns before reading or writing anything, and a chunk's loop stops at the
-row's length: a row costs the keys it has. Chunks are long (up to KEYS_PER_SPLIT keys, several
-BLOCK_N steps) because the talker's rows are short: under load most rows hold under 200 positions of a
-2048-position cache, and with 64-key chunks 30 of 32 programs per (row, kv head) did masked work and
-wrote empty partials (the H200 profile at 80 RPS: this kernel was 12 % of all GPU kernel time).
+row's length: a row costs the keys it has. How long a chunk is depends on the batch (`default_split_config`):
+64 keys for up to 4 rows, whose few programs must each stream little, up to 256 for 128 rows, where short
+chunks only add partials to merge. (Before programs returned early, 64-key chunks of a 2048-position cache
+made 30 of 32 programs per (row, kv head) do masked work: at 80 RPS this kernel was 12 % of all GPU time.)
 
     q [B,H,D]   k_cache, v_cache [S,K,L,D]   slots [B] int64   lengths [B] int64   -> out [B,H,D]
 """
@@ -38,11 +38,18 @@ class SplitConfig:
     block_n: int = BLOCK_N  # keys per inner step
     num_warps: int = 4
     num_stages: int | None = None  # Triton's software pipelining depth (None: its default)
-    early_v: bool = False  # request a block's values with its keys, before the scores need the keys
 
 
 def default_split_config(rows: int) -> SplitConfig:
-    """The split kernel's configuration for a batch of `rows` query rows."""
+    """The split kernel's configuration for a batch of `rows` query rows: shorter splits where few rows give
+    few programs. H200, 2026-12-02 (`tools/attention_bench.py`, talker heads, contexts 32-255 / 256-511, us a
+    call against 256-key splits): 1 row 5.4 / 6.4 (7.5 / 8.9), 4 rows 7.0 / 8.7 (8.8 / 9.6) with 64 keys; 16
+    rows 10.7 / 14.0 (11.7 / 15.2), 64 rows 21.2 / 35.9 (21.8 / 37.1) with 128 keys and 2 stages; at 128 rows
+    256-key splits stay best (35.1 / 63.9; the keys then stream at ~3 TB/s)."""
+    if rows <= 4:
+        return SplitConfig(keys_per_split=64)
+    if rows <= 64:
+        return SplitConfig(keys_per_split=128, num_stages=2)
     return SplitConfig()
 
 if HAVE_TRITON:
@@ -55,7 +62,6 @@ if HAVE_TRITON:
         stride_s, stride_k, stride_l,
         H: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
-        EARLY_V: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
@@ -79,16 +85,13 @@ if HAVE_TRITON:
                 k_mask = n < hi
                 offsets = base + n[:, None] * stride_l + d[None, :]
                 k = tl.load(k_ptr + offsets, mask=k_mask[:, None], other=0.0)  # [BLOCK,D]
-                if EARLY_V:
-                    v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
                 s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [GP,BLOCK] fp32
                 s = tl.where(k_mask[None, :], s, float("-inf"))
                 m_new = tl.maximum(m, tl.max(s, axis=1))  # every block holds at least one key: finite
                 alpha = tl.exp(m - m_new)
                 p = tl.exp(s - m_new[:, None])
                 l_sum = l_sum * alpha + tl.sum(p, axis=1)
-                if not EARLY_V:
-                    v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
+                v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
                 acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
                 m = m_new
             part = (b * H + heads) * SPLITS + sp  # [GP]
@@ -149,7 +152,7 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
         q, k_cache, v_cache, slots, lengths, m, l_sum, acc, 1.0 / math.sqrt(d),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         H=heads, G=group, GP=max(16, triton.next_power_of_2(group)), D=d,
-        SPLITS=splits, CHUNK=chunk, BLOCK=config.block_n, EARLY_V=config.early_v,
+        SPLITS=splits, CHUNK=chunk, BLOCK=config.block_n,
         PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
         num_warps=config.num_warps, **({} if config.num_stages is None else {"num_stages": config.num_stages}),
     )  # fmt: skip
