@@ -111,7 +111,7 @@ class EngineSettings:
     shutdown_grace_ms: int = 5000
     log_level: str = "info"
     cp_kernels: str = "fused"  # code-predictor fast path: fused (frame kernels) | layers (fused layer stack)
-    cp_pdl: bool = True  # cp_kernels fused: its 1-2 row steps' Triton kernels as programmatic dependent launches
+    cp_pdl: bool = False  # cp_kernels fused: its 1-2 row steps' Triton kernels as programmatic dependent launches
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
     rescue_slack_ms: float = SchedulerConfig().rescue_slack_ms  # a playing stream this near running dry goes first
@@ -385,8 +385,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=d.cp_pdl,
                    help="with --cp-kernels fused: launch the Triton kernels of the frame's 1-2 row steps as "
                         "programmatic dependents, so each fetches its weights while the one before it finishes "
-                        "(Hopper and later, ignored before; same results; on by default: B=1 frame 2.41 -> 2.16 ms "
-                        "on an H200)")
+                        "(Hopper and later, ignored before; same results; B=1 frame 2.41 -> 2.16 ms on an H200; off "
+                        "by default while the 1 RPS TTFA tail it brought in two server runs is unexplained)")
     p.add_argument("--precompile-workers", type=int, default=d.precompile_workers,
                    help="with --cp-kernels fused: child processes that compile its Triton kernels in parallel before "
                         "capture (-1: one per CPU core, at most 8; 0: the capture compiles them one by one)")

@@ -1,6 +1,6 @@
 """Where a frame step's GPU time goes: talker decode and code-predictor frame per kernel variant (GPU only).
 
-    python tools/frame_profile.py [--batches 1 64] [--variants defaults no_pdl norms_apart wide_prologues radix4 warps4 narrow previous] [--out frame_profile.json]
+    python tools/frame_profile.py [--batches 1 64] [--variants defaults pdl norms_apart wide_prologues radix4 warps4 narrow previous] [--out frame_profile.json]
 
 On the full-size model with random bf16 weights, the engine's talker graphs and each variant's code-predictor
 graphs are built at the given batch sizes, all before any timing, then timed round-robin (CUDA-event medians of
@@ -9,9 +9,8 @@ replays in each of five rounds, the median of the rounds; talker contexts drawn 
 the second variant built measured 5-10 % slower in the talker, whose graphs it had not changed. Variants change the code predictor's `FrameKernels` only:
 
     defaults   the engine's
-    no_pdl     no programmatic dependent launches (the defaults use them in the 1-2 row steps,
-               `FrameKernels.pdl`); bitwise the same codes, hidden states and caches as `defaults` or something
-               is wrong
+    pdl        programmatic dependent launches in the 1-2 row steps (`FrameKernels.pdl`); bitwise the same
+               codes, hidden states and caches as `defaults` or something is wrong
     norms_apart  every RMSNorm in an `rms_norm` kernel of its own instead of the next product's prologue
     wide_prologues  the products with a norm prologue (qkv, gate_up, head) 16 columns a program: 4x fewer
                programs re-read the row, its residual and the norm weight
@@ -21,7 +20,7 @@ the second variant built measured 5-10 % slower in the talker, whose graphs it h
     previous   the 1-2 row tiles before 2026-12-02: 8-32 columns and K 512 a 4-warp program
 
 The sampler's search finds the exact k-th value whatever its radix, so `radix4` must draw bitwise the same codes
-as `defaults`, and `no_pdl` changes only when kernels start (checked over three frame steps; exit status 1 if either
+as `defaults`, and `pdl` changes only when kernels start (checked over three frame steps; exit status 1 if either
 differs; the other variants report whether theirs agree). Then the kernels of
 one replay of each (torch profiler): calls, microseconds, and the replay's span minus its kernels' time (the gaps
 between kernels). Prints a short table last.
@@ -44,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.fast.measure import cuda_median_ms  # noqa: E402
 from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
-VARIANTS = ("defaults", "no_pdl", "norms_apart", "wide_prologues", "radix4", "warps4", "narrow", "previous")
+VARIANTS = ("defaults", "pdl", "norms_apart", "wide_prologues", "radix4", "warps4", "narrow", "previous")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -57,8 +56,8 @@ def frame_kernels(variant: str) -> Any:
     kernels = FrameKernels()
     if variant == "radix4":
         return replace(kernels, radix_bits=4)
-    if variant == "no_pdl":
-        return replace(kernels, pdl=False)
+    if variant == "pdl":
+        return replace(kernels, pdl=True)
     if variant == "norms_apart":
         return replace(kernels, prologue_max_rows=0)
     if variant == "wide_prologues":
@@ -199,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = "  ".join(f"{result[b]['talker_ms']:6.3f} / {result[b]['cp_ms']:6.3f} / {result[b]['frame_ms']:6.3f}"
                           for b in args.batches)  # fmt: skip
         print(f"{name:<10} {cells}  {result.get('bitwise_equal', '-')}")
-    exact = ("radix4", "no_pdl")  # variants that must reproduce the defaults bit for bit
+    exact = ("radix4", "pdl")  # variants that must reproduce the defaults bit for bit
     return 0 if all(report["variants"].get(v, {}).get("bitwise_equal", True) for v in exact) else 1
 
 

@@ -99,7 +99,7 @@ class Executors:
                  max_batch: int, silence: SilenceConfig, fast: FastPath = FastPath(),  # noqa: B008
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
                  top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True,
-                 cp_kernels: str = "layers", cp_pdl: bool = True, precompile_workers: int = 0,
+                 cp_kernels: str = "layers", cp_pdl: bool = False, precompile_workers: int = 0,
                  voices: VoiceBank | None = None, ragged_codec: bool = False) -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
         `codec_precision` must match the dtype the codec was loaded in (`executors.codec.codec_dtype`);

@@ -63,8 +63,10 @@ class FrameKernels:
     # Programmatic dependent launch (`kernels.pdl`) in the steps whose products all run in `gemv` (up to
     # gemv_max_rows token rows): each kernel may start in the tail of the one before and fetch its weights while
     # that one finishes. On the H200 (2026-12-02, tools/frame_profile.py, round-robin): CP frame 2.41 -> 2.16 ms
-    # at B=1, same codes bit for bit; at B=64, where cuBLAS runs the products, it cost 3.58 -> 3.64 ms.
-    pdl: bool = True
+    # at B=1, same codes bit for bit (at B=64, where cuBLAS runs the products, it cost 3.58 -> 3.64 ms, hence
+    # the row limit). Off by default: in the whole server, 1 RPS p95 TTFA was 16.7 and 29.6 ms in two runs with
+    # it against 13.0 and 13.9 without (docs/benchmarks.md, ninth session), a tail not yet explained.
+    pdl: bool = False
 
 
 class CodePredictorGraphs:

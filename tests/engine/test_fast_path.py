@@ -264,11 +264,9 @@ def test_batches_are_captured_up_to_128_streams_but_never_past_the_kv_slots() ->
     assert EngineSettings(model="tiny", socket="@x", first_chunk_lane=False).capture_shapes.first_chunk_batch == ()
 
 
-def test_cp_pdl_is_on_by_default_reaches_the_fused_frame_and_leaves_its_results_unchanged(
-    fast_model: Qwen3TTS,
-) -> None:
-    settings = parse_args(["--model", "tiny", "--socket", "@x", "--no-cp-pdl"])
-    assert not settings.cp_pdl and EngineSettings(model="tiny", socket="@x").cp_pdl
+def test_cp_pdl_reaches_the_fused_frame_and_leaves_its_results_unchanged(fast_model: Qwen3TTS) -> None:
+    settings = parse_args(["--model", "tiny", "--socket", "@x", "--cp-pdl"])
+    assert settings.cp_pdl and not EngineSettings(model="tiny", socket="@x").cp_pdl
     shapes = CaptureShapes(batch=(1, 2), prefill_batch=(1,), prefill_buckets=(16,), codec_batch=(1,),
                            codec_frames=(1,))  # fmt: skip
     frames = {}
