@@ -1,6 +1,6 @@
 """Where a frame step's GPU time goes: talker decode and code-predictor frame per kernel variant (GPU only).
 
-    python tools/frame_profile.py [--batches 1 64] [--variants defaults pdl norms_apart wide_prologues radix4 warps4 narrow previous] [--out frame_profile.json]
+    python tools/frame_profile.py [--batches 1 64] [--variants defaults pdl norms_apart ... (below)] [--out frame_profile.json]
 
 On the full-size model with random bf16 weights, the engine's talker graphs and each variant's code-predictor
 graphs are built at the given batch sizes, all before any timing, then timed round-robin (CUDA-event medians of
@@ -18,6 +18,8 @@ the second variant built measured 5-10 % slower in the talker, whose graphs it h
     warps4     every 1-2 row product with 4 warps a program (defaults: 8)
     narrow     every 1-2 row product with half the output columns a program (twice the programs)
     previous   the 1-2 row tiles before 2026-12-02: 8-32 columns and K 512 a 4-warp program
+    attn_warps2, attn_warps1  `cp_attention` programs of 2 or 1 warps (defaults: 4)
+    sampler_warps4  sampler programs of 4 warps (defaults: 8 for the 2048-wide vocabulary)
 
 The sampler's search finds the exact k-th value whatever its radix, so `radix4` must draw bitwise the same codes
 as `defaults`, and `pdl` changes only when kernels start (checked over three frame steps; exit status 1 if either
@@ -43,7 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from engine.fast.measure import cuda_median_ms  # noqa: E402
 from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
-VARIANTS = ("defaults", "pdl", "norms_apart", "wide_prologues", "radix4", "warps4", "narrow", "previous")
+VARIANTS = ("defaults", "pdl", "norms_apart", "wide_prologues", "radix4", "warps4", "narrow", "previous",
+            "attn_warps2", "attn_warps1", "sampler_warps4")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -68,6 +71,10 @@ def frame_kernels(variant: str) -> Any:
     if variant == "previous":
         return replace(kernels, gemv={name: GemvConfig(block_n=columns, block_k=512, num_warps=4)
                                       for name, columns in PREVIOUS_COLUMNS.items()})  # fmt: skip
+    if variant in ("attn_warps2", "attn_warps1"):
+        return replace(kernels, attention_warps=int(variant[-1]))
+    if variant == "sampler_warps4":
+        return replace(kernels, sampler_warps=4)
     if variant == "narrow":
         return replace(kernels, gemv={name: replace(tile, block_n=max(1, tile.block_n // 2))
                                       for name, tile in kernels.gemv.items()})  # fmt: skip

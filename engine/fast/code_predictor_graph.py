@@ -60,6 +60,8 @@ class FrameKernels:
     prologue_max_rows: int = 2  # up to here the RMSNorm runs inside the product; above, its own kernel
     gemv: Mapping[str, GemvConfig] = field(default_factory=lambda: dict(DEFAULT_GEMV))
     radix_bits: int = 2  # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates
+    sampler_warps: int | None = None  # warps of a sampler program (None: 8 for a 2048+ vocabulary, else 4)
+    attention_warps: int = 4  # warps of a `cp_attention` program (one per frame row and kv head)
     # Programmatic dependent launch (`kernels.pdl`) in the steps whose products all run in `gemv` (up to
     # gemv_max_rows token rows): each kernel may start in the tail of the one before and fetch its weights while
     # that one finishes. On the H200 (2026-12-02, tools/frame_profile.py, round-robin): CP frame 2.41 -> 2.16 ms
@@ -132,11 +134,11 @@ class CodePredictorGraphs:
         logits = self.step_logits(torch.stack((s.hidden[index], first), dim=1).view(2 * n, -1), None, 0, 2)
         k = self.kernels
         sample(logits, *settings, 1, out=frame[:, 1], table=self.tables[0], acc=embed_sum, radix_bits=k.radix_bits,
-               pdl=self._pdl(2 * n))  # fmt: skip
+               num_warps=k.sampler_warps, pdl=self._pdl(2 * n))  # fmt: skip
         for group in range(2, c.num_code_groups):
             logits = self.step_logits(self.tables[group - 2], frame[:, group - 1], group, 1)
             sample(logits, *settings, group, out=frame[:, group], table=self.tables[group - 1], acc=embed_sum,
-                   radix_bits=k.radix_bits, pdl=self._pdl(n))  # fmt: skip
+                   radix_bits=k.radix_bits, num_warps=k.sampler_warps, pdl=self._pdl(n))  # fmt: skip
         self.codes[self.inputs["stream"][:n], frames] = frame
         s.frame_embed[index] = embed_sum.to(s.frame_embed.dtype)
 
@@ -157,7 +159,7 @@ class CodePredictorGraphs:
             k_cache, v_cache = self.cache.layer(number)
             attended = cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, eps, k_cache, v_cache,
                                     start, tokens, layer.num_heads, layer.num_kv_heads,
-                                    pdl=self._pdl(qkv.shape[0]))  # fmt: skip
+                                    num_warps=self.kernels.attention_warps, pdl=self._pdl(qkv.shape[0]))  # fmt: skip
             hidden, _ = self._product("o", attended, layer.o)
             act, residual = self._product("gate_up", hidden, layer.gate_up, residual=residual,
                                           norm=layer.post_norm, eps=eps, silu_mul=True)  # fmt: skip

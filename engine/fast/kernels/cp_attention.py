@@ -131,11 +131,11 @@ def cp_attention_reference(
 def cp_attention(
     qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float,
     k_cache: Tensor, v_cache: Tensor, start: int, tokens: int, num_heads: int, num_kv_heads: int,
-    out: Tensor | None = None, pdl: bool = False,
+    out: Tensor | None = None, num_warps: int = 4, pdl: bool = False,
 ) -> Tensor:  # fmt: skip
     """qkv [B*T,(H+2K)D] contiguous, cos/sin [L,D], caches [S>=B,K,L,D]; tokens T at positions start..start+T-1
     -> attention output [B*T, H*D] (into `out`, contiguous, when given); the new keys and values are written
-    into the caches in place. `pdl`: launched as a programmatic dependent of the kernel before it (`kernels.pdl`)."""
+    into the caches in place. `num_warps` of each (frame row, kv head) program. `pdl`: launched as a programmatic dependent of the kernel before it (`kernels.pdl`)."""
     if not use_triton(qkv):
         result = cp_attention_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, start, tokens,
                                         num_heads, num_kv_heads)  # fmt: skip
@@ -153,6 +153,6 @@ def cp_attention(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         T=tokens, H=num_heads, K=num_kv_heads, G=group, GP=triton.next_power_of_2(group), D=d,
         BLOCK_L=triton.next_power_of_2(k_cache.shape[2]), DTYPE=TRITON_DTYPES[qkv.dtype], PDL=pdl_enabled(pdl),
-        num_warps=4, **launch_options(pdl),
+        num_warps=num_warps, **launch_options(pdl),
     )  # fmt: skip
     return out

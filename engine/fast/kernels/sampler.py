@@ -137,11 +137,12 @@ def sample_reference(
 def sample(
     scores: Tensor, greedy: Tensor, temperature: Tensor, top_k: Tensor, cap: int, seeds: Tensor,
     frames: Tensor, group: int, *, out: Tensor | None = None, table: Tensor | None = None,
-    acc: Tensor | None = None, radix_bits: int = 2, pdl: bool = False,
+    acc: Tensor | None = None, radix_bits: int = 2, num_warps: int | None = None, pdl: bool = False,
 ) -> Tensor:  # fmt: skip
     """scores [B,V] (last dim contiguous), greedy [B] bool, temperature [B,1] fp32, top_k/seeds/frames [B]
     int64 -> tokens [B] int64 (written into `out` [B] int64, any stride, when given). With `table` [V',H]
-    and `acc` [B,H] fp32 contiguous, acc[b] += table[token[b]]. `pdl`: launched as a programmatic dependent of
+    and `acc` [B,H] fp32 contiguous, acc[b] += table[token[b]]. `num_warps` of a row's program (None: 8 for a
+    vocabulary of 2048 or more, else 4). `pdl`: launched as a programmatic dependent of
     the kernel before it (`kernels.pdl`)."""
     if (table is None) != (acc is None):
         raise ValueError("sample: table and acc come together")
@@ -160,6 +161,6 @@ def sample(
         vocab, hidden, scores.stride(0), temperature.stride(0), out.stride(0), group,
         CAP=cap, GROUPS=GROUPS_PER_FRAME, RADIX_BITS=radix_bits, ACCUMULATE=table is not None, PRECISE=not INTERPRET,
         BLOCK_V=triton.next_power_of_2(vocab), BLOCK_H=triton.next_power_of_2(hidden), PDL=pdl_enabled(pdl),
-        num_warps=8 if vocab >= 2048 else 4, **launch_options(pdl),
+        num_warps=num_warps or (8 if vocab >= 2048 else 4), **launch_options(pdl),
     )  # fmt: skip
     return out
