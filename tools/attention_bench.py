@@ -1,13 +1,13 @@
 """The talker's decode attention at the engine's shapes: split-kernel configurations, timed as the graph runs them.
 
 The talker's decode step spends a third of its time at 64 rows in `decode_attention` (H200, 2026-12-02:
-`_split_kernel` 0.93 ms of a 2.78 ms step, 28 calls), where the keys and values it reads (~50 MB a layer at
-contexts 256-511) would take ~12 us at copy bandwidth against the 33 us measured. This script times every
-`SplitConfig` of a grid (keys per split, keys per inner step, warps, pipelining stages) on the full-size talker's heads (16 query heads, 8 kv heads, head dim 128, bf16, a 2048-position
-cache) for each batch size and context range, per call, inside one CUDA graph of many calls that each read
-other cache slots, so every call streams its keys from HBM (not the 60 MiB L2) as the 28 layers do. Every
-configuration's output is checked against the fp32 reference first (relative L2 <= 1e-2), so a fast wrong
-configuration cannot win.
+`_split_kernel` 0.93 ms of a 2.78 ms step, 28 calls). This script times every `SplitConfig` of a grid (keys per
+split, keys per inner step, warps, pipelining stages) on the full-size talker's heads (16 query heads, 8 kv
+heads, head dim 128, bf16, a 2048-position cache) for each batch size and context range, per call, inside one
+CUDA graph of many calls that each read other cache slots, so every call streams its keys and values from HBM
+(not the 60 MiB L2) as the 28 layers do, and prints each against the copy-bandwidth floor of what it reads (64
+rows at contexts 256-511: 100 MB, 23.6 us). Every configuration's output is checked against the fp32 reference
+first (relative L2 <= 1e-2), so a fast wrong configuration cannot win.
 
     python tools/attention_bench.py [--batches 1 4 16 64 128] [--contexts 32-255 256-511] [--out attention_bench.json]
 
@@ -69,15 +69,10 @@ def bench(batches: list[int], contexts: list[tuple[int, int]]) -> dict[str, Any]
     q = torch.randn(rows, HEADS, HEAD_DIM, generator=gen, device=device, dtype=torch.bfloat16)
     expected = decode_attention_reference(q.float(), k_cache[slots].float(), v_cache[slots].float(),
                                           torch.arange(rows, device=device), lengths)  # fmt: skip
-    wrong = []
-    for config in grid:
-        error = relative_l2(decode_attention(q, k_cache, v_cache, slots, lengths, config), expected)
-        if not error <= 1e-2:
-            wrong.append({**asdict(config), "error": error})
-    results["wrong"] = wrong
-    grid = [c for c in grid if not any(w["keys_per_split"] == c.keys_per_split and w["num_warps"] == c.num_warps
-                                       and w["num_stages"] == c.num_stages
-                                       and w["block_n"] == c.block_n for w in wrong)]  # fmt: skip
+    errors = {config: relative_l2(decode_attention(q, k_cache, v_cache, slots, lengths, config), expected)
+              for config in grid}  # fmt: skip
+    results["wrong"] = [{**asdict(config), "error": error} for config, error in errors.items() if not error <= 1e-2]
+    grid = [config for config, error in errors.items() if error <= 1e-2]
 
     for (lo, hi), batch in itertools.product(contexts, batches):
         mean_bytes = batch * (lo + hi) / 2 * KV_HEADS * HEAD_DIM * 2 * 2  # keys + values, bf16
@@ -92,19 +87,15 @@ def bench(batches: list[int], contexts: list[tuple[int, int]]) -> dict[str, Any]
             query = torch.randn(batch, HEADS, HEAD_DIM, generator=gen, device=device, dtype=torch.bfloat16)
             calls.append((query, slot_rows, length_rows))
         read_bytes = sum(float(c[2].sum()) for c in calls) / len(calls) * KV_HEADS * HEAD_DIM * 2 * 2
-        timings = []
-        for config in grid:
-            us = graph_per_call_us([lambda c=c, config=config: decode_attention(c[0], k_cache, v_cache, c[1], c[2],
-                                                                                 config)
-                                    for c in calls])  # fmt: skip
-            timings.append({**asdict(config), "us": us})
         default = default_split_config(batch)
-        default_us = graph_per_call_us([lambda c=c, d=default: decode_attention(c[0], k_cache, v_cache, c[1], c[2], d)
-                                        for c in calls])  # fmt: skip
-        timings.sort(key=lambda t: t["us"])
+        us = {config: graph_per_call_us([lambda c=c, config=config: decode_attention(c[0], k_cache, v_cache, c[1],
+                                                                                     c[2], config)
+                                         for c in calls])
+              for config in dict.fromkeys([*grid, default])}  # fmt: skip
+        timings = sorted(({**asdict(config), "us": us[config]} for config in grid), key=lambda t: t["us"])
         results["points"].append({
             "batch": batch, "context": [lo, hi], "calls_per_graph": len(calls), "mb_per_call": read_bytes / 1e6,
-            "floor_us": read_bytes / COPY_BANDWIDTH * 1e6, "default": {**asdict(default), "us": default_us},
+            "floor_us": read_bytes / COPY_BANDWIDTH * 1e6, "default": {**asdict(default), "us": us[default]},
             "timings": timings,
         })  # fmt: skip
     return results

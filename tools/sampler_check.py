@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.fast.kernels.cp_selfcheck import sampler_case  # noqa: E402
 from engine.fast.kernels.sampler import sample, sample_reference  # noqa: E402
-from engine.fast.measure import cuda_median_ms, relative_l2  # noqa: E402
+from engine.fast.measure import graph_per_call_us, relative_l2  # noqa: E402
 
 VOCAB, HIDDEN, CAP = 2048, 1024, 64
 TALKER_VOCAB, TALKER_CODES = 3072, 2048  # the talker's codec vocabulary; ids from 2048 are control tokens
@@ -71,30 +71,12 @@ def main(argv: list[str] | None = None) -> int:
             mismatches += int((sample(*args_, radix_bits=args.radix_bits) != sample_reference(*args_)).sum())
             checked += rows
     times = {}
-    for rows in () if args.smoke else (1, 64):
-        cases = [inputs(rows, group, gen, top_k_value=50) for group in range(1, 16)]
-        out = torch.empty(rows, dtype=torch.int64, device=DEVICE)
-
-        def frame(cases: list[list] = cases, out: torch.Tensor = out) -> None:
-            for case in cases:
-                sample(*case, out=out, radix_bits=args.radix_bits)
-
-        frame()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            frame()
-        times[f"{rows} rows"] = cuda_median_ms(graph.replay, repeats=50, warmup=5) * 1e3 / 15
-    for rows in () if args.smoke else (1, 64):
-        cases = [inputs(rows, 0, gen, top_k_value=50, vocab=TALKER_VOCAB) for _ in range(15)]
-        graph = torch.cuda.CUDAGraph()
-        for case in cases:
-            sample(*case, radix_bits=args.radix_bits)
-        torch.cuda.synchronize()
-        with torch.cuda.graph(graph):
-            for case in cases:
-                sample(*case, radix_bits=args.radix_bits)
-        times[f"talker {rows} rows"] = cuda_median_ms(graph.replay, repeats=50, warmup=5) * 1e3 / 15
+    for label, vocab, groups in (("", VOCAB, range(1, 16)), ("talker ", TALKER_VOCAB, [0] * 15)):
+        for rows in () if args.smoke else (1, 64):  # 15 calls a graph: one frame's groups (or 15 talker draws)
+            cases = [inputs(rows, group, gen, top_k_value=50, vocab=vocab) for group in groups]
+            times[f"{label}{rows} rows"] = graph_per_call_us(
+                [lambda case=case: sample(*case, radix_bits=args.radix_bits) for case in cases], repeats=50
+            )
     print(f"tokens: {mismatches} of {checked} differ from the twin; embedding accumulate error {acc_error:.1e}")
     print("us per sampler call (top-k 50): " + ", ".join(f"{r} {t:.1f}" for r, t in times.items()))
     return 0 if mismatches == 0 and acc_error <= 1e-6 else 1

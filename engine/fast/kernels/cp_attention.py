@@ -135,7 +135,8 @@ def cp_attention(
 ) -> Tensor:  # fmt: skip
     """qkv [B*T,(H+2K)D] contiguous, cos/sin [L,D], caches [S>=B,K,L,D]; tokens T at positions start..start+T-1
     -> attention output [B*T, H*D] (into `out`, contiguous, when given); the new keys and values are written
-    into the caches in place. `num_warps` of each (frame row, kv head) program. `pdl`: launched as a programmatic dependent of the kernel before it (`kernels.pdl`)."""
+    into the caches in place. `num_warps` of each (frame row, kv head) program. `pdl`: launched as a programmatic
+    dependent of the kernel before it (`kernels.pdl`)."""
     if not use_triton(qkv):
         result = cp_attention_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, start, tokens,
                                         num_heads, num_kv_heads)  # fmt: skip
