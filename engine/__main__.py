@@ -98,6 +98,11 @@ def build(settings: EngineSettings) -> EngineLoop:
     voices = VoiceBank(store, model_id=settings.model, hidden=config.talker.hidden_size, device=device, dtype=dtype)
     scheduler = Scheduler(settings.scheduler_config(random_weights=config.random_weights, device_kind=device.type),
                           CostModel.load(settings.costs_path(fast)), settings.chunk_policy_object())
+    if settings.generation_priority and device.type == "cuda":
+        # The executors take the current stream as the generation stream: make it one the GPU's block scheduler
+        # serves before the codec stream (default priority) whenever both have blocks waiting for SMs.
+        torch.cuda.synchronize(device)  # the weights were written on the default stream
+        torch.cuda.set_stream(torch.cuda.Stream(device, priority=-1))  # lower is higher; 0 the default
     executors = Executors(model, kv_slots=settings.kv_slots, streams=settings.streams,
                           max_context=settings.max_context, max_frames=settings.max_frames,
                           max_batch=settings.max_batch, silence=settings.silence_config(), fast=fast,

@@ -121,6 +121,9 @@ class EngineSettings:
     ragged_codec: bool = False  # codec batches where each row decodes its own chunk (slower on the H200)
     codec_join_ratio: float = SchedulerConfig().codec_join_ratio  # codec rows join chunks at most this much smaller
     codec_gather_ms: float = SchedulerConfig().codec_gather_ms  # filler codec-lane plans at most once per this
+    codec_fill_frames: int = SchedulerConfig().codec_fill_frames  # codec-lane plans of >= this take rows not yet due
+    codec_fill_ms: float = SchedulerConfig().codec_fill_ms  # ... while the plan stays within this
+    generation_priority: bool = False  # CUDA: the generation stream outranks the codec stream
     codec_stream: bool = True  # CUDA: codec chunks on a stream of their own, beside the generation steps
     split_lanes: bool = True  # generation and codec plans in flight bounded apart (False: one shared bound)
     codec_in_flight: int = 1  # codec-lane plans queued on the device at once
@@ -256,6 +259,8 @@ class EngineSettings:
             ragged_codec=self.ragged_codec,
             codec_join_ratio=self.codec_join_ratio,
             codec_gather_ms=self.codec_gather_ms,
+            codec_fill_frames=self.codec_fill_frames,
+            codec_fill_ms=self.codec_fill_ms,
             first_chunk_lane=self.first_chunk_lane,
         )
 
@@ -362,6 +367,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--codec-gather-ms", type=float, default=d.codec_gather_ms,
                    help="while slots are plentiful, codec plans of streams far from running dry start at most once "
                         "per this many ms, so they batch more rows (0: off; docs/scheduling.md)")
+    p.add_argument("--codec-fill-frames", type=int, default=d.codec_fill_frames,
+                   help="a codec plan of at least this many frames a row also decodes playing streams that have that "
+                        "many frames ready but whose own chunk is not due yet (0: off; docs/scheduling.md)")
+    p.add_argument("--codec-fill-ms", type=float, default=d.codec_fill_ms,
+                   help="... into the batch's padding, and beyond it while the plan is predicted to take at most this")
+    p.add_argument("--generation-priority", action=argparse.BooleanOptionalAction, default=d.generation_priority,
+                   help="CUDA: run the generation steps on a high-priority stream, so the GPU schedules their blocks "
+                        "before the codec stream's when both wait for SMs")
     p.add_argument("--max-in-flight", type=int, default=d.max_in_flight,
                    help="generation plans queued on the GPU before the host waits for the oldest (host planning of "
                         "step k+1 overlaps the GPU's step k)")

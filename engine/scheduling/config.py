@@ -82,6 +82,13 @@ class SchedulerConfig:
     # refused 0.6 % and 3 requests underran by up to 3.4 ms, where the default had neither: off until an A/B at
     # 80-100 RPS settles it (docs/benchmarks.md, seventh session).
     codec_gather_ms: float = 0.0
+    # Early rows: a codec-lane plan of N >= `codec_fill_frames` frames a row also takes playing streams whose chunk
+    # policy would still wait for more frames but that have N ready: into the batch's padding (free), and beyond it
+    # while the plan's predicted time stays within `codec_fill_ms`. The codec's cost is mostly per plan (H200, tf32:
+    # 1 x 4 frames 2.1 ms, 8 x 4 3.7 ms, 32 x 4 8.8 ms), so those frames cost a fraction of what they would in the
+    # small plans they would otherwise anchor later. 0: off (a row joins only once its own chunk is due).
+    codec_fill_frames: int = 4
+    codec_fill_ms: float = 8.0
 
     def __post_init__(self) -> None:
         for name in ("capture_sizes", "prefill_capture_sizes", "prefill_token_buckets",
@@ -97,8 +104,8 @@ class SchedulerConfig:
             raise ValueError("align_startup_rows must be >= 0")
         if self.first_chunk_max_batch < 1:
             raise ValueError("first_chunk_max_batch must be >= 1")
-        if self.codec_join_ratio < 0 or self.codec_gather_ms < 0:
-            raise ValueError("codec_join_ratio and codec_gather_ms must be >= 0")
+        if self.codec_join_ratio < 0 or self.codec_gather_ms < 0 or self.codec_fill_frames < 0:
+            raise ValueError("codec_join_ratio, codec_gather_ms and codec_fill_frames must be >= 0")
         if not 0 < self.max_utilization <= 1:
             raise ValueError("max_utilization must be in (0, 1]")
 

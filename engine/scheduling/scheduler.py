@@ -91,6 +91,7 @@ class _Item:
     shape: int = 0  # compatibility: prefill token bucket, codec frames
     filler: bool = False  # may join a batch, never anchor one (a paced stream within its lead)
     lane: Lane = Lane.GENERATION  # codec items: CODEC, or GENERATION for a first chunk (`first_chunk_lane`)
+    early: bool = False  # a codec row its chunk policy would still hold back, offered to join (`codec_fill_frames`)
 
 
 # ---------------------------------------------------------------- scheduler
@@ -293,7 +294,7 @@ class Scheduler:
             anchor = self._anchor(anchors)
         ragged = self.config.ragged_codec
         ratio = self.config.codec_join_ratio
-        cohort = sorted((i for i in items if i.kind is anchor.kind and i.lane is anchor.lane
+        cohort = sorted((i for i in items if i.kind is anchor.kind and i.lane is anchor.lane and not i.early
                          and _fits(anchor, i, ragged, ratio)), key=lambda i: i.key)  # fmt: skip
         cohort.remove(anchor)
         cohort.insert(0, anchor)
@@ -303,8 +304,10 @@ class Scheduler:
         if anchor.kind is WorkKind.CODEC_CHUNK and anchor.lane is Lane.CODEC:
             self._codec_lane_started_ns = now_ns
         rows = self._cut(anchor.kind, anchor.shape, cohort, first_chunks)
-        shape = self._ragged_frames(rows, first_chunks) if anchor.kind is WorkKind.CODEC_CHUNK \
-            and self.config.ragged_codec else anchor.shape
+        shape = self._ragged_frames(rows, first_chunks) if anchor.kind is WorkKind.CODEC_CHUNK and ragged \
+            else anchor.shape
+        if anchor.kind is WorkKind.CODEC_CHUNK and anchor.lane is Lane.CODEC and not ragged:
+            rows = self._fill_early(rows, [i for i in items if i.early], shape)
         plan = self._lower(anchor.kind, shape, rows, first_chunks)
         # Pressure: the share of recent GPU time spent rescuing streams close to running dry.
         urgent = self.config.policy is Policy.DEADLINE and anchor.key[0] in URGENT_TIERS
@@ -380,7 +383,9 @@ class Scheduler:
             no_chunk = r.codec_busy or r.frames_generated == r.frames_decoded
             chunk = 0 if no_chunk else request_chunk_frames(r, now_ns, self.slack_chunks, self.chunks,
                                                             paced=pace is not Pace.FREE)
-            if gen_kind is None and chunk == 0:
+            early = (chunk == 0 and cfg.codec_fill_frames > 0 and not r.codec_busy and r.first_audio_ns is not None
+                     and r.frames_pending >= cfg.codec_fill_frames)
+            if gen_kind is None and chunk == 0 and not early:
                 continue  # also every ended request: it has no phase to run and nothing to decode
             # Slack: buffered audio minus the time to produce the next audio (decode the pending frames,
             # or first generate one more frame).
@@ -399,6 +404,10 @@ class Scheduler:
                 lane = Lane.GENERATION if cfg.first_chunk_lane and r.first_audio_ns is None else Lane.CODEC
                 items.append(_Item(r, WorkKind.CODEC_CHUNK, self._key(r, WorkKind.CODEC_CHUNK, slack), chunk,
                                    lane=lane))
+            elif early:  # joins a codec-lane batch that runs anyway with what it has; never starts one
+                ready = min(r.frames_pending, cfg.codec_chunk_sizes[-1])  # its shape: the frames it has
+                items.append(_Item(r, WorkKind.CODEC_CHUNK, self._key(r, WorkKind.CODEC_CHUNK, slack), ready,
+                                   filler=True, lane=Lane.CODEC, early=True))
         return items
 
     def _key(self, r: RequestState, kind: WorkKind, slack: float) -> tuple[float, ...]:
@@ -472,6 +481,29 @@ class Scheduler:
             smaller = max((s for s in sizes if s < len(cohort)), default=1)
             cohort = cohort[:smaller]
         return cohort
+
+    def _fill_early(self, rows: list[_Item], early: list[_Item], frames: int) -> list[_Item]:
+        """Early rows (`codec_fill_frames`) with `frames` ready join a codec-lane batch of due rows, most pressing
+        first, into its padding for free, and beyond it while the batch stays within `codec_fill_ms`: so they never
+        make a plan much longer than its due rows need, and a stream that falls due meanwhile never waits long
+        behind the codec lane."""
+        cfg = self.config
+        if not cfg.codec_fill_frames or frames < cfg.codec_fill_frames:
+            return rows
+        sizes = cfg.codec_capture_sizes
+        padded = next_size(sizes, len(rows))
+        rows = list(rows)
+        for item in sorted(early, key=lambda i: i.key):
+            if len(rows) == sizes[-1]:
+                break
+            if item.shape < frames:
+                continue
+            grown = next_size(sizes, len(rows) + 1)
+            if grown > padded and batch_ms(self.costs, WorkKind.CODEC_CHUNK, grown, frames) > cfg.codec_fill_ms:
+                break
+            rows.append(item)
+            padded = grown
+        return rows
 
     def _ragged_frames(self, cohort: list[_Item], first_chunks: bool = False) -> int:
         """Ragged codec: the batch's frames, i.e. the largest row's chunk snapped up to a chunk size, shrunk

@@ -4,8 +4,10 @@
 
 Poisson arrivals (seeded) of Seed-TTS English prompts (`loadtest/data/seed-tts-eval-en.jsonl`), each
 speaking `ceil(12.5 * chars / 14)` frames (the random-weight length model) with ~chars/4.5 text tokens,
-the text sent whole or streamed word by word. One plan runs at a time and takes the cost model's time;
-inbound events that arrive meanwhile are applied before the next plan, as in the engine loop.
+the text sent whole or streamed word by word. Plans run on the engine's two lanes, generation and codec,
+one plan at a time on each, sharing the device while both are busy (`engine.scheduling.simdevice`;
+`--one-lane` runs everything in one queue); a plan's standalone time is the cost model's. Inbound events
+that arrive meanwhile are applied before the next plan, as in the engine loop.
 
 The simulator plays the gateway's part for deadlines: each client starts playing when its first
 audio arrives (plus `--client-buffer-ms`), plays continuously, and resumes as soon as audio arrives
@@ -14,7 +16,8 @@ text, one that follows a wait for text is counted apart as "starved". It prints 
 per RPS: TTFA percentiles (request arrival to first audio published, engine side), underruns
 (count and requests affected), refusals, GPU utilisation (busy time / simulated time) and the mean
 batch per work kind, then the codec's mean frames per plan, seconds of audio decoded per second (at
-saturation, the ceiling) and the codec's share of the GPU time.
+saturation, the ceiling), the codec's share of the GPU work and its frames per second of lane time in
+thousands (`kfr/ev`: the engine's CUDA-event figure for the codec, stretched where it overlaps generation).
 """
 
 from __future__ import annotations
@@ -41,10 +44,10 @@ from engine.request import (
 )
 from engine.scheduling.costmodel import DEFAULT_COSTS, CostModel
 from engine.scheduling.scheduler import Outcome, Policy, Scheduler, SchedulerConfig
+from engine.scheduling.simdevice import DEFAULT_OVERLAP_RATE, MS, Running, SimDevice
 
 PROMPTS = Path(__file__).resolve().parents[2] / "loadtest" / "data" / "seed-tts-eval-en.jsonl"
 CHARS_PER_TOKEN = 4.5
-MS = 1_000_000  # ns per ms
 STARVED_LOOKBACK_NS = 100 * MS  # an underrun this soon after waiting for text is blamed on the text
 
 
@@ -95,7 +98,8 @@ class SimResult:
     rows: dict[WorkKind, list[int]] = field(default_factory=lambda: defaultdict(list))
     codec_frames: list[int] = field(default_factory=list)  # per codec plan: frames of its graph shape
     frames_decoded: int = 0  # every row's frames, all plans
-    busy_by_kind: dict[WorkKind, float] = field(default_factory=lambda: defaultdict(float))  # ms
+    busy_by_kind: dict[WorkKind, float] = field(default_factory=lambda: defaultdict(float))  # standalone ms
+    codec_event_ms: float = 0.0  # codec plans' start-to-end time on their lane (the engine's CUDA-event time)
     wall_s: float = 0.0
 
     def percentile(self, q: float) -> float:
@@ -114,7 +118,14 @@ class SimResult:
         return self.frames_decoded * SAMPLES_PER_FRAME * NS_PER_SAMPLE / 1e9 / (self.sim_ms / 1e3) if self.sim_ms else 0.0
 
     def share(self, kind: WorkKind) -> float:
-        return self.busy_by_kind.get(kind, 0.0) / self.busy_ms if self.busy_ms else 0.0
+        """The kind's share of the standalone GPU work (the lanes' overlap aside)."""
+        work = sum(self.busy_by_kind.values())
+        return self.busy_by_kind.get(kind, 0.0) / work if work else 0.0
+
+    @property
+    def codec_frames_per_event_s(self) -> float:
+        """Frames decoded per second of codec plans' lane time: the engine's codec-efficiency figure."""
+        return self.frames_decoded / (self.codec_event_ms / 1e3) if self.codec_event_ms else 0.0
 
     def mean_batch(self, kind: WorkKind) -> float:
         rows = self.rows.get(kind)
@@ -132,6 +143,8 @@ class Workload:
     layout: Layout = Layout.STREAMING
     jitter: float = 0.0  # relative spread of step times around the cost model (uniform)
     max_lead_ms: int = 0  # pacing of every stream (the session's max_lead_ms); 0 = unpaced
+    lanes: bool = True  # codec-lane plans run beside the generation plans, as in the engine (False: one queue)
+    overlap_rate: float = DEFAULT_OVERLAP_RATE  # each lane's speed while both run (engine.scheduling.simdevice)
 
 
 def _arrivals(load: Workload, prompts: list[str]) -> list[tuple[int, int, str, object]]:
@@ -174,6 +187,7 @@ def simulate(load: Workload, config: SchedulerConfig, costs: CostModel, prompts:
     started = time.perf_counter()
     config = replace(config, length_model=True)
     scheduler = Scheduler(config, costs, chunks)
+    device = SimDevice(load.overlap_rate, split_lanes=load.lanes)
     rng = random.Random(load.seed + 1)
     result = SimResult(load.rps)
     events = _arrivals(load, prompts)
@@ -183,35 +197,48 @@ def simulate(load: Workload, config: SchedulerConfig, costs: CostModel, prompts:
     while True:
         while events and events[0][0] <= now:
             _apply(heapq.heappop(events), scheduler, listeners, result, load)
-        plan = scheduler.plan(now)
-        if plan is None:
-            wakes = [t for t in (events[0][0] if events else None, scheduler.next_wake_ns(now)) if t is not None]
-            if wakes:
-                now = max(now + 1, min(wakes))  # the next input, or a paced stream's resume time
-                continue
+        while lanes := device.free_lanes():  # the host plans the moment a lane frees, as the engine loop does
+            plan = scheduler.plan(now, lanes)
+            if plan is None:
+                break
+            step_ms = plan.predicted_ms * (1 + load.jitter * (2 * rng.random() - 1))
+            device.start(plan, step_ms, now)
+            result.busy_by_kind[plan.kind] += step_ms
+            result.rows[plan.kind].append(len(plan.rows))
+        wakes = [t for t in (events[0][0] if events else None, device.next_end_ns(now)) if t is not None]
+        wake = scheduler.next_wake_ns(now)  # a paced stream's resume time, or the end of codec gathering
+        if wake is not None and wake > now:
+            wakes.append(wake)
+        if not wakes:
             assert scheduler.active_count == 0, "simulation stuck: requests wait for input that never comes"
             break
-        step_ms = plan.predicted_ms * (1 + load.jitter * (2 * rng.random() - 1))
-        now += int(step_ms * MS)
-        result.busy_ms += step_ms
-        result.busy_by_kind[plan.kind] += step_ms
-        result.rows[plan.kind].append(len(plan.rows))
-        if plan.kind is WorkKind.CODEC_CHUNK:
-            result.codec_frames.append(plan.codec_frames)
-            result.frames_decoded += sum(row.codec_frames for row in plan.rows)
-        scheduler.complete(plan, Outcome(), now)
-        if load.text_mode == "words":
-            for r in scheduler.requests:
-                if r.phase is Phase.WAITING_TEXT:
-                    listeners[r.request_id].starved_ns = now
-        if plan.kind is WorkKind.CODEC_CHUNK:
-            for row in plan.rows:
-                _play(listeners[row.request_id], row.codec_frames, now, load, scheduler, row.request_id, result)
-        result.completed += len(scheduler.pop_finished())
+        later = max(now + 1, min(wakes))
+        for ended in device.advance(now, later):
+            _finish(ended, later, scheduler, listeners, result, load)
+        now = later
     result.sim_ms = now / MS
+    result.busy_ms = device.busy_ms
     result.requests_with_underruns = sum(1 for li in listeners.values() if li.underruns)
     result.wall_s = time.perf_counter() - started
     return result
+
+
+def _finish(ended: Running, now: int, scheduler: Scheduler, listeners: dict[int, Listener], result: SimResult,
+            load: Workload) -> None:
+    """A plan's device work ended at `now`: apply it, and deliver its audio to the listeners."""
+    plan = ended.plan
+    scheduler.complete(plan, Outcome(), now)
+    if load.text_mode == "words":
+        for r in scheduler.requests:
+            if r.phase is Phase.WAITING_TEXT:
+                listeners[r.request_id].starved_ns = now
+    if plan.kind is WorkKind.CODEC_CHUNK:
+        result.codec_frames.append(plan.codec_frames)
+        result.frames_decoded += sum(row.codec_frames for row in plan.rows)
+        result.codec_event_ms += (now - ended.started_ns) / MS
+        for row in plan.rows:
+            _play(listeners[row.request_id], row.codec_frames, now, load, scheduler, row.request_id, result)
+    result.completed += len(scheduler.pop_finished())
 
 
 def _apply(event: tuple[int, int, str, object], scheduler: Scheduler, listeners: dict[int, Listener],
@@ -260,7 +287,7 @@ def _play(listener: Listener, frames: int, now: int, load: Workload, scheduler: 
 DEFAULTS = SchedulerConfig()
 HEADER = (f"{'rps':>6} {'offered':>7} {'refused':>7} {'p50 ms':>7} {'p95 ms':>7} {'p99 ms':>7} "
           f"{'underruns':>9} {'affected':>8} {'starved':>7} {'gpu':>5} {'prefill':>7} {'cp':>6} {'decode':>6} "
-          f"{'codec':>6} {'frames':>6} {'audio/s':>7} {'codec%':>6} {'wall s':>6}")
+          f"{'codec':>6} {'frames':>6} {'audio/s':>7} {'codec%':>6} {'kfr/ev':>6} {'wall s':>6}")
 
 
 def format_row(r: SimResult) -> str:
@@ -270,7 +297,7 @@ def format_row(r: SimResult) -> str:
             f"{r.utilization:>5.0%} {r.mean_batch(WorkKind.TALKER_PREFILL):>7.1f} "
             f"{r.mean_batch(WorkKind.CODE_PREDICT):>6.1f} {r.mean_batch(WorkKind.TALKER_DECODE):>6.1f} "
             f"{r.mean_batch(WorkKind.CODEC_CHUNK):>6.1f} {frames:>6.1f} {r.audio_per_s:>7.0f} "
-            f"{r.share(WorkKind.CODEC_CHUNK):>6.0%} {r.wall_s:>6.1f}")
+            f"{r.share(WorkKind.CODEC_CHUNK):>6.0%} {r.codec_frames_per_event_s / 1e3:>6.1f} {r.wall_s:>6.1f}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -294,11 +321,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--saturated-step-ms", type=float, default=DEFAULTS.saturated_step_ms)
     parser.add_argument("--codec-join-ratio", type=float, default=DEFAULTS.codec_join_ratio,
                         help="a codec row joins a smaller anchor chunk only up to this ratio, or urgent (0: always)")
+    parser.add_argument("--codec-fill-frames", type=int, default=DEFAULTS.codec_fill_frames,
+                        help="codec-lane plans of at least this many frames take rows not yet due (0: off)")
+    parser.add_argument("--codec-fill-ms", type=float, default=DEFAULTS.codec_fill_ms,
+                        help="early codec rows grow a plan only while it is predicted to take at most this")
+    parser.add_argument("--codec-gather-ms", type=float, default=DEFAULTS.codec_gather_ms,
+                        help="a codec-lane plan of filler rows starts at most once per this window (0: off)")
     parser.add_argument("--ragged-codec", action="store_true",
                         help="codec rows decode their own chunk sizes in one batch (engine --ragged-codec)")
     parser.add_argument("--no-admission", action="store_true", help="only slot limits refuse work")
     parser.add_argument("--jitter", type=float, default=0.0, help="relative spread of step times")
     parser.add_argument("--max-lead-ms", type=int, default=0, help="pace every stream this far ahead (0: unpaced)")
+    parser.add_argument("--one-lane", action="store_true",
+                        help="run every plan in one queue (the model before the codec lane)")
+    parser.add_argument("--overlap-rate", type=float, default=DEFAULT_OVERLAP_RATE,
+                        help="each lane's speed while both run, as a share of its standalone speed")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prompts", type=Path, default=PROMPTS)
     args = parser.parse_args(argv)
@@ -311,7 +348,8 @@ def main(argv: list[str] | None = None) -> None:
                              max_codec_streams=args.max_requests, admission_control=not args.no_admission,
                              merge_startup=args.merge_startup, align_startup_rows=args.align_startup_rows,
                              saturated_step_ms=args.saturated_step_ms, ragged_codec=args.ragged_codec,
-                             codec_join_ratio=args.codec_join_ratio)
+                             codec_join_ratio=args.codec_join_ratio, codec_fill_frames=args.codec_fill_frames,
+                             codec_gather_ms=args.codec_gather_ms, codec_fill_ms=args.codec_fill_ms)
     prompts = load_prompts(args.prompts)
     mean_frames = sum(length_model_frames(len(p)) for p in prompts) / len(prompts)
     layout = Layout.STREAMING if args.layout == "streaming" else Layout.NON_STREAMING
@@ -322,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
     print(HEADER)
     for rps in args.rps:
         load = Workload(rps, args.duration, args.seed, args.text, args.words_per_s, args.client_buffer_ms,
-                        layout, args.jitter, args.max_lead_ms)
+                        layout, args.jitter, args.max_lead_ms, not args.one_lane, args.overlap_rate)
         print(format_row(simulate(load, config, costs, prompts, chunk_policy(args.chunks, config))), flush=True)
 
 
