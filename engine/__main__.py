@@ -123,7 +123,7 @@ def build(settings: EngineSettings) -> EngineLoop:
     loop = EngineLoop(scheduler, executors, ready, heartbeat_s=settings.heartbeat_s,
                       shutdown_grace_ms=settings.shutdown_grace_ms, max_in_flight=settings.max_in_flight,
                       codec_in_flight=settings.codec_in_flight, split_lanes=settings.split_lanes,
-                      slot_wait_ms=settings.slot_wait_ms)
+                      slot_wait_ms=settings.slot_wait_ms, stall_dump_s=settings.stall_dump_s)
     assert model.tokenizer is not None
     text_ids = tuple(model.tokenizer.target_ids(WARM_UP_TEXT))
     speaker = ready.speakers[0] if ready.speakers else ""

@@ -60,6 +60,7 @@ from engine.ipc.messages import (
 from engine.request import FinishReason, Phase, RequestState, WorkKind
 from engine.scheduling import Outcome, Plan, Scheduler
 from engine.slot_wait import SlotWaitQueue, Waiting
+from engine.stall_watch import StallWatch
 
 log = logging.getLogger("engine")
 
@@ -68,6 +69,7 @@ MAX_FAILED_STEPS = 3
 DEFAULT_MAX_IN_FLIGHT = 2  # generation plans queued on the device at once: the host plans k+1 while k runs
 DEFAULT_CODEC_IN_FLIGHT = 1  # codec-lane plans queued at once (engine.executors.inflight says why one)
 DEFAULT_SLOT_WAIT_MS = 200.0  # a Submit that finds every slot taken waits this long for one (engine.slot_wait)
+DEFAULT_STALL_DUMP_S = 5.0  # a loop silent this long writes every thread's stack to stderr (engine.stall_watch)
 
 
 class Endpoint(Protocol):
@@ -114,12 +116,14 @@ class EngineLoop:
                  shutdown_grace_ms: int = 5000, clock: Callable[[], int] = time.monotonic_ns,
                  max_in_flight: int = DEFAULT_MAX_IN_FLIGHT, codec_in_flight: int = DEFAULT_CODEC_IN_FLIGHT,
                  split_lanes: bool = True, slot_wait_ms: float = DEFAULT_SLOT_WAIT_MS,
+                 stall_dump_s: float = DEFAULT_STALL_DUMP_S,
                  on_turn: Callable[[Plan | None], None] | None = None) -> None:  # fmt: skip
         """`max_in_flight` / `codec_in_flight`: plans the generation / codec lane may have queued on the device
         (`split_lanes` False: `max_in_flight` over both, the codec plans included) before the host waits for
         the oldest; `slot_wait_ms`: how long a Submit that finds every slot taken waits for one (as many may
-        wait as there are KV slots; 0: refuse at once); `on_turn(plan)`: called after every turn that ran (a
-        profiler's step hook)."""
+        wait as there are KV slots; 0: refuse at once); `stall_dump_s`: while serving, a loop that sends no
+        heartbeat for this long dumps every thread's stack to stderr (0: never); `on_turn(plan)`: called after
+        every turn that ran (a profiler's step hook)."""
         self.waiting = SlotWaitQueue(slot_wait_ms, scheduler.config.max_requests)
         self.timeline = DeviceTimeline(max_in_flight, codec_in_flight=codec_in_flight,
                                        split_lanes=split_lanes)  # launched plans until they end; device time
@@ -141,6 +145,7 @@ class EngineLoop:
         self._failed_steps = 0
         self._next_heartbeat = 0.0
         self.on_turn = on_turn
+        self.stall_watch = StallWatch(stall_dump_s)
         self.on_close: Callable[[], None] | None = None  # at the end of `serve` (the profiler's summary)
         self.host_plan_s = 0.0  # host time planning and launching (cumulative)
         self.turns = 0
@@ -165,6 +170,7 @@ class EngineLoop:
             busy = self.step()  # 2. plan, 3. execute, 4. publish
             self._heartbeat_if_due(endpoint)
             self._flush(endpoint)
+        self.stall_watch.disarm()
         self.drain_device()
         self._fail_all("shutdown", "the engine shut down before the request finished")
         self._flush(endpoint)
@@ -445,6 +451,7 @@ class EngineLoop:
         if now < self._next_heartbeat:
             return
         self._next_heartbeat = now + self.heartbeat_s
+        self.stall_watch.arm()  # every heartbeat: silent for `stall_dump_s` from here on, the stacks go to stderr
         beat = Heartbeat(self.clock(), self.scheduler.active_count, self.queued_count(), self.heartbeat_stats())
         self._outbox.extend((link_id, beat) for link_id in endpoint.links())
 

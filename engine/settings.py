@@ -129,6 +129,7 @@ class EngineSettings:
     codec_in_flight: int = 1  # codec-lane plans queued on the device at once
     first_chunk_lane: bool = True  # newcomers' first codec chunks as their own plans on the generation stream
     slot_wait_ms: float = 200.0  # a Submit that finds every slot taken waits this long for one (0: refuse at once)
+    stall_dump_s: float = 5.0  # a serving loop silent this long writes every thread's stack to stderr (0: never)
     sync_debug: str = "off"  # CUDA: "warn" logs every host-device synchronisation (torch sync debug mode)
     profile_dir: str = ""  # profile the loop (engine/profiling.py) and write summary tables here
     profile_after_s: float = 30.0  # ... this long after the first real request
@@ -387,6 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slot-wait-ms", type=float, default=d.slot_wait_ms,
                    help="a request that finds every KV or codec slot taken waits up to this long for one before it "
                         "is refused as overloaded (0: refuse at once)")
+    p.add_argument("--stall-dump-s", type=float, default=d.stall_dump_s,
+                   help="while serving, a loop that sends no heartbeat for this long writes every thread's Python "
+                        "stack to stderr, so a stall is on record before the gateway's heartbeat timeout (0: never)")
     p.add_argument("--first-chunk-lane", action=argparse.BooleanOptionalAction, default=d.first_chunk_lane,
                    help="newcomers' first codec chunks as plans of their own on the generation stream, so first "
                         "audio never waits behind the codec stream's longer plans (docs/scheduling.md)")

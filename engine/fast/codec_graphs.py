@@ -20,6 +20,14 @@ One capture memory pool is shared by all graphs: replays run one at a time on on
 output is copied out before the next starts. On a CPU (or `mode="eager"`) the same static buffers and plan run
 without graphs, which is how CPU tests cover the bookkeeping.
 
+Capture stream: a runner whose replays may overlap other graphs' replays on another CUDA stream (the engine's
+codec lane beside the generation lane) must be captured on a stream of its own (`capture_stream`). PyTorch
+keys its cuBLAS/cuBLASLt workspace by the capturing stream and bakes that address into every captured GEMM;
+`torch.cuda.graph` captures on one shared default stream, so graphs captured without a stream of their own
+share one workspace, and two of them replaying at once on different streams run split-K GEMMs over the same
+scratch memory (pytorch/pytorch#193402 describes the sharing): wrong results, or GEMMs whose cross-block
+reductions wait on counters the other kernel overwrote.
+
 Integration: build the pool with `RESERVED_SLOTS` more slots than streams, create `CodecGraphs` before the
 first request allocates (it takes its scratch row with `CodecStatePool.reserve`, so afterwards the pool's
 `slots` and `free_slots` count streams only), call `capture()` once before the engine reports ready, then call
@@ -124,8 +132,9 @@ class _Step:
         self.pool.positions.index_add_(0, self.index, self.real)
         return wav.squeeze(1)
 
-    def capture(self, memory_pool: object, warmups: int = 2) -> None:
-        """Warm up (autotuning, Triton compiles) on a side stream, then capture. Only the scratch slot is touched."""
+    def capture(self, memory_pool: object, capture_stream: torch.cuda.Stream | None = None, warmups: int = 2) -> None:
+        """Warm up (autotuning, Triton compiles) on a side stream, then capture (on `capture_stream`, None: PyTorch's
+        shared default capture stream). Only the scratch slot is touched."""
         self.index.fill_(self.scratch)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -134,7 +143,7 @@ class _Step:
                 self._body()
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=memory_pool):
+        with torch.cuda.graph(self.graph, pool=memory_pool, stream=capture_stream):
             self.wav = self._body()
 
     def run(self) -> Tensor:
@@ -158,9 +167,12 @@ class CodecGraphs:
         *,
         mode: str | None = None,
         ragged: bool = False,
+        own_capture_stream: bool = False,
     ):
         """`ragged`: steps take per-row real frame counts (`decode(frames=...)`), at the price of a few more
-        kernels per step (masks and gathers), so it is chosen when the runner is built."""
+        kernels per step (masks and gathers), so it is chosen when the runner is built. `own_capture_stream`:
+        capture on a CUDA stream of this runner's own, so its GEMMs get a cuBLAS workspace no other graph uses
+        (required when its replays may overlap other graphs' on another stream; module docstring)."""
         if mode is None:
             mode = "graph" if pool.device.type == "cuda" else "eager"
         if mode not in ("graph", "eager"):
@@ -179,6 +191,7 @@ class CodecGraphs:
         self.scratch = pool.reserve()
         self._steps: dict[tuple[int, int], _Step] = {}
         self._memory_pool = torch.cuda.graph_pool_handle() if mode == "graph" else None
+        self._capture_stream = torch.cuda.Stream(pool.device) if mode == "graph" and own_capture_stream else None
         self.replays = 0  # steps run so far (graph replays, or eager steps in eager mode)
 
     @property
@@ -201,7 +214,7 @@ class CodecGraphs:
                 continue
             step = _Step(self.decoder, self.pool, batch, frames, self.scratch, self.ragged)
             if self.mode == "graph":
-                step.capture(self._memory_pool)
+                step.capture(self._memory_pool, self._capture_stream)
             self._steps[(batch, frames)] = step
         if self.mode == "graph":
             torch.cuda.synchronize()

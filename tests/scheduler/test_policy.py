@@ -384,3 +384,59 @@ def test_with_codec_gathering_a_stream_near_running_dry_is_decoded_at_once():
     scheduler.set_deadline(waiting[0], now + 20 * MS)  # urgent now
     plan = scheduler.plan(now + MS, frozenset({Lane.CODEC}))
     assert plan is not None and waiting[0] in plan.request_ids
+
+
+def _streams_with_frames_ready_but_not_due(count: int, pending: int, **overrides: object) -> tuple[Scheduler, int]:
+    """`count` playing streams far from running dry, each with `pending` frames generated and not decoded: too
+    few for the chunk its pace allows (the chunk policy waits for more), so no codec chunk of theirs is due."""
+    scheduler = make_scheduler(**overrides)
+    now = _established_streams(scheduler, count, 0)
+    for rid in range(1, count + 1):
+        r = scheduler.get(rid)
+        r.frames_generated = r.frames_decoded + pending
+        assert not r.codec_busy and request_chunk_frames(r, now, scheduler.slack_chunks) == 0
+    return scheduler, now
+
+
+def test_a_codec_plan_takes_streams_whose_chunk_is_not_due_yet_when_they_have_its_frames_ready():
+    scheduler, now = _streams_with_frames_ready_but_not_due(10, 8, codec_fill_frames=4, codec_fill_ms=1e6)
+    scheduler.flush(1)  # stream 1's 8 frames are due now: it anchors an 8-frame codec plan
+    plan = scheduler.plan(now, frozenset({Lane.CODEC}))
+    assert plan is not None and plan.kind is WorkKind.CODEC_CHUNK and plan.rows[0].request_id == 1
+    assert set(plan.request_ids) == set(range(1, 11)) and all(row.codec_frames == 8 for row in plan.rows)
+
+
+def test_without_filling_a_codec_plan_takes_only_the_streams_whose_chunk_is_due():
+    scheduler, now = _streams_with_frames_ready_but_not_due(10, 8, codec_fill_frames=0)
+    scheduler.flush(1)
+    plan = scheduler.plan(now, frozenset({Lane.CODEC}))
+    assert plan is not None and plan.request_ids == (1,)
+
+
+def test_streams_whose_chunk_is_not_due_never_start_a_codec_plan():
+    scheduler, now = _streams_with_frames_ready_but_not_due(10, 8, codec_fill_frames=4, codec_fill_ms=1e6)
+    assert scheduler.plan(now, frozenset({Lane.CODEC})) is None
+
+
+def test_a_codec_plan_of_fewer_frames_than_the_fill_size_takes_no_early_stream():
+    scheduler, now = _streams_with_frames_ready_but_not_due(10, 8, codec_fill_frames=4, codec_fill_ms=1e6)
+    r = scheduler.get(1)
+    r.frames_generated = r.frames_decoded + 2
+    scheduler.flush(1)  # a 2-frame plan: early streams would decode a sliver of what they have
+    plan = scheduler.plan(now, frozenset({Lane.CODEC}))
+    assert plan is not None and plan.request_ids == (1,) and plan.codec_frames == 2
+
+
+def test_early_streams_fill_a_codec_plans_padding_but_grow_it_only_within_the_fill_budget():
+    scheduler, now = _streams_with_frames_ready_but_not_due(10, 8, codec_fill_frames=4, codec_fill_ms=0.0)
+    for rid in (1, 2, 3):
+        scheduler.flush(rid)  # three due rows: a batch padded to 4, so one early row rides along for free
+    plan = scheduler.plan(now, frozenset({Lane.CODEC}))
+    assert plan is not None and plan.padded_batch == 4 and len(plan.rows) == 4
+    assert {1, 2, 3} <= set(plan.request_ids)
+    budget = COSTS.ms(WorkKind.CODEC_CHUNK, 8, 8)  # time of the batch of 8 the early rows could grow it to
+    scheduler, now = _streams_with_frames_ready_but_not_due(10, 8, codec_fill_frames=4, codec_fill_ms=budget)
+    for rid in (1, 2, 3):
+        scheduler.flush(rid)
+    plan = scheduler.plan(now, frozenset({Lane.CODEC}))
+    assert plan is not None and plan.padded_batch == 8 and len(plan.rows) == 8

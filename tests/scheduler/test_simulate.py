@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
-from engine.request import length_model_frames
-from engine.scheduling import CostModel, SchedulerConfig
+import pytest
+
+from engine.request import WorkKind, length_model_frames
+from engine.scheduling import CostModel, Lane, Plan, SchedulerConfig
+from engine.scheduling.simdevice import MS, SimDevice
 from engine.scheduling.simulate import Workload, capacity_rps, load_prompts, simulate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,3 +67,43 @@ def test_paced_streams_complete_without_underruns_on_less_gpu_time():
     # streams that fell behind their lead meet in shared batches, so the same audio costs less GPU time.
     assert paced.sim_ms > unpaced.sim_ms + 1000
     assert paced.busy_ms < unpaced.busy_ms
+
+
+def _plan(kind: WorkKind) -> Plan:
+    return Plan(kind, (), 1)
+
+
+def test_plans_on_the_two_lanes_share_the_device_while_both_run():
+    device = SimDevice(overlap_rate=0.5)
+    device.start(_plan(WorkKind.CODE_PREDICT), 10.0, 0)
+    device.start(_plan(WorkKind.CODEC_CHUNK), 4.0, 0)
+    assert device.free_lanes() == frozenset()
+    end = device.next_end_ns(0)
+    assert end == 8 * MS  # 4 ms of codec work at half speed
+    ended = device.advance(0, end)
+    assert [r.plan.kind for r in ended] == [WorkKind.CODEC_CHUNK]
+    assert device.free_lanes() == frozenset({Lane.CODEC})
+    # the code predictor did 4 ms of its 10 meanwhile; alone again, it runs at full speed
+    assert device.next_end_ns(end) == 14 * MS
+    assert [r.plan.kind for r in device.advance(end, 14 * MS)] == [WorkKind.CODE_PREDICT]
+    assert device.busy_ms == 14.0 and device.overlap_ms == 8.0
+
+
+def test_with_one_lane_plans_run_one_after_another():
+    device = SimDevice(split_lanes=False)
+    device.start(_plan(WorkKind.CODE_PREDICT), 3.0, 0)
+    assert device.free_lanes() == frozenset()  # a codec plan waits for the code predictor
+    assert device.next_end_ns(0) == 3 * MS
+
+
+def test_the_simulated_codec_lane_overlaps_generation_and_its_lane_time_stretches():
+    config, costs, prompts = SchedulerConfig(), CostModel.load(), load_prompts()
+    load = Workload(20.0, duration_s=3.0, seed=4)
+    lanes, one = (simulate(replace(load, lanes=flag), config, costs, prompts) for flag in (True, False))
+    for result in (lanes, one):
+        assert result.completed == result.offered and result.frames_decoded > 0
+    work = sum(lanes.busy_by_kind.values())
+    assert lanes.busy_ms < work  # the lanes ran at once part of the time
+    # one queue: a codec plan's lane time is its work; beside generation it takes longer
+    assert one.codec_event_ms == pytest.approx(one.busy_by_kind[WorkKind.CODEC_CHUNK], rel=1e-6)
+    assert lanes.codec_event_ms > lanes.busy_by_kind[WorkKind.CODEC_CHUNK]
