@@ -191,7 +191,7 @@ class CodecGraphs:
         self.scratch = pool.reserve()
         self._steps: dict[tuple[int, int], _Step] = {}
         self._memory_pool = torch.cuda.graph_pool_handle() if mode == "graph" else None
-        self._capture_stream = torch.cuda.Stream(pool.device) if mode == "graph" and own_capture_stream else None
+        self.capture_stream = torch.cuda.Stream(pool.device) if mode == "graph" and own_capture_stream else None
         self.replays = 0  # steps run so far (graph replays, or eager steps in eager mode)
 
     @property
@@ -214,7 +214,7 @@ class CodecGraphs:
                 continue
             step = _Step(self.decoder, self.pool, batch, frames, self.scratch, self.ragged)
             if self.mode == "graph":
-                step.capture(self._memory_pool, self._capture_stream)
+                step.capture(self._memory_pool, self.capture_stream)
             self._steps[(batch, frames)] = step
         if self.mode == "graph":
             torch.cuda.synchronize()

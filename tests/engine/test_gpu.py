@@ -55,6 +55,11 @@ def test_codec_lanes_on_cuda_give_each_request_what_it_gets_alone() -> None:
     codec = loop.executors.codec
     assert codec.first_graphs is not None and codec.first_graphs.replays > 0 and codec.graphs is not None
     assert codec.graphs.replays > 0
+    # The codec lane's graphs replay beside the generation stream's: captured on a stream of their own, their GEMMs
+    # have a cuBLAS workspace of their own; the first-chunk runner's replay on the generation stream, like the rest.
+    shared = torch.cuda.graphs.graph.default_capture_stream
+    assert codec.graphs.capture_stream is not None and codec.graphs.capture_stream != shared
+    assert codec.first_graphs.capture_stream is None
     for msg in msgs:
         codes, pcm = reference(model, msg)
         assert torch.equal(frames[msg.request_id], codes)
