@@ -12,7 +12,7 @@ from engine.codec.silence import LeadingSilenceTrimmer, SilenceConfig
 from engine.executors import Executors
 from engine.executors.codec import to_int16
 from engine.executors.voices import VoiceBank
-from engine.ipc.messages import Layout, Ready, Sampling, Submit
+from engine.ipc.messages import DoneReason, Layout, Ready, Sampling, Submit
 from engine.loop import EngineLoop
 from engine.model.generate import decode_codes, generate_codes
 from engine.model.qwen3_tts import Qwen3TTS
@@ -35,6 +35,18 @@ SENTENCES = [
 def text_ids(model: Qwen3TTS, text: str) -> tuple[int, ...]:
     assert model.tokenizer is not None
     return tuple(model.tokenizer.target_ids(text))
+
+
+class StepClock:
+    """A clock that moves 1 ms each time it is read: the scheduler's choices no longer depend on this
+    machine's speed."""
+
+    def __init__(self) -> None:
+        self.now = 0
+
+    def __call__(self) -> int:
+        self.now += 1_000_000
+        return self.now
 
 
 def make_loop(model: Qwen3TTS, *, kv_slots: int = 16, max_batch: int = 16, length_model: bool | None = None,
@@ -73,6 +85,14 @@ def reference(model: Qwen3TTS, msg: Submit, silence: SilenceConfig | None = None
     trimmer = LeadingSilenceTrimmer(silence or SilenceConfig())
     pcm = trimmer.push(decode_codes(model, codes))
     return codes, to_int16(np.concatenate([pcm, trimmer.finish()]))
+
+
+def assert_reference_audio(model: Qwen3TTS, msg: Submit, outcome: Finished) -> None:
+    """The request completed and published its reference audio (a full decode) within 1 LSB."""
+    assert outcome.error is None and outcome.done.reason is DoneReason.COMPLETED, outcome.error
+    _, expected = reference(model, msg)
+    assert len(outcome.samples) == len(expected)
+    assert int(np.abs(outcome.samples.astype(np.int32) - expected).max()) <= 1
 
 
 LINK = 7  # any link id: the in-process loop routes replies by it

@@ -3,13 +3,16 @@ so the same requests take fewer codec plans, and every request still publishes e
 
 from __future__ import annotations
 
-import numpy as np
-
-from engine.ipc.messages import DoneReason
 from engine.request import WorkKind
 from engine.scheduling import Lane
-from tests.engine.helpers import SENTENCES, make_loop, reference, run_to_completion, submit
-from tests.engine.test_ragged_codec import StepClock
+from tests.engine.helpers import (
+    SENTENCES,
+    StepClock,
+    assert_reference_audio,
+    make_loop,
+    run_to_completion,
+    submit,
+)
 
 
 def _codec_lane_plans(tiny_model, msgs, **settings):  # type: ignore[no-untyped-def]
@@ -34,8 +37,4 @@ def test_early_codec_rows_decode_the_same_audio_in_fewer_codec_plans(tiny_model)
     results, with_fill = _codec_lane_plans(tiny_model, msgs, codec_fill_frames=4, codec_fill_ms=1e6)
     assert len(with_fill) < len(without) and max(with_fill) > max(without)
     for msg in msgs:
-        outcome = results[msg.request_id]
-        assert outcome.error is None and outcome.done.reason is DoneReason.COMPLETED
-        _, expected = reference(tiny_model, msg)
-        assert len(outcome.samples) == len(expected)
-        assert int(np.abs(outcome.samples.astype(np.int32) - expected).max()) <= 1
+        assert_reference_audio(tiny_model, msg, results[msg.request_id])

@@ -3,23 +3,15 @@ request still publishes exactly the audio of its reference decode."""
 
 from __future__ import annotations
 
-import numpy as np
-
-from engine.ipc.messages import DoneReason
 from engine.request import WorkKind
-from tests.engine.helpers import SENTENCES, make_loop, reference, run_to_completion, submit
-
-
-class StepClock:
-    """A clock that moves 1 ms each time it is read: the scheduler's choices no longer depend on this
-    machine's speed."""
-
-    def __init__(self) -> None:
-        self.now = 0
-
-    def __call__(self) -> int:
-        self.now += 1_000_000
-        return self.now
+from tests.engine.helpers import (
+    SENTENCES,
+    StepClock,
+    assert_reference_audio,
+    make_loop,
+    run_to_completion,
+    submit,
+)
 
 
 def test_ragged_codec_plans_give_every_request_its_reference_audio(tiny_model):
@@ -38,11 +30,7 @@ def test_ragged_codec_plans_give_every_request_its_reference_audio(tiny_model):
     results, _ = run_to_completion(loop, msgs, submit_at=[0, 0, 30, 60, 90, 120])
     assert ragged_plans, "no codec plan mixed frame counts: the test did not exercise ragged batches"
     for msg in msgs:
-        outcome = results[msg.request_id]
-        assert outcome.error is None and outcome.done.reason is DoneReason.COMPLETED
-        _, expected = reference(tiny_model, msg)
-        assert len(outcome.samples) == len(expected)
-        assert int(np.abs(outcome.samples.astype(np.int32) - expected).max()) <= 1
+        assert_reference_audio(tiny_model, msg, results[msg.request_id])
 
 
 def test_without_the_flag_every_codec_plan_decodes_one_frame_count(tiny_model):
