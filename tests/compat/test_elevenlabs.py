@@ -11,6 +11,7 @@ from typing import Any
 
 import av
 import httpx
+import numpy as np
 import orjson
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
@@ -265,5 +266,9 @@ async def test_the_seed_query_parameter_makes_every_context_of_the_socket_sample
 
     seeded = await speak(ws_url(gateway, "multi-stream-input", output_format="pcm_24000", seed="7"), ("a", "b"))
     unseeded = await speak(ws_url(gateway, "multi-stream-input", output_format="pcm_24000"), ("c",))
-    assert seeded[0] and seeded[0] == seeded[1]  # the same seed and text: the same draws, the same audio
-    assert unseeded[0] != seeded[0]  # without one each context draws its own seed
+    a, b, c = (np.frombuffer(pcm, dtype="<i2").astype(np.int32) for pcm in (*seeded, *unseeded))
+    # The same seed and text: the same draws, so the same audio, up to the codec's rounding, which depends on where
+    # the scheduler cut the chunks (timing: seen once under a loaded machine, a 1 LSB difference in one sample).
+    assert len(a) and len(a) == len(b) and int(np.abs(a - b).max()) <= 2
+    # Without one each context draws its own seed: other frames, other audio.
+    assert len(c) != len(a) or int(np.abs(c - a).max()) > 100
