@@ -53,6 +53,7 @@ from engine.executors.voices import SavedVoice, VoiceBank
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k
 from engine.ipc.messages import Layout, Sampling, Submit
 from engine.model.generate import embed_prefill
+from engine.model.prompt_cache import PromptHeadCache
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.model.voices import embed_voice_prefill
 from engine.request import TEXT_END, TEXT_PAD, RequestState, WorkKind
@@ -129,6 +130,7 @@ class Executors:
             self.voices.tokenizer = model.tokenizer  # transcripts are tokenized as the model's text
         self._request_voices: dict[int, tuple[SavedVoice, bool]] = {}  # request id -> (voice, in-context), open..close
         self._prime_keys: dict[str, str] = {}  # voice name -> the save whose primed codec state is cached
+        self.prompt_heads = PromptHeadCache()  # prompts' opening rows, embedded once per speaker and language
         self.generation = GenerationSlots(kv_slots, config.talker.hidden_size, config.talker.vocab_size,
                                           device=model.device, dtype=model.dtype)
         self.kv_cache = model.talker.new_cache(kv_slots, max_context)
@@ -330,7 +332,7 @@ class Executors:
                     assert voice is not None
                     embed = embed_voice_prefill(self.model, prefill, voice.embedding, voice.ref_codes if icl else None)[0]
                 else:
-                    embed = embed_prefill(self.model, prefill)  # [L,H]
+                    embed = embed_prefill(self.model, prefill, self.prompt_heads)  # [L,H]
                 assert embed.shape[0] == r.state.prefill_len, "prefill length changed since admission"
                 embeds.append(embed)
             self.talker.prefill(kv_slots, embeds, [r.submit.sampling for r in requests],  # type: ignore[arg-type]

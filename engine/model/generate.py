@@ -34,10 +34,11 @@ from engine.ipc.messages import Sampling
 from engine.model import sampling as sampler
 from engine.model.host_copy import device_ids
 from engine.model.kv_cache import TalkerKVCache
+from engine.model.prompt_cache import PromptHeadCache
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.model.rng import seed_tensor
 from engine.request import FRAMES_PER_SECOND, length_model_frames, runaway_frame_cap
-from engine.text.prompt import Prefill, build_prefill
+from engine.text.prompt import Prefill, PromptRow, build_prefill
 
 
 class RunawayError(RuntimeError):
@@ -47,20 +48,51 @@ class RunawayError(RuntimeError):
 # ---------------------------------------------------------------- prompt embeddings
 
 
-def embed_prefill(model: Qwen3TTS, prefill: Prefill) -> Tensor:
-    """Prefill rows -> [L, hidden] in the model dtype: P(text id) + C(codec id), absent terms omitted."""
-    text = _project_text(model, [row.text_id for row in prefill.rows], split_role=True)
-    codec_ids = [row.codec_id for row in prefill.rows]
+def embed_prefill(model: Qwen3TTS, prefill: Prefill, cache: PromptHeadCache | None = None) -> Tensor:
+    """Prefill rows -> [L, hidden] in the model dtype: P(text id) + C(codec id), absent terms omitted. With
+    `cache`, the rows before the prompt's first text token come from it (computed on a miss): bitwise the same."""
+    rows = prefill.rows
+    head = _head_rows(model, rows) if cache is not None else 0
+    if not head:
+        return _embed_rows(model, rows, split_role=True)
+    assert cache is not None
+    key = tuple((row.text_id, row.codec_id) for row in rows[:head])
+    opening = cache.get(key)
+    if opening is None:
+        opening = _embed_rows(model, rows[:head], split_role=True)
+        cache.put(key, opening)
+    if head == len(rows):
+        return opening.clone()
+    # The rest starts at a run of its own in the whole prompt's grouping, never at the role ids: no role split.
+    return torch.cat([opening, _embed_rows(model, rows[head:], split_role=False)])
+
+
+def _head_rows(model: Qwen3TTS, rows: Sequence[PromptRow]) -> int:
+    """How many opening rows do not depend on the prompt's text: up to its first text id outside the role ids'
+    run and the special ids (0 when it opens with instruction ids, which are text)."""
+    p = model.config.prompt_ids
+    ids = [row.text_id for row in rows]
+    if ids[:3] != [p.im_start, p.assistant, p.newline]:
+        return 0
+    runs = _runs(ids, {p.tts_bos, p.tts_eos, p.tts_pad}, split_role=True)
+    if runs[0] != [0, 1, 2]:
+        return 0  # the role ids are not a projection of their own here: no head to cut off
+    return runs[1][0] if len(runs) > 1 else len(rows)
+
+
+def _embed_rows(model: Qwen3TTS, rows: Sequence[PromptRow], *, split_role: bool) -> Tensor:
+    text = _project_text(model, [row.text_id for row in rows], split_role=split_role)
+    codec_ids = [row.codec_id for row in rows]
     device = model.device
     present = [i for i, cid in enumerate(codec_ids) if cid is not None]
     codec = model.talker.embed_codec(device_ids([codec_ids[i] for i in present], device))
     codec_rows: dict[int, Tensor] = dict(zip(present, codec, strict=True))
-    rows = []
+    embedded = []
     for i, t in enumerate(text):
         c = codec_rows.get(i)
         assert t is not None or c is not None, f"prefill row {i} has neither a text nor a codec id"
-        rows.append(c if t is None else t if c is None else t + c)
-    return torch.stack(rows)
+        embedded.append(c if t is None else t if c is None else t + c)
+    return torch.stack(embedded)
 
 
 def embed_trailing(model: Qwen3TTS, prefill: Prefill) -> tuple[Tensor, Tensor]:
@@ -81,10 +113,12 @@ def _project_text(model: Qwen3TTS, ids: list[int | None], *, split_role: bool) -
     """
     p = model.config.prompt_ids
     talker, device = model.talker, model.device
-    special = talker.embed_text(device_ids([p.tts_bos, p.tts_eos, p.tts_pad], device))
-    special_rows = {p.tts_bos: special[0], p.tts_eos: special[1], p.tts_pad: special[2]}
+    specials = (p.tts_bos, p.tts_eos, p.tts_pad)
+    special_rows: dict[int, Tensor] = {}
+    if any(i in specials for i in ids):  # projected in a call of their own, so only when some row needs one
+        special_rows = dict(zip(specials, talker.embed_text(device_ids(specials, device)), strict=True))
     out: list[Tensor | None] = [special_rows.get(i) if i is not None else None for i in ids]
-    for run in _runs(ids, special_rows.keys(), split_role=split_role):
+    for run in _runs(ids, specials, split_role=split_role):
         projected = talker.embed_text(device_ids([ids[i] for i in run], device))
         for i, row in zip(run, projected, strict=True):
             out[i] = row
