@@ -170,6 +170,8 @@ def test_table_shows_gpu_seconds_by_kind_when_exported() -> None:
     text = table([point, skipped]).splitlines()
     assert "SM active %" in text[0] and "engine GPU s/s by kind" in text[0]
     assert "30.0 / 40.0 / 50.0" in text[2] and "codec_chunk 0.30 talker_decode 0.15" in text[2]
+    assert text[0].endswith("codec frames per event-s |")
+    assert text[2].endswith("| 7.5k |")  # 180 audio s/s x 12.5 frames / 0.30 codec GPU s/s
     assert "skipped: budget" in text[3]
 
 

@@ -31,13 +31,21 @@ def gpu_share_by_kind(point: dict[str, Any]) -> dict[str, float]:
     return {kind: value / interval for kind, value in sorted(seconds.items())}
 
 
+def codec_frames_per_event_s(point: dict[str, Any]) -> float | None:
+    """Frames the listeners received per second of codec-plan GPU (CUDA-event) time: issue 13's codec-efficiency
+    figure (12.5 frames per second of audio; None when the codec's GPU seconds are not exported)."""
+    codec = gpu_share_by_kind(point).get("codec_chunk")
+    audio = point.get("audio_s_per_s")
+    return audio * 12.5 / codec if codec and audio else None
+
+
 def table(points: list[dict[str, Any]]) -> str:
     with_kinds = any(gpu_share_by_kind(p) for p in points)
     with_sm = any((p.get("gpu") or {}).get("gpm") for p in points)
     head = ["point", "offered RPS", "achieved RPS", "TTFA p50 / p95 / p99 ms", "refused %", "errors",
             "underrun reqs", "audio s/s", "GPU util %"]  # fmt: skip
     head += ["SM active %"] if with_sm else []
-    head += ["engine GPU s/s by kind"] if with_kinds else []
+    head += ["engine GPU s/s by kind", "codec frames per event-s"] if with_kinds else []
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for p in points:
         if p.get("status") != "ok":
@@ -58,5 +66,7 @@ def table(points: list[dict[str, Any]]) -> str:
         if with_kinds:
             share = gpu_share_by_kind(p)
             cells.append(" ".join(f"{k} {v:.2f}" for k, v in share.items()) or "–")
+            rate = codec_frames_per_event_s(p)
+            cells.append("–" if rate is None else f"{rate / 1000:.1f}k")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
