@@ -19,6 +19,9 @@ class Lane(Enum):
     CODEC = "codec"
 
 
+ALL_LANES = frozenset(Lane)
+
+
 @dataclass(frozen=True, slots=True)
 class PlanRow:
     """One request's part of a batch. `frame_index`: prefill 0; code predictor: the frame it completes;

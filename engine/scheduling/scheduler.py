@@ -61,7 +61,7 @@ from engine.scheduling.chunk_sizing import SlackChunkPolicy, request_chunk_frame
 from engine.scheduling.config import Policy, SchedulerConfig, bucket, capture_sizes, next_size
 from engine.scheduling.costmodel import CostModel
 from engine.scheduling.pacing import Pace, pace_of
-from engine.scheduling.plan import Admission, Lane, Outcome, Plan, PlanRow
+from engine.scheduling.plan import ALL_LANES, Admission, Lane, Outcome, Plan, PlanRow
 
 # Public names; all but Scheduler live in the modules imported above and stay importable from here.
 __all__ = ["Admission", "Lane", "Outcome", "Plan", "PlanRow", "Policy", "Scheduler", "SchedulerConfig",
@@ -80,7 +80,6 @@ URGENT_TIERS = (RESCUE, URGENT)
 MERGING_KINDS = {WorkKind.CODE_PREDICT: WorkKind.TALKER_DECODE, WorkKind.TALKER_DECODE: WorkKind.CODE_PREDICT}
 PHASE_KIND = {Phase.PREFILL: WorkKind.TALKER_PREFILL, Phase.CODE_PREDICT: WorkKind.CODE_PREDICT,
               Phase.TALKER_DECODE: WorkKind.TALKER_DECODE}
-ALL_LANES = frozenset(Lane)
 
 
 @dataclass(slots=True)

@@ -22,18 +22,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine.scheduling.plan import Lane, Plan
+from engine.scheduling.plan import ALL_LANES, Lane, Plan
 
 MS = 1_000_000  # ns per ms
 DEFAULT_OVERLAP_RATE = 0.65
-ALL_LANES = frozenset(Lane)
 NO_LANES: frozenset[Lane] = frozenset()
 
 
 @dataclass(slots=True)
 class Running:
     plan: Plan
-    work_ms: float  # standalone time of the whole plan
     left_ms: float  # standalone work still to do
     started_ns: int
 
@@ -60,7 +58,7 @@ class SimDevice:
     def start(self, plan: Plan, work_ms: float, now_ns: int) -> None:
         lane = self._lane(plan)
         assert lane not in self.running, f"the {lane.value} lane is busy"
-        self.running[lane] = Running(plan, work_ms, max(work_ms, 1e-6), now_ns)
+        self.running[lane] = Running(plan, max(work_ms, 1e-6), now_ns)
 
     def _rate(self) -> float:
         return self.overlap_rate if len(self.running) > 1 else 1.0

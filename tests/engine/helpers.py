@@ -16,7 +16,7 @@ from engine.ipc.messages import DoneReason, Layout, Ready, Sampling, Submit
 from engine.loop import EngineLoop
 from engine.model.generate import decode_codes, generate_codes
 from engine.model.qwen3_tts import Qwen3TTS
-from engine.scheduling import CostModel, Scheduler
+from engine.scheduling import CostModel, Plan, Scheduler
 from engine.settings import CaptureShapes, EngineSettings, FastPath
 from engine.text.prompt import build_prefill
 
@@ -85,6 +85,19 @@ def reference(model: Qwen3TTS, msg: Submit, silence: SilenceConfig | None = None
     trimmer = LeadingSilenceTrimmer(silence or SilenceConfig())
     pcm = trimmer.push(decode_codes(model, codes))
     return codes, to_int16(np.concatenate([pcm, trimmer.finish()]))
+
+
+def record_plans(loop: EngineLoop) -> list[Plan]:
+    """Every plan the loop launches from now on, in launch order (the executors' `launch`, wrapped)."""
+    plans: list[Plan] = []
+    launch = loop.executors.launch
+
+    def recording_launch(plan: Plan, inputs):  # type: ignore[no-untyped-def]
+        plans.append(plan)
+        return launch(plan, inputs)
+
+    loop.executors.launch = recording_launch  # type: ignore[method-assign]
+    return plans
 
 
 def assert_reference_audio(model: Qwen3TTS, msg: Submit, outcome: Finished) -> None:

@@ -10,6 +10,7 @@ from tests.engine.helpers import (
     StepClock,
     assert_reference_audio,
     make_loop,
+    record_plans,
     run_to_completion,
     submit,
 )
@@ -17,17 +18,9 @@ from tests.engine.helpers import (
 
 def _codec_lane_plans(tiny_model, msgs, **settings):  # type: ignore[no-untyped-def]
     loop = make_loop(tiny_model, clock=StepClock(), **settings)
-    launch = loop.executors.launch
-    rows: list[int] = []
-
-    def recording_launch(plan, inputs):  # type: ignore[no-untyped-def]
-        if plan.kind is WorkKind.CODEC_CHUNK and plan.lane is Lane.CODEC:
-            rows.append(len(plan.rows))
-        return launch(plan, inputs)
-
-    loop.executors.launch = recording_launch  # type: ignore[method-assign]
+    plans = record_plans(loop)
     results, _ = run_to_completion(loop, msgs, submit_at=[0, 0, 20, 40, 60, 80])
-    return results, rows
+    return results, [len(p.rows) for p in plans if p.kind is WorkKind.CODEC_CHUNK and p.lane is Lane.CODEC]
 
 
 def test_early_codec_rows_decode_the_same_audio_in_fewer_codec_plans(tiny_model):

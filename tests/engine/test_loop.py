@@ -25,6 +25,7 @@ from tests.engine.helpers import (
     SENTENCES,
     assert_reference_audio,
     make_loop,
+    record_plans,
     run_to_completion,
     submit,
     text_ids,
@@ -138,18 +139,11 @@ def test_a_codec_batch_that_fails_on_one_row_fails_only_that_request(loop: Engin
             if victim is not None and slot == victim.codec_slot:
                 codes[slot, frame, 5] = 10**6
 
-    launch = loop.executors.launch
-    codec_batches: list[tuple[int, ...]] = []
-
-    def recording_launch(plan, inputs):  # type: ignore[no-untyped-def]
-        if plan.kind is WorkKind.CODEC_CHUNK:
-            codec_batches.append(plan.request_ids)
-        return launch(plan, inputs)
-
     loop.executors.code_predictor.predict = predict_then_poison_request_1  # type: ignore[method-assign]
-    loop.executors.launch = recording_launch  # type: ignore[method-assign]
+    plans = record_plans(loop)
     msgs = [submit(tiny_model, i, SENTENCES[i], seed=i) for i in (1, 2, 3)]
     results, _ = run_to_completion(loop, msgs)
+    codec_batches = [p.request_ids for p in plans if p.kind is WorkKind.CODEC_CHUNK]
 
     victim_engine_id = min(min(batch) for batch in codec_batches)  # request 1 was admitted first
     assert any(len(batch) > 1 and victim_engine_id in batch for batch in codec_batches), codec_batches

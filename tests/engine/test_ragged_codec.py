@@ -9,6 +9,7 @@ from tests.engine.helpers import (
     StepClock,
     assert_reference_audio,
     make_loop,
+    record_plans,
     run_to_completion,
     submit,
 )
@@ -16,18 +17,12 @@ from tests.engine.helpers import (
 
 def test_ragged_codec_plans_give_every_request_its_reference_audio(tiny_model):
     loop = make_loop(tiny_model, ragged_codec=True, clock=StepClock())
-    launch = loop.executors.launch
-    ragged_plans = []
-
-    def recording_launch(plan, inputs):  # type: ignore[no-untyped-def]
-        if plan.kind is WorkKind.CODEC_CHUNK and any(r.codec_frames != plan.codec_frames for r in plan.rows):
-            ragged_plans.append([r.codec_frames for r in plan.rows])
-        return launch(plan, inputs)
-
-    loop.executors.launch = recording_launch  # type: ignore[method-assign]
+    plans = record_plans(loop)
     msgs = [submit(tiny_model, i, SENTENCES[i], seed=i) for i in range(6)]
     # Staggered arrivals: streams further along hold larger chunks, newcomers single frames.
     results, _ = run_to_completion(loop, msgs, submit_at=[0, 0, 30, 60, 90, 120])
+    ragged_plans = [p for p in plans if p.kind is WorkKind.CODEC_CHUNK
+                    and any(r.codec_frames != p.codec_frames for r in p.rows)]  # fmt: skip
     assert ragged_plans, "no codec plan mixed frame counts: the test did not exercise ragged batches"
     for msg in msgs:
         assert_reference_audio(tiny_model, msg, results[msg.request_id])
@@ -35,15 +30,8 @@ def test_ragged_codec_plans_give_every_request_its_reference_audio(tiny_model):
 
 def test_without_the_flag_every_codec_plan_decodes_one_frame_count(tiny_model):
     loop = make_loop(tiny_model, clock=StepClock())
-    launch = loop.executors.launch
-    shapes = []
-
-    def recording_launch(plan, inputs):  # type: ignore[no-untyped-def]
-        if plan.kind is WorkKind.CODEC_CHUNK:
-            shapes.append({r.codec_frames for r in plan.rows} | {plan.codec_frames})
-        return launch(plan, inputs)
-
-    loop.executors.launch = recording_launch  # type: ignore[method-assign]
+    plans = record_plans(loop)
     run_to_completion(loop, [submit(tiny_model, i, SENTENCES[i], seed=i) for i in range(6)],
                       submit_at=[0, 0, 30, 60, 90, 120])
+    shapes = [{r.codec_frames for r in p.rows} | {p.codec_frames} for p in plans if p.kind is WorkKind.CODEC_CHUNK]
     assert shapes and all(len(s) == 1 for s in shapes)

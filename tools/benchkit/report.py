@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from engine.request import FRAMES_PER_SECOND
+
 from .prom import label_values
 
 GPU_SECONDS = "vivace_engine_gpu_seconds_total"
@@ -33,10 +35,10 @@ def gpu_share_by_kind(point: dict[str, Any]) -> dict[str, float]:
 
 def codec_frames_per_event_s(point: dict[str, Any]) -> float | None:
     """Frames the listeners received per second of codec-plan GPU (CUDA-event) time: issue 13's codec-efficiency
-    figure (12.5 frames per second of audio; None when the codec's GPU seconds are not exported)."""
+    figure (None when the codec's GPU seconds are not exported)."""
     codec = gpu_share_by_kind(point).get("codec_chunk")
     audio = point.get("audio_s_per_s")
-    return audio * 12.5 / codec if codec and audio else None
+    return audio * FRAMES_PER_SECOND / codec if codec and audio else None
 
 
 def table(points: list[dict[str, Any]]) -> str:
