@@ -88,10 +88,11 @@ class SchedulerConfig:
     # 1 x 4 frames 2.1 ms, 8 x 4 3.7 ms, 32 x 4 8.8 ms), so those frames cost a fraction of what they would in the
     # small plans they would otherwise anchor later. On the H200 (4 frames, 8 ms; docs/benchmarks.md, tenth session)
     # 80 RPS p95 TTFA went from 75-149 ms to 48-59 ms with nothing refused, and 100 RPS refused 2-5 % instead of
-    # 8-12 %; but one of five such servers hung mid-run (its engine stopped answering), which the codec lane's own
-    # cuBLAS workspace (engine/fast/codec_graphs.py) is expected to cure, not yet verified under load: 0 (off)
-    # until a GPU session has. 0: a row joins only once its own chunk is due.
-    codec_fill_frames: int = 0
+    # 8-12 %. One of five such servers hung mid-run in the tenth session; the codec lane's graphs now have their own
+    # cuBLAS workspace (engine/fast/codec_graphs.py), and the eleventh session ran seven servers with early rows at
+    # 80-100 RPS without a stall (80 RPS p95 53-77 ms, 0-0.3 % refused). 0 turns them off: a row joins only once its
+    # own chunk is due.
+    codec_fill_frames: int = 4
     codec_fill_ms: float = 8.0
 
     def __post_init__(self) -> None:
