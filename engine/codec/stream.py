@@ -92,6 +92,11 @@ class CodecStatePool:
         self._reserved: set[int] = set()
         self._free: deque[int] = deque(range(slots))
 
+    @property
+    def columns(self) -> dict[str, tuple[int, int]]:
+        """name -> its [start, stop) columns of `flat`, in layout order."""
+        return {name: (a, b) for name, (a, b, _) in self._columns.items()}
+
     def _views(self, rows: Tensor) -> dict[str, Tensor]:
         """Per-name views [R, *shape] of flat state rows [R, state elements]."""
         return {

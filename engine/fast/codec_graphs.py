@@ -6,7 +6,8 @@ call on the device, gather included, so a replay is one launch:
 
     static codes [b, K, n] --+
     static index [b] --------+--> gather pool rows -> forward_stream -> scatter new state into the pool rows,
-    static real [b] ---------+    positions[index] += real, static wav [b, n * 1920]
+    static real [b] ---------+    (one kernel, kernels/state_scatter.py), positions[index] += real,
+                                  static wav [b, n * 1920]
                                   (real: n per row; a ragged runner's per-row real frames, 0..n)
 
 A call of B rows and N frames is planned (`plan_pieces`, pure) into captured shapes, never run eagerly:
@@ -50,6 +51,7 @@ from engine.codec.stream import (
     check_decode_inputs,
     check_pool,
 )
+from engine.fast.kernels.state_scatter import StateScatter
 from engine.model.host_copy import device_ids
 
 RESERVED_SLOTS = 1  # the scratch slot padding rows read and write
@@ -121,14 +123,14 @@ class _Step:
         self.real = torch.full((batch,), frames, dtype=torch.int64, device=device)  # frames each row advances
         self.wav: Tensor | None = None  # [batch, frames * 1920], model dtype; valid after run()
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.scatter = StateScatter(pool.flat, pool.columns, pool.tensors)  # new state -> pool rows, one kernel
 
     @torch.no_grad()
     def _body(self) -> Tensor:
         positions, state = self.pool.gather(self.index)
         wav, new_state = self.decoder.forward_stream(self.codes, positions, state,
                                                      self.real if self.ragged else None)  # fmt: skip
-        for name, tensor in self.pool.tensors.items():
-            tensor.index_copy_(0, self.index, new_state[name])
+        self.scatter(self.index, new_state)
         self.pool.positions.index_add_(0, self.index, self.real)
         return wav.squeeze(1)
 
@@ -145,6 +147,7 @@ class _Step:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=memory_pool, stream=capture_stream):
             self.wav = self._body()
+        self.scatter.capture_done()
 
     def run(self) -> Tensor:
         if self.graph is not None:
