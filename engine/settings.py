@@ -119,6 +119,7 @@ class EngineSettings:
     align_startup_rows: int = SchedulerConfig().align_startup_rows
     saturated_step_ms: float = SchedulerConfig().saturated_step_ms  # ... and a batch may take this long
     ragged_codec: bool = False  # codec batches where each row decodes its own chunk (slower on the H200)
+    codec_state_kernel: bool = False  # fast codec: a step's new state written back in one kernel, not 37 copies
     codec_join_ratio: float = SchedulerConfig().codec_join_ratio  # codec rows join chunks at most this much smaller
     codec_gather_ms: float = SchedulerConfig().codec_gather_ms  # filler codec-lane plans at most once per this
     codec_fill_frames: int = SchedulerConfig().codec_fill_frames  # codec-lane plans of >= this take rows not yet due
@@ -362,6 +363,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ragged-codec", action=argparse.BooleanOptionalAction, default=d.ragged_codec,
                    help="codec batches where each row decodes its own chunk, padded to the longest (fewer refusals "
                         "in the simulator, more on the H200: off; docs/scheduling.md)")
+    p.add_argument("--codec-state-kernel", action=argparse.BooleanOptionalAction, default=d.codec_state_kernel,
+                   help="fast codec: write each step's new state back in one kernel instead of one copy per state "
+                        "tensor (5-7 %% off a step on the H200; off until its GPU tests pass, docs/benchmarks.md)")
     p.add_argument("--codec-join-ratio", type=float, default=d.codec_join_ratio,
                    help="a codec row joins a batch whose chunk is smaller than its own only up to this ratio, or "
                         "when its stream is urgent (0: always; docs/scheduling.md)")

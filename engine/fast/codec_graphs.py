@@ -6,7 +6,7 @@ call on the device, gather included, so a replay is one launch:
 
     static codes [b, K, n] --+
     static index [b] --------+--> gather pool rows -> forward_stream -> scatter new state into the pool rows,
-    static real [b] ---------+    (one kernel, kernels/state_scatter.py), positions[index] += real,
+    static real [b] ---------+    (or all of it in one kernel, `state_kernel`), positions[index] += real,
                                   static wav [b, n * 1920]
                                   (real: n per row; a ragged runner's per-row real frames, 0..n)
 
@@ -112,7 +112,7 @@ class _Step:
     also reads `real` [batch]: how many of each row's frames are real (its stream advances by that many)."""
 
     def __init__(self, decoder: StreamDecoder, pool: CodecStatePool, batch: int, frames: int, scratch: int,
-                 ragged: bool = False):  # fmt: skip
+                 ragged: bool = False, state_kernel: bool = False):  # fmt: skip
         self.decoder, self.pool, self.batch, self.frames, self.scratch = decoder, pool, batch, frames, scratch
         self.ragged = ragged
         device = pool.device
@@ -123,7 +123,8 @@ class _Step:
         self.real = torch.full((batch,), frames, dtype=torch.int64, device=device)  # frames each row advances
         self.wav: Tensor | None = None  # [batch, frames * 1920], model dtype; valid after run()
         self.graph: torch.cuda.CUDAGraph | None = None
-        self.scatter = StateScatter(pool.flat, pool.columns, pool.tensors)  # new state -> pool rows, one kernel
+        # new state -> pool rows: one index_copy_ per state tensor, or (state_kernel) all in one kernel
+        self.scatter = StateScatter(pool.flat, pool.columns, pool.tensors, fused=state_kernel)
 
     @torch.no_grad()
     def _body(self) -> Tensor:
@@ -171,11 +172,14 @@ class CodecGraphs:
         mode: str | None = None,
         ragged: bool = False,
         own_capture_stream: bool = False,
+        state_kernel: bool = False,
     ):
         """`ragged`: steps take per-row real frame counts (`decode(frames=...)`), at the price of a few more
         kernels per step (masks and gathers), so it is chosen when the runner is built. `own_capture_stream`:
         capture on a CUDA stream of this runner's own, so its GEMMs get a cuBLAS workspace no other graph uses
-        (required when its replays may overlap other graphs' on another stream; module docstring)."""
+        (required when its replays may overlap other graphs' on another stream; module docstring). `state_kernel`:
+        write each step's new state back in one kernel (kernels/state_scatter.py) instead of 37 `index_copy_`s;
+        off by default until the GPU tests have passed with it (docs/benchmarks.md, eleventh session)."""
         if mode is None:
             mode = "graph" if pool.device.type == "cuda" else "eager"
         if mode not in ("graph", "eager"):
@@ -183,7 +187,7 @@ class CodecGraphs:
         if mode == "graph" and pool.device.type != "cuda":
             raise ValueError("CUDA graphs need a CUDA device; use mode='eager' on a CPU")
         check_pool(decoder, pool)
-        self.decoder, self.pool, self.mode, self.ragged = decoder, pool, mode, ragged
+        self.decoder, self.pool, self.mode, self.ragged, self.state_kernel = decoder, pool, mode, ragged, state_kernel
         self.batch_sizes = _sizes(batch_sizes, "batch sizes")
         self.frame_sizes = _sizes(frame_sizes, "frame counts")
         if pool.free_slots < RESERVED_SLOTS:
@@ -215,7 +219,7 @@ class CodecGraphs:
                 raise ValueError(f"shape ({batch}, {frames}) is not one of this runner's sizes")
             if (batch, frames) in self._steps:
                 continue
-            step = _Step(self.decoder, self.pool, batch, frames, self.scratch, self.ragged)
+            step = _Step(self.decoder, self.pool, batch, frames, self.scratch, self.ragged, self.state_kernel)
             if self.mode == "graph":
                 step.capture(self._memory_pool, self.capture_stream)
             self._steps[(batch, frames)] = step
@@ -231,7 +235,7 @@ class CodecGraphs:
                     "(a codec step never runs eagerly on the GPU)"
                 )
             step = self._steps[(batch, frames)] = _Step(self.decoder, self.pool, batch, frames, self.scratch,
-                                                        self.ragged)
+                                                        self.ragged, self.state_kernel)
         return step
 
     @torch.no_grad()

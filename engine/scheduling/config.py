@@ -89,10 +89,12 @@ class SchedulerConfig:
     # small plans they would otherwise anchor later. On the H200 (4 frames, 8 ms; docs/benchmarks.md, tenth session)
     # 80 RPS p95 TTFA went from 75-149 ms to 48-59 ms with nothing refused, and 100 RPS refused 2-5 % instead of
     # 8-12 %. One of five such servers hung mid-run in the tenth session; the codec lane's graphs now have their own
-    # cuBLAS workspace (engine/fast/codec_graphs.py), and the eleventh session ran seven servers with early rows at
-    # 80-100 RPS without a stall (80 RPS p95 53-77 ms, 0-0.3 % refused). 0 turns them off: a row joins only once its
-    # own chunk is due.
-    codec_fill_frames: int = 4
+    # cuBLAS workspace (engine/fast/codec_graphs.py), and the eleventh session ran five servers with early rows at
+    # 80-100 RPS without a stall (80 RPS p95 53-77 ms, 0-0.3 % refused). Still 0 (off) by default: the GPU test of the
+    # two codec lanes (tests/engine/test_gpu.py) has not yet passed with them on (its one run with them failed, in a
+    # change that also held the one-kernel state write-back; docs/benchmarks.md, eleventh session). 0: a row joins
+    # only once its own chunk is due.
+    codec_fill_frames: int = 0
     codec_fill_ms: float = 8.0
 
     def __post_init__(self) -> None:

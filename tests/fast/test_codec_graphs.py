@@ -177,3 +177,15 @@ def test_graph_replay_equals_eager_and_incremental_equals_full_on_cuda():
     reference = CodecStatePool(decoder.config, 2, "cuda", decoder.dtype)
     whole = fast.decode_incremental(reference, [reference.alloc(), reference.alloc()], codes)
     assert relative_l2(torch.cat(pieces, dim=-1), whole) < 1e-5
+
+
+def test_the_engine_setting_gives_the_codec_runners_the_one_kernel_state_write_back():
+    from engine.settings import parse_args
+
+    assert parse_args(["--model", "tiny", "--socket", "@x"]).codec_state_kernel is False
+    assert parse_args(["--model", "tiny", "--socket", "@x", "--codec-state-kernel"]).codec_state_kernel is True
+    decoder = random_codec(codec_preset("tiny"), seed=5)
+    pool = CodecStatePool(decoder.config, 2 + RESERVED_SLOTS, "cpu", decoder.dtype)
+    graphs = CodecGraphs(FastCodecDecoder(decoder, "fp32"), pool, [1, 2], [1], state_kernel=True)
+    graphs.capture()
+    assert graphs.captured and all(step.scatter.fused for step in graphs._steps.values())

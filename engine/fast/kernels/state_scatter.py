@@ -78,17 +78,18 @@ class StateScatter:
     """Writes a batch's new codec state into a pool's rows: `pool_tensors[name][index] = new_state[name]` for every
     name, in one kernel on the Triton path (module docstring), per tensor on the twin's."""
 
-    def __init__(self, flat: Tensor, columns: dict[str, tuple[int, int]], tensors: dict[str, Tensor]):
+    def __init__(self, flat: Tensor, columns: dict[str, tuple[int, int]], tensors: dict[str, Tensor],
+                 fused: bool = True):  # fmt: skip
         """flat: the pool's [rows, E] storage; columns: name -> its [start, stop) columns; tensors: name -> the
-        pool's [rows, *shape] views (the twin's targets)."""
-        self.flat, self.columns, self.tensors = flat, columns, tensors
+        pool's [rows, *shape] views (the twin's targets); fused: False always runs the twin."""
+        self.flat, self.columns, self.tensors, self.fused = flat, columns, tensors, fused
         self._table: Tensor | None = None  # [S, 8] int64 on the pool's device
         self._items: Tensor | None = None  # [I, 2] int64
         self._pending: Tensor | None = None  # a table built during a capture, written by capture_done()
         self._keep: list[Tensor] = []  # contiguous copies the table points at (none for the engine's sources)
 
     def __call__(self, index: Tensor, new_state: dict[str, Tensor]) -> None:
-        if not use_triton(self.flat):
+        if not self.fused or not use_triton(self.flat):
             for name, tensor in self.tensors.items():
                 tensor.index_copy_(0, index, new_state[name])
             return
