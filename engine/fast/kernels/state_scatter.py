@@ -31,7 +31,6 @@ from torch import Tensor
 from engine.fast.kernels import HAVE_TRITON, use_triton
 
 BLOCK = 1024  # elements a program copies
-TABLE_COLUMNS = 8
 
 if HAVE_TRITON:
     import triton
@@ -46,7 +45,7 @@ if HAVE_TRITON:
         b = tl.program_id(1).to(tl.int64)
         s = tl.load(items_ptr + 2 * item)
         start = tl.load(items_ptr + 2 * item + 1)
-        entry = table_ptr + s * 8
+        entry = table_ptr + s * 8  # table rows [S, 8]
         src = tl.load(entry).to(tl.pointer_type(DTYPE))
         stride_b, stride_r, stride_l = tl.load(entry + 1), tl.load(entry + 2), tl.load(entry + 3)
         rows, length, column = tl.load(entry + 4), tl.load(entry + 5), tl.load(entry + 6)
