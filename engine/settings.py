@@ -119,7 +119,7 @@ class EngineSettings:
     align_startup_rows: int = SchedulerConfig().align_startup_rows
     saturated_step_ms: float = SchedulerConfig().saturated_step_ms  # ... and a batch may take this long
     ragged_codec: bool = False  # codec batches where each row decodes its own chunk (slower on the H200)
-    codec_state_kernel: bool = False  # fast codec: a step's new state written back in one kernel, not 37 copies
+    codec_kernels: str = "ops"  # fast codec: "fused" cuts ~110 of a step's ~400 launches (docs/engine.md)
     codec_join_ratio: float = SchedulerConfig().codec_join_ratio  # codec rows join chunks at most this much smaller
     codec_gather_ms: float = SchedulerConfig().codec_gather_ms  # filler codec-lane plans at most once per this
     codec_fill_frames: int = SchedulerConfig().codec_fill_frames  # codec-lane plans of >= this take rows not yet due
@@ -172,6 +172,7 @@ class EngineSettings:
             raise ValueError("max_in_flight, codec_in_flight and profile_steps must be >= 1, profile_after_s >= 0")
         _check_choice("sync_debug", self.sync_debug, ("off", "warn"))
         _check_choice("cp_kernels", self.cp_kernels, ("layers", "fused"))
+        _check_choice("codec_kernels", self.codec_kernels, ("ops", "fused"))
         if self.precompile_workers < -1:
             raise ValueError("precompile_workers must be >= 0, or -1 for one per core")
         SilenceConfig(threshold_dbfs=self.silence_threshold_dbfs, max_trim_ms=self.max_trim_ms)  # validates
@@ -363,9 +364,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ragged-codec", action=argparse.BooleanOptionalAction, default=d.ragged_codec,
                    help="codec batches where each row decodes its own chunk, padded to the longest (fewer refusals "
                         "in the simulator, more on the H200: off; docs/scheduling.md)")
-    p.add_argument("--codec-state-kernel", action=argparse.BooleanOptionalAction, default=d.codec_state_kernel,
-                   help="fast codec: write each step's new state back in one kernel instead of one copy per state "
-                        "tensor (5-7 %% off a step on the H200; off until its GPU tests pass, docs/benchmarks.md)")
+    p.add_argument("--codec-kernels", choices=("ops", "fused"), default=d.codec_kernels,
+                   help="fast codec: 'fused' writes a step's new state back in one kernel and runs each "
+                        "pre-transformer layer's RoPE and attention as one (fewer launches; 'ops' until its GPU "
+                        "tests pass, docs/benchmarks.md)")
     p.add_argument("--codec-join-ratio", type=float, default=d.codec_join_ratio,
                    help="a codec row joins a batch whose chunk is smaller than its own only up to this ratio, or "
                         "when its stream is urgent (0: always; docs/scheduling.md)")

@@ -1,6 +1,7 @@
 """Where a codec step's GPU time goes: replay time, kernel count and heaviest kernels of the fast decoder (GPU only).
 
     python tools/codec_profile.py --shapes 1x1 16x2 32x4 --precisions tf32 bf16 --out codec_profile.json
+    python tools/codec_profile.py --shapes 1x1 4x4 16x4 --precisions tf32 --kernels ops fused   # --codec-kernels A/B
     python tools/codec_profile.py --grid tf32        # the cost table's codec_chunk entry for that precision
 
 For each precision and (streams B, new frames N), on the full-size codec with seeded random weights and every
@@ -141,14 +142,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes]
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (dry run)"
     report: dict[str, Any] = {"device": name, "torch": torch.__version__, "results": []}
-    for precision in args.precisions:
+    for precision, variant in [(p, k) for p in args.precisions for k in args.kernels]:
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32
         decoder = random_codec(config, device=DEVICE, dtype=dtype, seed=SEED)
         with precision_flags(precision):
             pool, slots = _pool(decoder, max(b for b, _ in shapes), 1)
-        fast = FastCodecDecoder(decoder, precision)
+        fused = variant == "fused"  # as the engine's --codec-kernels
+        fast = FastCodecDecoder(decoder, precision, fused_attention=fused)
         graphs = CodecGraphs(fast, pool, batch_sizes=sorted({1, *(b for b, _ in shapes)}),
-                             frame_sizes=sorted({1, *(n for _, n in shapes)}))  # fmt: skip
+                             frame_sizes=sorted({1, *(n for _, n in shapes)}), state_kernel=fused)  # fmt: skip
         for batch, frames in shapes:
             graphs.capture([(batch, frames)])
             codes = torch.randint(0, 2048, (batch, 16, frames), device=DEVICE)
@@ -158,7 +160,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             call_ms = _median_ms(partial(graphs.decode, slots[:batch], codes, check_code_values=False), 20)
             kernels, top = kernel_table(step.run, 5)
             result = {
-                "precision": precision, "batch": batch, "frames": frames, "replay_ms": round(replay_ms, 3),
+                "precision": precision, "kernels": variant, "batch": batch, "frames": frames, "replay_ms": round(replay_ms, 3),
                 "decode_call_ms": round(call_ms, 3), "kernels_per_replay": kernels, "top_kernels": top[: args.top],
                 "convs": conv_table(fast, batch, frames) if args.convs else [],
             }  # fmt: skip
@@ -197,7 +199,7 @@ def table(report: dict[str, Any]) -> str:
     lines = []
     for r in report["results"]:
         lines.append(
-            f"{r['precision']} B={r['batch']} N={r['frames']}: replay "
+            f"{r['precision']} {r.get('kernels', 'ops')} B={r['batch']} N={r['frames']}: replay "
             f"{r['replay_ms']} ms, decode call {r['decode_call_ms']} ms, {r['kernels_per_replay']} kernels"
         )
         lines.append(
@@ -217,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=["1x1", "16x2", "32x4"])
     parser.add_argument("--precisions", nargs="+", default=["tf32", "bf16"])
+    parser.add_argument("--kernels", nargs="+", default=["ops"], choices=("ops", "fused"),
+                        help="the engine's --codec-kernels variants to profile, each on its own runner")
     parser.add_argument("--convs", action="store_true", help="also time the residual units' convs two ways")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument(

@@ -71,9 +71,10 @@ class CodecExecutor:
     def __init__(self, decoder: CodecDecoder, codes: Tensor, streams: int, silence: SilenceConfig, *,
                  precision: str = "tf32", graph_shapes: tuple[Sequence[int], Sequence[int]] | None = None,
                  first_chunk_shapes: tuple[Sequence[int], Sequence[int]] | None = None,
-                 ragged: bool = False, state_kernel: bool = False) -> None:  # fmt: skip
+                 ragged: bool = False, kernels: str = "ops") -> None:  # fmt: skip
         """`graph_shapes` = (batch sizes, frame counts) selects the fast path; None the plain decode.
-        `state_kernel` (fast path): the runners write each step's new state back in one kernel (`CodecGraphs`).
+        `kernels` (fast path): "ops", or "fused" (`FastCodecDecoder`'s fused attention and `CodecGraphs`' one-kernel
+        state write-back).
         `first_chunk_shapes` (fast path only): the shapes of the first-chunk runner `launch(first_chunks=True)`
         replays; None: first chunks replay the main runner. `ragged`: `launch` takes a frame count per row (the
         fast path's steps are then built for it)."""
@@ -96,15 +97,15 @@ class CodecExecutor:
             runners = 2 if first_chunk_shapes is not None else 1
             self.pool = CodecStatePool(decoder.config, streams + runners * RESERVED_SLOTS, decoder.device,
                                        decoder.dtype)
-            fast = FastCodecDecoder(decoder, precision)
+            fast = FastCodecDecoder(decoder, precision, fused_attention=kernels == "fused")
             # The codec lane's replays overlap the generation stream's graphs: a capture stream of its own gives its
             # GEMMs a cuBLAS workspace of their own (engine/fast/codec_graphs.py). The first-chunk runner replays on
             # the generation stream, one graph at a time with the talker's and code predictor's, like them.
             self.graphs = CodecGraphs(fast, self.pool, *graph_shapes, ragged=ragged, own_capture_stream=True,
-                                      state_kernel=state_kernel)  # fmt: skip
+                                      state_kernel=kernels == "fused")  # fmt: skip
             if first_chunk_shapes is not None:
                 self.first_graphs = CodecGraphs(fast, self.pool, *first_chunk_shapes, ragged=ragged,
-                                                state_kernel=state_kernel)  # fmt: skip
+                                                state_kernel=kernels == "fused")  # fmt: skip
             assert self.pool.slots == streams, "CodecGraphs reserves its scratch row out of the stream count"
 
     def capture(self) -> None:

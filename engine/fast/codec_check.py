@@ -5,7 +5,8 @@ the full-size codec with seeded random weights (never zeros), every stream at it
 
 1. kernels: fused SnakeBeta variants and the codebook gather-sum vs their PyTorch twins, bf16 and fp32;
 2. twins, per precision: one incremental step of `FastCodecDecoder` vs the plain decoder from identical state
-   (bf16 <= 1e-2 relative L2, tf32 <= 5e-3, fp32 <= 1e-5), and each precision's error against fp32;
+   (bf16 <= 1e-2 relative L2, tf32 <= 5e-3, fp32 <= 1e-5), and each precision's error against fp32; the same
+   step with the fused pre-transformer attention (`--codec-kernels fused`) within the same bounds;
 3. graphs: replay equals the fast eager step bitwise; a 100-frame stream decoded through `CodecGraphs` in the
    default ramp (1, 2, 4, 8, 12, ...) equals the fast path's one-call decode of all 100 frames from an empty
    state (fp32 <= 1e-5, bf16 <= 1e-2), reported also against the plain full decode; ragged steps
@@ -199,12 +200,15 @@ def check_twins(
         decoder = decoders[precision]
         with precision_flags(precision):
             plain_pool, slots = _pool_with_history(decoder, len(histories), histories)
-        fast_pool = plain_pool.clone()
+        fast_pool, fused_pool = plain_pool.clone(), plain_pool.clone()
         with precision_flags(precision):
             plain = decode_incremental(decoder, plain_pool, slots, codes, check_code_values=False)
         fast = FastCodecDecoder(decoder, precision).decode_incremental(
             fast_pool, slots, codes, check_code_values=False
         )
+        fused = FastCodecDecoder(decoder, precision, fused_attention=True).decode_incremental(
+            fused_pool, slots, codes, check_code_values=False
+        )  # `--codec-kernels fused`'s pre-transformer attention
         state_error = max(
             relative_l2(fast_pool.tensors[n], plain_pool.tensors[n])
             for n in plain_pool.tensors
@@ -214,6 +218,7 @@ def check_twins(
         result[precision] = {
             "fast_vs_plain": relative_l2(fast, plain),
             "state_fast_vs_plain": state_error,
+            "fused_attention_vs_plain": relative_l2(fused, plain),
             "plain_wav_std": float(plain.float().std()),
         }
         waves[f"plain_{precision}"] = plain
@@ -459,6 +464,7 @@ def _run_sections(
     precisions = ("fp32",) if dry else ("fp32", "tf32", "bf16")
     twins = section("twins", lambda: check_twins(decoders, precisions)) or {}
     failures += [f"twins.{p}" for p, r in twins.items() if r["fast_vs_plain"] > TOLERANCE[p]]
+    failures += [f"twins.{p}_fused_attention" for p, r in twins.items() if r["fused_attention_vs_plain"] > TOLERANCE[p]]
     graph_precisions = ("fp32",) if dry else ("fp32", "bf16")
     graphs = section("graphs", lambda: check_graphs(decoders, graph_precisions)) or {}
     for precision in graph_precisions if graphs else ():

@@ -140,7 +140,8 @@ class _Block:
 class FastCodecDecoder:
     """Fused incremental decoding over a `CodecDecoder`'s weights (shared, not copied; read at construction)."""
 
-    def __init__(self, decoder: CodecDecoder, precision: str = "bf16"):
+    def __init__(self, decoder: CodecDecoder, precision: str = "bf16", fused_attention: bool = False):
+        """`fused_attention`: each pre-transformer layer's RoPE and attention as one kernel (`FastPreTransformer`)."""
         if not isinstance(decoder, CodecDecoder):
             raise TypeError(f"FastCodecDecoder wraps a CodecDecoder, got {type(decoder).__name__}")
         if precision not in PRECISIONS:
@@ -166,7 +167,7 @@ class FastCodecDecoder:
             self._rest_proj = quantizer.rvq_rest.output_proj.weight
             self._blocks = tuple(_Block.of(decoder.decoder[i]) for i in range(1, rates + 1))
             self._final_act = _Snake.of(decoder.decoder[rates + 1])
-        self._pre_transformer = FastPreTransformer(decoder.pre_transformer)
+        self._pre_transformer = FastPreTransformer(decoder.pre_transformer, fused_attention)
         self._conv0: CausalConv1d = decoder.decoder[0]
         self._final_conv: CausalConv1d = decoder.decoder[rates + 2]
         self._final_name = f"decoder.{rates + 2}"

@@ -13,6 +13,9 @@ which is over half of a whole codec step's ~650. Per layer here (B streams, N fr
     rms_norm(h + attention out)              1
     gate|up product, silu * up, down         3   (down with its layer scale folded in)
 
+With `fused_attention` the RoPE, concatenation, SDPA and copy rows above run as one kernel
+(kernels/codec_attention.py): 8 launches a layer instead of ~17.
+
 Folding a layer scale s into the product before it (diag(s) W instead of s * (W x)) changes where a bf16 result
 rounds, not what it computes; in fp32 / TF32 it is the same to rounding. Weights are read from the plain module at
 construction (folded copies for the scaled products, about 30 M parameters).
@@ -21,11 +24,11 @@ construction (folded copies for the scaled products, about 30 M parameters).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from engine.codec.layers import TransformerLayer, rotate_half
+from engine.codec.layers import TransformerLayer
 from engine.codec.model import PreTransformer, real_frames, ring_update
+from engine.fast.kernels.codec_attention import codec_attention, codec_attention_reference
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.silu_mul import silu_mul
 
@@ -52,8 +55,9 @@ class _Layer:
 class FastPreTransformer:
     """`PreTransformer.forward_stream` with fused norms, joint projections and folded layer scales."""
 
-    def __init__(self, plain: PreTransformer) -> None:
+    def __init__(self, plain: PreTransformer, fused_attention: bool = False) -> None:
         self.plain = plain
+        self.attention = codec_attention if fused_attention else codec_attention_reference
         self.layers = [_Layer(layer) for layer in plain.layers]
         self.final_norm = plain.norm.weight.detach()
         self.final_eps = plain.norm.eps
@@ -70,26 +74,16 @@ class FastPreTransformer:
             raise ValueError(f"a ragged codec step decodes at most {plain.window - 1} frames, got {n}")
         cos, sin, allowed, slots = plain.stream_layout(positions, n, x.dtype)
         real = None if valid is None else real_frames(valid, n)
-        cos, sin, mask = cos[:, :, None], sin[:, :, None], allowed[:, None]  # broadcast over heads
         rows = x.reshape(batch * n, hidden)
         pending: Tensor | None = None  # the previous MLP's output, added to `rows` by the next norm
         new_rings = []
         for layer, (k_ring, v_ring) in zip(self.layers, rings, strict=True):
-            heads, kv_heads, d = layer.heads, layer.kv_heads, layer.head_dim
+            heads, kv_heads = layer.heads, layer.kv_heads
             normed, rows = rms_norm(pending if pending is not None else rows, layer.in_norm, layer.eps,
                                     residual=rows if pending is not None else None)  # fmt: skip
-            qkv = (normed @ layer.qkv.T).view(batch, n, heads + 2 * kv_heads, d)
-            qk = qkv[:, :, : heads + kv_heads]
-            qk = qk * cos + rotate_half(qk) * sin  # [B, N, H + H_kv, D]
-            q = qk[:, :, :heads].transpose(1, 2)
-            k = qk[:, :, heads:].transpose(1, 2)
-            v = qkv[:, :, heads + kv_heads :].transpose(1, 2)
-            keys, values = torch.cat([k_ring, k], dim=2), torch.cat([v_ring, v], dim=2)
-            if kv_heads != heads:
-                repeat = heads // kv_heads
-                keys, values = keys.repeat_interleave(repeat, dim=1), values.repeat_interleave(repeat, dim=1)
-            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=d**-0.5)
-            attn = attn.transpose(1, 2).reshape(batch * n, heads * d) @ layer.o.T
+            qkv = (normed @ layer.qkv.T).view(batch, n, (heads + 2 * kv_heads) * layer.head_dim)
+            attn, k, v = self.attention(qkv, cos, sin, allowed, k_ring, v_ring, heads, kv_heads)  # [B * N, H * D]
+            attn = attn @ layer.o.T
             normed, rows = rms_norm(attn, layer.post_norm, layer.eps, residual=rows)
             pending = silu_mul(normed @ layer.gate_up.T) @ layer.down.T
             new_rings.append(ring_update(k_ring, v_ring, k, v, slots, real))

@@ -45,16 +45,16 @@ def test_full_size_random_model_runs_every_work_kind_in_bf16() -> None:
     assert loop.lifetime_max_batch[WorkKind.CODE_PREDICT] == 16
 
 
-@pytest.mark.parametrize(("codec_fill_frames", "codec_state_kernel"), [(0, False), (4, False), (0, True)],
-                         ids=["defaults", "early-rows", "state-kernel"])
+@pytest.mark.parametrize(("codec_fill_frames", "codec_kernels"), [(0, "ops"), (4, "ops"), (0, "fused")],
+                         ids=["defaults", "early-rows", "fused-codec-kernels"])
 def test_codec_lanes_on_cuda_give_each_request_what_it_gets_alone(codec_fill_frames: int,
-                                                                  codec_state_kernel: bool) -> None:
+                                                                  codec_kernels: str) -> None:
     """The fast codec on its two runners: newcomers' first chunks replay on the generation stream while the codec
     stream replays other streams' chunks, both over one state pool; neither may touch the other's rows. Also with
-    early codec rows and with the one-kernel state write-back (both off by default until this passes with them)."""
+    early codec rows and with the fused codec kernels (both off by default until this passes with them)."""
     model = load_model("tiny", device="cuda")
     loop = make_loop(model, fast=FastPath(codec=True), codec_fill_frames=codec_fill_frames,
-                     codec_state_kernel=codec_state_kernel)
+                     codec_kernels=codec_kernels)
     msgs = [submit(model, i + 1, text, seed=70 + i) for i, text in enumerate(SENTENCES)]
     results, frames = run_to_completion(loop, msgs, submit_at=[0, 0, 4, 9, 15, 24, 35, 50])  # staggered arrivals
     codec = loop.executors.codec

@@ -179,11 +179,11 @@ def test_graph_replay_equals_eager_and_incremental_equals_full_on_cuda():
     assert relative_l2(torch.cat(pieces, dim=-1), whole) < 1e-5
 
 
-def test_the_engine_setting_gives_the_codec_runners_the_one_kernel_state_write_back():
+def test_the_fused_codec_kernels_setting_gives_the_codec_runners_the_one_kernel_state_write_back():
     from engine.settings import parse_args
 
-    assert parse_args(["--model", "tiny", "--socket", "@x"]).codec_state_kernel is False
-    assert parse_args(["--model", "tiny", "--socket", "@x", "--codec-state-kernel"]).codec_state_kernel is True
+    assert parse_args(["--model", "tiny", "--socket", "@x"]).codec_kernels == "ops"
+    assert parse_args(["--model", "tiny", "--socket", "@x", "--codec-kernels", "fused"]).codec_kernels == "fused"
     decoder = random_codec(codec_preset("tiny"), seed=5)
     pool = CodecStatePool(decoder.config, 2 + RESERVED_SLOTS, "cpu", decoder.dtype)
     graphs = CodecGraphs(FastCodecDecoder(decoder, "fp32"), pool, [1, 2], [1], state_kernel=True)

@@ -1,0 +1,146 @@
+"""The codec pre-transformer's streaming attention in one kernel: RoPE on the step's queries and keys, attention
+over the ring of earlier keys and the new ones, the output in the layout the output projection reads.
+
+`FastPreTransformer` ran this part of each layer as ~10 kernels (RoPE's multiplies, negation, concatenation and
+add, two key/value concatenations, SDPA with its mask, the heads-to-rows copy); at the engine's codec shapes a step
+is launch-bound, so that was ~80 of its ~400 launches. Per program (b, h, n): one query row against every key it
+may see.
+
+    qkv [B, N, (H + 2 H_kv) * D]    the step's joint q|k|v product, per row h-major (q heads, k heads, v heads)
+    cos, sin [B, N, D]              the step's RoPE tables (`PreTransformer.stream_layout`)
+    allowed [B, N, W-1+N] bool      which keys each query sees: the W-1 ring entries, then the N new keys
+    k_ring, v_ring [B, H_kv, W-1, D]  post-RoPE keys / values of earlier frames (last dim contiguous)
+      ->
+    out [B, N, H * D]               softmax(q k^T * D^-0.5 + mask) v, heads side by side (rows for o_proj)
+    k_new, v_new [B, H_kv, N, D]    the step's post-RoPE keys and its values (what `ring_update` stores)
+
+RoPE rounds where the plain `x * cos + rotate_half(x) * sin` rounds (after each multiply and the add, in the
+activation dtype), so bf16 keys equal the plain path's; the attention itself runs in fp32 and rounds its output
+once (SDPA's own kernels also accumulate in fp32; their rounding of intermediate steps differs by kernel).
+The twin is the plain op sequence `FastPreTransformer` ran before.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from engine.codec.layers import rotate_half
+from engine.fast.kernels import HAVE_TRITON, use_triton
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    from engine.fast.kernels.snake import TRITON_DTYPES, round_to
+
+    @triton.jit
+    def _rope(x, swapped, cos, sin, d, HALF: tl.constexpr, DTYPE: tl.constexpr):
+        """x * cos + rotate_half(x) * sin with the plain rounding; `swapped` is x with its halves exchanged, all
+        fp32 of any leading shape with last dim D (`d` its index)."""
+        rotated = tl.where(d < HALF, -swapped, swapped)
+        return round_to(round_to(x * cos, DTYPE) + round_to(rotated * sin, DTYPE), DTYPE)
+
+    @triton.jit
+    def _codec_attention_kernel(
+        qkv_ptr, cos_ptr, sin_ptr, mask_ptr, kr_ptr, vr_ptr, out_ptr, kn_ptr, vn_ptr,
+        n_new, ring_len, scale,
+        s_qkv_b, s_qkv_n, s_cs_b, s_cs_n, s_m_b, s_m_n,
+        s_kr_b, s_kr_h, s_kr_w, s_vr_b, s_vr_h, s_vr_w, s_o_b, s_o_n, s_kn_b, s_kn_h, s_kn_n,
+        HEADS: tl.constexpr, KV_HEADS: tl.constexpr, D: tl.constexpr, BLOCK_RING: tl.constexpr,
+        BLOCK_NEW: tl.constexpr, DTYPE: tl.constexpr,
+    ):  # fmt: skip
+        b = tl.program_id(0).to(tl.int64)
+        h = tl.program_id(1)
+        n = tl.program_id(2)
+        kvh = h // (HEADS // KV_HEADS)
+        d = tl.arange(0, D)
+        swap = (d + D // 2) % D
+        row = qkv_ptr + b * s_qkv_b + n * s_qkv_n
+        cos = tl.load(cos_ptr + b * s_cs_b + n * s_cs_n + d).to(tl.float32)
+        sin = tl.load(sin_ptr + b * s_cs_b + n * s_cs_n + d).to(tl.float32)
+        q = _rope(tl.load(row + h * D + d).to(tl.float32), tl.load(row + h * D + swap).to(tl.float32), cos, sin, d,
+                  D // 2, DTYPE)  # [D]
+
+        # the step's own keys and values, frames j < n_new: [BLOCK_NEW, D]
+        j = tl.arange(0, BLOCK_NEW)
+        j_in = (j < n_new)[:, None]
+        rows = qkv_ptr + b * s_qkv_b + j[:, None] * s_qkv_n
+        cs = b * s_cs_b + j[:, None] * s_cs_n + d[None, :]
+        k_cos = tl.load(cos_ptr + cs, mask=j_in, other=0.0).to(tl.float32)
+        k_sin = tl.load(sin_ptr + cs, mask=j_in, other=0.0).to(tl.float32)
+        k_at = rows + (HEADS + kvh) * D
+        k_raw = tl.load(k_at + d[None, :], mask=j_in, other=0.0).to(tl.float32)
+        k_swapped = tl.load(k_at + swap[None, :], mask=j_in, other=0.0).to(tl.float32)
+        k_new = _rope(k_raw, k_swapped, k_cos, k_sin, d[None, :], D // 2, DTYPE)
+        v_new = tl.load(rows + (HEADS + KV_HEADS + kvh) * D + d[None, :], mask=j_in, other=0.0).to(tl.float32)
+
+        # the ring's keys and values: [BLOCK_RING, D]
+        w = tl.arange(0, BLOCK_RING)
+        w_in = (w < ring_len)[:, None]
+        k_ring = tl.load(kr_ptr + b * s_kr_b + kvh * s_kr_h + w[:, None] * s_kr_w + d[None, :], mask=w_in, other=0.0)
+        v_ring = tl.load(vr_ptr + b * s_vr_b + kvh * s_vr_h + w[:, None] * s_vr_w + d[None, :], mask=w_in, other=0.0)
+
+        mask_row = mask_ptr + b * s_m_b + n * s_m_n
+        sees_ring = tl.load(mask_row + w, mask=w < ring_len, other=0) != 0
+        sees_new = tl.load(mask_row + ring_len + j, mask=j < n_new, other=0) != 0
+        score_ring = tl.where(sees_ring, tl.sum(q[None, :] * k_ring.to(tl.float32), axis=1) * scale, float("-inf"))
+        score_new = tl.where(sees_new, tl.sum(q[None, :] * k_new, axis=1) * scale, float("-inf"))
+        top = tl.maximum(tl.max(score_ring, axis=0), tl.max(score_new, axis=0))
+        p_ring = tl.exp(score_ring - top)
+        p_new = tl.exp(score_new - top)
+        total = tl.sum(p_ring, axis=0) + tl.sum(p_new, axis=0)
+        out = (tl.sum(p_ring[:, None] * v_ring.to(tl.float32), axis=0) + tl.sum(p_new[:, None] * v_new, axis=0)) / total
+        tl.store(out_ptr + b * s_o_b + n * s_o_n + h * D + d, out.to(DTYPE))
+
+        if (n == 0) & (h % (HEADS // KV_HEADS) == 0):  # one program per (b, kv head) writes the new keys/values
+            at = b * s_kn_b + kvh * s_kn_h + j[:, None] * s_kn_n + d[None, :]
+            tl.store(kn_ptr + at, k_new.to(DTYPE), mask=j_in)
+            tl.store(vn_ptr + at, v_new.to(DTYPE), mask=j_in)
+
+
+def codec_attention_reference(qkv: Tensor, cos: Tensor, sin: Tensor, allowed: Tensor, k_ring: Tensor,
+                              v_ring: Tensor, heads: int, kv_heads: int) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """The PyTorch twin (the plain op sequence): -> (out [B * N, H * D], k_new, v_new [B, H_kv, N, D])."""
+    batch, n, width = qkv.shape
+    d = width // (heads + 2 * kv_heads)
+    qkv = qkv.view(batch, n, heads + 2 * kv_heads, d)
+    qk = qkv[:, :, : heads + kv_heads]
+    qk = qk * cos[:, :, None] + rotate_half(qk) * sin[:, :, None]  # [B, N, H + H_kv, D]
+    q = qk[:, :, :heads].transpose(1, 2)
+    k = qk[:, :, heads:].transpose(1, 2)
+    v = qkv[:, :, heads + kv_heads :].transpose(1, 2)
+    keys, values = torch.cat([k_ring, k], dim=2), torch.cat([v_ring, v], dim=2)
+    if kv_heads != heads:
+        repeat = heads // kv_heads
+        keys, values = keys.repeat_interleave(repeat, dim=1), values.repeat_interleave(repeat, dim=1)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=allowed[:, None], scale=d**-0.5)
+    return out.transpose(1, 2).reshape(batch * n, heads * d), k, v
+
+
+def codec_attention(qkv: Tensor, cos: Tensor, sin: Tensor, allowed: Tensor, k_ring: Tensor, v_ring: Tensor,
+                    heads: int, kv_heads: int) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+    """RoPE + sliding-window attention of one pre-transformer layer (module docstring) -> (out [B * N, H * D],
+    k_new, v_new [B, H_kv, N, D])."""
+    if not use_triton(qkv):
+        return codec_attention_reference(qkv, cos, sin, allowed, k_ring, v_ring, heads, kv_heads)
+    batch, n, width = qkv.shape
+    d = width // (heads + 2 * kv_heads)
+    ring_len = k_ring.shape[2]
+    if (width != (heads + 2 * kv_heads) * d or heads % kv_heads or d & (d - 1) or qkv.stride(-1) != 1
+            or k_ring.stride(-1) != 1 or v_ring.stride(-1) != 1 or not cos.is_contiguous() or not sin.is_contiguous()
+            or not allowed.is_contiguous() or allowed.shape != (batch, n, ring_len + n)):
+        raise ValueError("codec_attention: unexpected shapes or strides")  # the caller's own tensors: a bug
+    out = torch.empty(batch, n, heads * d, device=qkv.device, dtype=qkv.dtype)
+    k_new = torch.empty(batch, kv_heads, n, d, device=qkv.device, dtype=qkv.dtype)
+    v_new = torch.empty_like(k_new)
+    _codec_attention_kernel[(batch, heads, n)](
+        qkv, cos, sin, allowed, k_ring, v_ring, out, k_new, v_new, n, ring_len, d**-0.5,
+        qkv.stride(0), qkv.stride(1), cos.stride(0), cos.stride(1), allowed.stride(0), allowed.stride(1),
+        k_ring.stride(0), k_ring.stride(1), k_ring.stride(2), v_ring.stride(0), v_ring.stride(1), v_ring.stride(2),
+        out.stride(0), out.stride(1), k_new.stride(0), k_new.stride(1), k_new.stride(2),
+        HEADS=heads, KV_HEADS=kv_heads, D=d, BLOCK_RING=triton.next_power_of_2(max(ring_len, 1)),
+        BLOCK_NEW=triton.next_power_of_2(n), DTYPE=TRITON_DTYPES[qkv.dtype], num_warps=4,
+    )  # fmt: skip
+    return out.view(batch * n, heads * d), k_new, v_new
