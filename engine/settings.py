@@ -119,7 +119,7 @@ class EngineSettings:
     align_startup_rows: int = SchedulerConfig().align_startup_rows
     saturated_step_ms: float = SchedulerConfig().saturated_step_ms  # ... and a batch may take this long
     ragged_codec: bool = False  # codec batches where each row decodes its own chunk (slower on the H200)
-    codec_kernels: str = "ops"  # fast codec: "fused" cuts ~110 of a step's ~400 launches (docs/engine.md)
+    codec_kernels: str = "ops"  # fast codec: "fused" cuts ~140 of a step's ~400 launches (docs/engine.md)
     codec_join_ratio: float = SchedulerConfig().codec_join_ratio  # codec rows join chunks at most this much smaller
     codec_gather_ms: float = SchedulerConfig().codec_gather_ms  # filler codec-lane plans at most once per this
     codec_fill_frames: int = SchedulerConfig().codec_fill_frames  # codec-lane plans of >= this take rows not yet due

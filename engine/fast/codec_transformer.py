@@ -13,8 +13,8 @@ which is over half of a whole codec step's ~650. Per layer here (B streams, N fr
     rms_norm(h + attention out)              1
     gate|up product, silu * up, down         3   (down with its layer scale folded in)
 
-With `fused_attention` the RoPE, concatenation, SDPA and copy rows above run as one kernel
-(kernels/codec_attention.py): 8 launches a layer instead of ~17.
+With `fused_attention` the RoPE, concatenation, SDPA and copy rows above, and the rings' update, run as one
+kernel (kernels/codec_attention.py): 8 launches a layer instead of ~21.
 
 Folding a layer scale s into the product before it (diag(s) W instead of s * (W x)) changes where a bf16 result
 rounds, not what it computes; in fp32 / TF32 it is the same to rounding. Weights are read from the plain module at
@@ -27,7 +27,7 @@ import torch
 from torch import Tensor
 
 from engine.codec.layers import TransformerLayer
-from engine.codec.model import PreTransformer, real_frames, ring_update
+from engine.codec.model import PreTransformer, real_frames
 from engine.fast.kernels.codec_attention import codec_attention, codec_attention_reference
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.silu_mul import silu_mul
@@ -82,11 +82,11 @@ class FastPreTransformer:
             normed, rows = rms_norm(pending if pending is not None else rows, layer.in_norm, layer.eps,
                                     residual=rows if pending is not None else None)  # fmt: skip
             qkv = (normed @ layer.qkv.T).view(batch, n, (heads + 2 * kv_heads) * layer.head_dim)
-            attn, k, v = self.attention(qkv, cos, sin, allowed, k_ring, v_ring, heads, kv_heads)  # [B * N, H * D]
-            attn = attn @ layer.o.T
+            attn, k_ring, v_ring = self.attention(qkv, cos, sin, allowed, k_ring, v_ring, slots, real, heads, kv_heads)
+            attn = attn @ layer.o.T  # attn [B * N, H * D]
             normed, rows = rms_norm(attn, layer.post_norm, layer.eps, residual=rows)
             pending = silu_mul(normed @ layer.gate_up.T) @ layer.down.T
-            new_rings.append(ring_update(k_ring, v_ring, k, v, slots, real))
+            new_rings.append((k_ring, v_ring))
         normed, _ = rms_norm(pending if pending is not None else rows, self.final_norm, self.final_eps,
                              residual=rows if pending is not None else None)  # fmt: skip
         return plain.output_proj(normed).view(batch, n, -1), new_rings

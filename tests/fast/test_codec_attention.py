@@ -1,7 +1,8 @@
 """The codec pre-transformer's one-kernel RoPE + attention computes what its plain op sequence computes.
 
 In Triton's CPU interpreter (a subprocess: the interpreter is chosen at import time): the kernel against its twin on
-random layers (grouped keys, rings with strides, masked ring entries, 1-9 new frames), and incremental codec decodes
+random layers (grouped keys, rings with strides, masked ring entries, 1-9 new frames, ragged rows whose padding
+frames keep their ring entries' old keys), and incremental codec decodes
 (whole and ragged calls) with the fused attention against the same decoder without it (fp32), or against an fp32
 decode of the same weights (bf16: no further from it than the plain bf16 path).
 """
@@ -44,12 +45,17 @@ for dtype in (torch.float32, torch.bfloat16):
         v_ring = torch.randn(batch, kv_heads, ring, d).to(dtype)
         causal = torch.ones(n, n).tril().bool()[None].expand(batch, n, n)
         allowed = torch.cat([torch.rand(batch, n, ring) > 0.3, causal], -1).contiguous()
-        ours = codec_attention(qkv, cos, sin, allowed, k_ring, v_ring, heads, kv_heads)
-        theirs = codec_attention_reference(qkv, cos, sin, allowed, k_ring, v_ring, heads, kv_heads)
-        result["kernel"].append({
-            "dtype": str(dtype), "out_max_diff": float((ours[0].double() - theirs[0].double()).abs().max()),
-            "keys_equal": torch.equal(ours[1], theirs[1]), "values_equal": torch.equal(ours[2], theirs[2]),
-        })
+        keep = min(n, ring)
+        slots = torch.stack([torch.randperm(ring)[:keep] for _ in range(batch)])  # distinct entries per row
+        for real in (None, torch.rand(batch, n) > 0.4) if keep == n else (None,):
+            ours = codec_attention(qkv, cos, sin, allowed, k_ring, v_ring, slots, real, heads, kv_heads)
+            theirs = codec_attention_reference(qkv, cos, sin, allowed, k_ring, v_ring, slots, real, heads, kv_heads)
+            result["kernel"].append({
+                "dtype": str(dtype), "out_max_diff": float((ours[0].double() - theirs[0].double()).abs().max()),
+                "keys_equal": torch.equal(ours[1], theirs[1]), "values_equal": torch.equal(ours[2], theirs[2]),
+                "rings_changed": not torch.equal(ours[1], k_ring) and not torch.equal(ours[2], v_ring),
+                "a_frame_is_real": real is None or bool(real.any()),
+            })
     precision = "fp32" if dtype == torch.float32 else "bf16"
     codes = random_codes(3, 7, seed=2)
     decodes = {}
@@ -83,7 +89,8 @@ def test_the_fused_codec_attention_matches_its_op_sequence_in_the_triton_interpr
     for case in result["kernel"]:
         # keys and values bitwise (RoPE rounds as the plain ops); the output within one rounding of the dtype
         bound = 1e-6 if case["dtype"] == "torch.float32" else 1.6e-2
-        assert case["keys_equal"] and case["values_equal"] and case["out_max_diff"] <= bound, case
+        assert case["keys_equal"] and case["values_equal"] and case["rings_changed"] == case["a_frame_is_real"], case
+        assert case["out_max_diff"] <= bound, case
     assert result["decode"]["fp32"]["fused_vs_ops"] < 1e-5, result["decode"]
     # bf16: one rounding more or less in attention moves a random-weight waveform by a few % (as the plain bf16
     # path is from fp32); the fused path may be no further from the fp32 decode than the plain one (the codec's
@@ -98,9 +105,9 @@ def test_off_the_triton_path_the_fused_attention_is_its_twin():
     torch.manual_seed(1)
     qkv, cos, sin = torch.randn(2, 3, 4 * 8), torch.randn(2, 3, 8), torch.randn(2, 3, 8)
     k_ring, v_ring = torch.randn(2, 1, 5, 8), torch.randn(2, 1, 5, 8)
-    allowed = torch.ones(2, 3, 8, dtype=torch.bool)
-    ours = codec_attention(qkv, cos, sin, allowed, k_ring, v_ring, 2, 1)
-    theirs = codec_attention_reference(qkv, cos, sin, allowed, k_ring, v_ring, 2, 1)
+    allowed, slots = torch.ones(2, 3, 8, dtype=torch.bool), torch.tensor([[0, 1, 2], [3, 4, 0]])
+    ours = codec_attention(qkv, cos, sin, allowed, k_ring, v_ring, slots, None, 2, 1)
+    theirs = codec_attention_reference(qkv, cos, sin, allowed, k_ring, v_ring, slots, None, 2, 1)
     assert all(torch.equal(a, b) for a, b in zip(ours, theirs, strict=True))
     codec = random_codec(codec_preset("tiny"), seed=9)
     assert FastCodecDecoder(codec, "fp32", fused_attention=True)._pre_transformer.attention is codec_attention
