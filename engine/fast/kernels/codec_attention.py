@@ -4,9 +4,9 @@ updated key/value rings.
 
 `FastPreTransformer` ran this part of each layer as ~14 kernels (RoPE's multiplies, negation, concatenation and
 add, two key/value concatenations, SDPA with its mask, the heads-to-rows copy, and the rings' out-of-place scatters);
-at the engine's codec shapes a step is launch-bound, so that was ~110 of its ~400 launches. Per program (b, h, n):
-one query row against every key it may see; the program (b, n=0) of each key head's first query head also writes
-that head's new rings.
+at the engine's codec shapes a step is launch-bound, so that was ~110 of its ~400 launches. Per program (b, h): the
+ring and the step's new keys read once, then each new frame's query row against every key it may see; the program of
+each key head's first query head also writes that head's new rings.
 
     qkv [B, N, (H + 2 H_kv) * D]    the step's joint q|k|v product, per row h-major (q heads, k heads, v heads)
     cos, sin [B, N, D]              the step's RoPE tables (`PreTransformer.stream_layout`)
@@ -58,15 +58,9 @@ if HAVE_TRITON:
     ):  # fmt: skip
         b = tl.program_id(0).to(tl.int64)
         h = tl.program_id(1)
-        n = tl.program_id(2)
         kvh = h // (HEADS // KV_HEADS)
         d = tl.arange(0, D)
         swap = (d + D // 2) % D
-        row = qkv_ptr + b * s_qkv_b + n * s_qkv_n
-        cos = tl.load(cos_ptr + b * s_cs_b + n * s_cs_n + d).to(tl.float32)
-        sin = tl.load(sin_ptr + b * s_cs_b + n * s_cs_n + d).to(tl.float32)
-        q = _rope(tl.load(row + h * D + d).to(tl.float32), tl.load(row + h * D + swap).to(tl.float32), cos, sin, d,
-                  D // 2, DTYPE)  # [D]
 
         # the step's own keys and values, frames j < n_new: [BLOCK_NEW, D]
         j = tl.arange(0, BLOCK_NEW)
@@ -81,25 +75,32 @@ if HAVE_TRITON:
         k_new = _rope(k_raw, k_swapped, k_cos, k_sin, d[None, :], D // 2, DTYPE)
         v_new = tl.load(rows + (HEADS + KV_HEADS + kvh) * D + d[None, :], mask=j_in, other=0.0).to(tl.float32)
 
-        # the ring's keys and values: [BLOCK_RING, D]
+        # the ring's keys and values, read once for all of the step's queries: [BLOCK_RING, D]
         w = tl.arange(0, BLOCK_RING)
         w_in = (w < ring_len)[:, None]
         k_ring = tl.load(kr_ptr + b * s_kr_b + kvh * s_kr_h + w[:, None] * s_kr_w + d[None, :], mask=w_in, other=0.0)
         v_ring = tl.load(vr_ptr + b * s_vr_b + kvh * s_vr_h + w[:, None] * s_vr_w + d[None, :], mask=w_in, other=0.0)
 
-        mask_row = mask_ptr + b * s_m_b + n * s_m_n
-        sees_ring = tl.load(mask_row + w, mask=w < ring_len, other=0) != 0
-        sees_new = tl.load(mask_row + ring_len + j, mask=j < n_new, other=0) != 0
-        score_ring = tl.where(sees_ring, tl.sum(q[None, :] * k_ring.to(tl.float32), axis=1) * scale, float("-inf"))
-        score_new = tl.where(sees_new, tl.sum(q[None, :] * k_new, axis=1) * scale, float("-inf"))
-        top = tl.maximum(tl.max(score_ring, axis=0), tl.max(score_new, axis=0))
-        p_ring = tl.exp(score_ring - top)
-        p_new = tl.exp(score_new - top)
-        total = tl.sum(p_ring, axis=0) + tl.sum(p_new, axis=0)
-        out = (tl.sum(p_ring[:, None] * v_ring.to(tl.float32), axis=0) + tl.sum(p_new[:, None] * v_new, axis=0)) / total
-        tl.store(out_ptr + b * s_o_b + n * s_o_n + h * D + d, out.to(DTYPE))
+        for n in range(0, n_new):  # each new frame's query against every key it may see
+            row = qkv_ptr + b * s_qkv_b + n * s_qkv_n
+            cos = tl.load(cos_ptr + b * s_cs_b + n * s_cs_n + d).to(tl.float32)
+            sin = tl.load(sin_ptr + b * s_cs_b + n * s_cs_n + d).to(tl.float32)
+            q = _rope(tl.load(row + h * D + d).to(tl.float32), tl.load(row + h * D + swap).to(tl.float32), cos, sin,
+                      d, D // 2, DTYPE)  # fmt: skip
+            mask_row = mask_ptr + b * s_m_b + n * s_m_n
+            sees_ring = tl.load(mask_row + w, mask=w < ring_len, other=0) != 0
+            sees_new = tl.load(mask_row + ring_len + j, mask=j < n_new, other=0) != 0
+            score_ring = tl.where(sees_ring, tl.sum(q[None, :] * k_ring.to(tl.float32), axis=1) * scale, float("-inf"))
+            score_new = tl.where(sees_new, tl.sum(q[None, :] * k_new, axis=1) * scale, float("-inf"))
+            top = tl.maximum(tl.max(score_ring, axis=0), tl.max(score_new, axis=0))
+            p_ring = tl.exp(score_ring - top)
+            p_new = tl.exp(score_new - top)
+            total = tl.sum(p_ring, axis=0) + tl.sum(p_new, axis=0)
+            out = (tl.sum(p_ring[:, None] * v_ring.to(tl.float32), axis=0)
+                   + tl.sum(p_new[:, None] * v_new, axis=0)) / total  # fmt: skip
+            tl.store(out_ptr + b * s_o_b + n * s_o_n + h * D + d, out.to(DTYPE))
 
-        if (n == 0) & (h % (HEADS // KV_HEADS) == 0):  # one program per (b, kv head) writes its new rings
+        if h % (HEADS // KV_HEADS) == 0:  # one program per (b, kv head) writes its new rings
             ring_k, ring_v = k_ring, v_ring
             for i in range(0, keep):  # the newest keep frames take their ring entries (distinct per row)
                 f = n_new - keep + i
@@ -141,7 +142,8 @@ def codec_attention_reference(qkv: Tensor, cos: Tensor, sin: Tensor, allowed: Te
 
 
 def codec_attention(qkv: Tensor, cos: Tensor, sin: Tensor, allowed: Tensor, k_ring: Tensor, v_ring: Tensor,
-                    slots: Tensor, real: Tensor | None, heads: int, kv_heads: int) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
+                    slots: Tensor, real: Tensor | None, heads: int,
+                    kv_heads: int) -> tuple[Tensor, Tensor, Tensor]:  # fmt: skip
     """RoPE + sliding-window attention of one pre-transformer layer and its ring update (module docstring) ->
     (out [B * N, H * D], new k_ring, v_ring [B, H_kv, W-1, D])."""
     if not use_triton(qkv):
@@ -157,7 +159,7 @@ def codec_attention(qkv: Tensor, cos: Tensor, sin: Tensor, allowed: Tensor, k_ri
     out = torch.empty(batch, n, heads * d, device=qkv.device, dtype=qkv.dtype)
     new_k = torch.empty(batch, kv_heads, ring_len, d, device=qkv.device, dtype=qkv.dtype)
     new_v = torch.empty_like(new_k)
-    _codec_attention_kernel[(batch, heads, n)](
+    _codec_attention_kernel[(batch, heads)](
         qkv, cos, sin, allowed, k_ring, v_ring, slots, slots if real is None else real, out, new_k, new_v,
         n, ring_len, slots.shape[1], d**-0.5,
         qkv.stride(0), qkv.stride(1), cos.stride(0), cos.stride(1), allowed.stride(0), allowed.stride(1),
