@@ -39,6 +39,7 @@ FAST_COSTS = COSTS_DIR / "h200_fast.json"
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
+CODEC_KERNELS = ("ops", "fused")  # the fast codec's per-op kernels, or its fused ones (docs/engine.md)
 CHUNK_POLICIES = ("slack", "adaptive", "fixed")
 ADMISSION = ("auto", "on", "off")
 FAST_PATHS = ("auto", "on", "off")
@@ -172,7 +173,7 @@ class EngineSettings:
             raise ValueError("max_in_flight, codec_in_flight and profile_steps must be >= 1, profile_after_s >= 0")
         _check_choice("sync_debug", self.sync_debug, ("off", "warn"))
         _check_choice("cp_kernels", self.cp_kernels, ("layers", "fused"))
-        _check_choice("codec_kernels", self.codec_kernels, ("ops", "fused"))
+        _check_choice("codec_kernels", self.codec_kernels, CODEC_KERNELS)
         if self.precompile_workers < -1:
             raise ValueError("precompile_workers must be >= 0, or -1 for one per core")
         SilenceConfig(threshold_dbfs=self.silence_threshold_dbfs, max_trim_ms=self.max_trim_ms)  # validates
@@ -364,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ragged-codec", action=argparse.BooleanOptionalAction, default=d.ragged_codec,
                    help="codec batches where each row decodes its own chunk, padded to the longest (fewer refusals "
                         "in the simulator, more on the H200: off; docs/scheduling.md)")
-    p.add_argument("--codec-kernels", choices=("ops", "fused"), default=d.codec_kernels,
+    p.add_argument("--codec-kernels", choices=CODEC_KERNELS, default=d.codec_kernels,
                    help="fast codec: 'fused' writes a step's new state back in one kernel and runs each "
                         "pre-transformer layer's RoPE and attention as one (fewer launches; 'ops' until its GPU "
                         "tests pass, docs/benchmarks.md)")

@@ -32,6 +32,7 @@ from engine.codec.weights import random_codec
 from engine.fast.codec_fast import FastCodecDecoder, precision_flags
 from engine.fast.codec_graphs import RESERVED_SLOTS, CodecGraphs
 from engine.fast.measure import cuda_median_ms, relative_l2
+from engine.settings import CODEC_KERNELS
 
 SEED = 1234
 HISTORY = 72
@@ -219,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=["1x1", "16x2", "32x4"])
     parser.add_argument("--precisions", nargs="+", default=["tf32", "bf16"])
-    parser.add_argument("--kernels", nargs="+", default=["ops"], choices=("ops", "fused"),
+    parser.add_argument("--kernels", nargs="+", default=["ops"], choices=CODEC_KERNELS,
                         help="the engine's --codec-kernels variants to profile, each on its own runner")
     parser.add_argument("--convs", action="store_true", help="also time the residual units' convs two ways")
     parser.add_argument("--top", type=int, default=25)

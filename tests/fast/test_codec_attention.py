@@ -9,11 +9,6 @@ decode of the same weights (bf16: no further from it than the plain bf16 path).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -21,8 +16,7 @@ from engine.codec.config import codec_preset
 from engine.codec.weights import random_codec
 from engine.fast.codec_fast import FastCodecDecoder
 from engine.fast.kernels.codec_attention import codec_attention, codec_attention_reference
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+from tests.fast.helpers import run_interpreted
 
 INTERPRETED = r"""
 import json, torch
@@ -81,11 +75,7 @@ print(json.dumps(result))
 
 def test_the_fused_codec_attention_matches_its_op_sequence_in_the_triton_interpreter():
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True,
-                          timeout=900, cwd=REPO)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_interpreted(INTERPRETED, timeout_s=900)
     for case in result["kernel"]:
         # keys and values bitwise (RoPE rounds as the plain ops); the output within one rounding of the dtype
         bound = 1e-6 if case["dtype"] == "torch.float32" else 1.6e-2

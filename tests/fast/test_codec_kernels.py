@@ -6,11 +6,6 @@ their twins in Triton's CPU interpreter, in a subprocess because the interpreter
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -22,8 +17,7 @@ from engine.fast.codec_fast import FastCodecDecoder
 from engine.fast.kernels.codebook import codebook_sum_reference
 from engine.fast.kernels.snake import snake, snake_params, snake_reference
 from tests.codec.helpers import random_codes
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+from tests.fast.helpers import run_interpreted
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -108,11 +102,7 @@ print(json.dumps(result))
 
 def test_codec_kernels_match_their_twins_in_the_triton_interpreter():
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=REPO)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_interpreted(INTERPRETED)
     # bf16: bitwise (the kernel rounds where the plain ops round); fp32: up to the interpreter's sin
     assert result["bf16"]["snake_fused_max_diff"] == 0.0 and result["bf16"]["snake_plain_max_diff"] == 0.0
     assert result["fp32"]["snake_fused_max_diff"] < 1e-5 and result["fp32"]["snake_plain_max_diff"] < 1e-5

@@ -5,16 +5,12 @@ A subprocess: the interpreter is chosen when the kernels are defined, so TRITON_
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+
+from tests.fast.helpers import run_interpreted
 
 pytest.importorskip("triton")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 KERNELS = """
 import json, torch
@@ -45,16 +41,8 @@ print(json.dumps({"ranks": rank[tokens].tolist(), "top_k": top_k.tolist()}))
 """
 
 
-def _interpreted(script: str) -> dict:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600,
-                          cwd=ROOT)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def test_code_predictor_kernels_match_their_twins_in_the_interpreter() -> None:
-    errors = _interpreted(KERNELS)
+    errors = run_interpreted(KERNELS, timeout_s=600)
     kinds = ("proj", "qkv", "qkv_first", "o", "gate_up", "down", "head")
     expected = {f"gemv_{k}_r{r}" for k in kinds for r in (1, 3, 17)}
     expected |= {f"cp_attention_p{p}_r{r}" for p in (0, 7, 15) for r in (1, 3, 17)}
@@ -66,7 +54,7 @@ def test_code_predictor_kernels_match_their_twins_in_the_interpreter() -> None:
 
 
 def test_the_fused_sampler_draws_only_inside_the_top_k_and_reaches_all_of_it() -> None:
-    result = _interpreted(TOP_K)
+    result = run_interpreted(TOP_K, timeout_s=600)
     ranks, top_k = result["ranks"], result["top_k"]
     for k in (1, 3, 5):
         drawn = {rank for rank, row_k in zip(ranks, top_k, strict=True) if row_k == k}
@@ -96,6 +84,6 @@ print(json.dumps({"codes": bool(torch.equal(fast_codes, plain_codes)), "written"
 
 
 def test_the_fused_frame_with_norms_apart_and_cublas_products_equals_the_plain_executor() -> None:
-    result = _interpreted(FRAME_PATHS)
+    result = run_interpreted(FRAME_PATHS, timeout_s=600)
     assert result["codes"] and result["written"]
     assert result["embed"] < 1e-5

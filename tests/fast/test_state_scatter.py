@@ -7,17 +7,11 @@ point at the scratch row, and sources whose strides cannot be merged.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
 from engine.fast.kernels.state_scatter import _merged
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
+from tests.fast.helpers import run_interpreted
 
 INTERPRETED = r"""
 import json, torch
@@ -76,11 +70,7 @@ print(json.dumps(result))
 
 def test_the_one_kernel_write_back_equals_index_copy_per_tensor_in_the_triton_interpreter():
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=REPO)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_interpreted(INTERPRETED, timeout_s=600)
     assert len(result) == 6
     for case, checks in result.items():
         assert checks == {"equal": True, "changed": True, "duplicate_is_a_writer": True}, case

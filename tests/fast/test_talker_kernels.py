@@ -5,11 +5,10 @@ when the kernels are defined, so TRITON_INTERPRET must be set before they are im
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
+
+from tests.fast.helpers import run_interpreted
 
 pytest.importorskip("triton")
 
@@ -23,17 +22,8 @@ print(json.dumps(check_kernels("cpu", torch.float32, hidden=64, heads=4, kv_head
 """
 
 
-def _interpreted(script: str) -> dict:
-    """Run `script` under TRITON_INTERPRET=1 in a fresh interpreter; -> the JSON its last line prints."""
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300,
-                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 def test_every_kernel_matches_its_twin_in_the_triton_interpreter() -> None:
-    errors = _interpreted(SCRIPT)
+    errors = run_interpreted(SCRIPT)
     assert set(errors) == {"rms_norm", "rms_norm_no_residual", "silu_mul", "qk_norm_rope", "decode_attention"}
     for name, error in errors.items():
         assert error < 1e-5, f"{name}: relative error {error}"
@@ -73,7 +63,7 @@ print(json.dumps({"splits": splits, "chunk": chunk, "error": float((ours - their
 def test_decode_attention_over_several_splits_reads_each_row_up_to_its_length_only(config: dict) -> None:
     """Rows ending at, just before and just after split and block boundaries, up to the cache's capacity, for
     split configurations `tools/attention_bench.py` sweeps."""
-    result = _interpreted(f"CONFIG = {json.dumps(json.dumps(config))}\n" + SPLITS_SCRIPT)
+    result = run_interpreted(f"CONFIG = {json.dumps(json.dumps(config))}\n" + SPLITS_SCRIPT)
     block = config.get("block_n", 64)
     assert result["splits"] >= 4 and result["chunk"] % block == 0  # several splits of whole blocks
     assert result["error"] < 1e-5, result
