@@ -94,6 +94,7 @@ class ElevenLabsSocket(CompatSocket):
         self.seed = _int_param(query, "seed", None, 0, SEED_MAX)  # every context of the socket samples with it
         super().__init__(websocket, state, idle_timeout_s=float(timeout or INACTIVITY_DEFAULT_S))
         self.multi = multi
+        self.errors_name_contexts = multi  # stream-input's errors name no context: one error says it all
         self.endpoint = "elevenlabs_ws"
         self.closing_socket = False  # close_socket (multi) or the end of the stream (single) was asked
 

@@ -263,26 +263,45 @@ class CompatSocket:
             )
         )
 
+    # Whether each context gets its own error when the socket closes on one (a protocol whose errors
+    # name no context, ElevenLabs' single stream, says it once for the socket).
+    errors_name_contexts = True
+
     def close(self, error: CompatError | None = None, code: int = p.CLOSE_NORMAL) -> None:
-        """Close the socket after what is queued: with an error message first when `error` is given."""
+        """Close the socket after what is queued: with an error message first when `error` is given.
+
+        On an error every live context ends first with its own error, so no context's last message
+        is a chunk of audio (a client waiting for its `done` would never know it was lost)."""
         if self.closing.is_set():
             return
+        self.closing.set()  # first: a context ended below must not close the socket a second time
         if error is not None:
+            self._end_contexts_with(error)
             self.metrics.errors_total.inc(error.code)
             self.outbox.put_control(self.error_message(error))
             code = error.close_code or p.CLOSE_POLICY
         self.outbox.put_control(CloseOut(code, error.code if error is not None else "done"))
-        self.closing.set()
+
+    def _end_contexts_with(self, error: CompatError) -> None:
+        """Stop every live context; each gets its own copy of `error` where the protocol names contexts."""
+        for ctx in list(self.contexts.live.values()):
+            if ctx.request is not None:
+                ctx.request.cancel()
+            if ctx.cancelled:  # the client stopped it: it may end silently, as when the socket stays open
+                continue
+            if self.errors_name_contexts and ctx.context_id != error.context_id:
+                self.send_error(
+                    CompatError(error.code, error.message, context_id=ctx.context_id, status=error.status)
+                )
+            self.metrics.requests_total.inc(self.endpoint, "error")
+            self.contexts.finish(ctx, "error")
+            self.context_finished(ctx)
 
     def slow_reader(self) -> None:
         if self.closing.is_set():
             return
         log.warning("%s socket: client is not reading; closing", self.endpoint)
-        for ctx in list(self.contexts.live.values()):
-            if ctx.request is not None:
-                ctx.request.cancel()
-            ctx.cancelled = True
-        self.outbox.drop_audio()
+        self.outbox.drop_audio()  # each live context then ends with the slow_reader error (close)
         self.close(
             CompatError(
                 "slow_reader",

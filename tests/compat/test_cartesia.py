@@ -172,6 +172,25 @@ async def test_errors_name_their_context_and_never_say_done(gateway: GatewayProc
         )
 
 
+async def test_a_socket_closed_on_an_error_first_ends_each_live_context_with_its_own_error(
+    gateway: GatewayProcess,
+) -> None:
+    """Found by fuzzing: a binary frame closed the socket after a context's chunks, with no error naming it."""
+    async with connect(ws_url(gateway), additional_headers=HEADERS) as ws:
+        await send(ws, request("talking", "Audio has started. ", more=True))
+        messages = [orjson.loads(await asyncio.wait_for(ws.recv(), 30))]
+        while messages[-1]["type"] != "chunk":
+            messages.append(orjson.loads(await asyncio.wait_for(ws.recv(), 30)))
+        await ws.send(b"\x00\x01")
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                messages.append(orjson.loads(await asyncio.wait_for(ws.recv(), 10)))
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1003
+    last_of_context = [m for m in messages if m["context_id"] == "talking"][-1]
+    assert (last_of_context["type"], last_of_context["error_code"]) == ("error", "binary_not_allowed")
+    assert messages[-1]["error_code"] == closed.value.rcvd.reason == "binary_not_allowed"
+
+
 @pytest.mark.parametrize(
     ("encoding", "rate", "width"), [("pcm_f32le", 44100, 4), ("pcm_mulaw", 8000, 1), ("pcm_alaw", 8000, 1)]
 )
