@@ -120,7 +120,7 @@ class EngineSettings:
     align_startup_rows: int = SchedulerConfig().align_startup_rows
     saturated_step_ms: float = SchedulerConfig().saturated_step_ms  # ... and a batch may take this long
     ragged_codec: bool = False  # codec batches where each row decodes its own chunk (slower on the H200)
-    codec_kernels: str = "ops"  # fast codec: "fused" cuts ~140 of a step's ~400 launches (docs/engine.md)
+    codec_kernels: str = "fused"  # fast codec: "fused" cuts ~150 of a step's ~400 launches (docs/engine.md)
     codec_join_ratio: float = SchedulerConfig().codec_join_ratio  # codec rows join chunks at most this much smaller
     codec_gather_ms: float = SchedulerConfig().codec_gather_ms  # filler codec-lane plans at most once per this
     codec_fill_frames: int = SchedulerConfig().codec_fill_frames  # codec-lane plans of >= this take rows not yet due
@@ -366,9 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="codec batches where each row decodes its own chunk, padded to the longest (fewer refusals "
                         "in the simulator, more on the H200: off; docs/scheduling.md)")
     p.add_argument("--codec-kernels", choices=CODEC_KERNELS, default=d.codec_kernels,
-                   help="fast codec: 'fused' writes a step's new state back in one kernel and runs each "
-                        "pre-transformer layer's RoPE and attention as one (fewer launches; 'ops' until its GPU "
-                        "tests pass, docs/benchmarks.md)")
+                   help="fast codec: 'fused' (default) writes a step's new state back in one kernel and runs "
+                        "each pre-transformer layer's RoPE, attention and ring update as one; 'ops' runs them "
+                        "as separate PyTorch ops (docs/engine.md)")
     p.add_argument("--codec-join-ratio", type=float, default=d.codec_join_ratio,
                    help="a codec row joins a batch whose chunk is smaller than its own only up to this ratio, or "
                         "when its stream is urgent (0: always; docs/scheduling.md)")

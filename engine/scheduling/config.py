@@ -90,11 +90,10 @@ class SchedulerConfig:
     # 80 RPS p95 TTFA went from 75-149 ms to 48-59 ms with nothing refused, and 100 RPS refused 2-5 % instead of
     # 8-12 %. One of five such servers hung mid-run in the tenth session; the codec lane's graphs now have their own
     # cuBLAS workspace (engine/fast/codec_graphs.py), and the eleventh session ran five servers with early rows at
-    # 80-100 RPS without a stall (80 RPS p95 53-77 ms, 0-0.3 % refused). Still 0 (off) by default: the GPU test of the
-    # two codec lanes (tests/engine/test_gpu.py) has not yet passed with them on (its one run with them failed, in a
-    # change that also held the one-kernel state write-back; docs/benchmarks.md, eleventh session). 0: a row joins
-    # only once its own chunk is due.
-    codec_fill_frames: int = 0
+    # 80-100 RPS without a stall (80 RPS p95 53-77 ms, 0-0.3 % refused). The GPU test of the two codec lanes that
+    # kept them off in the eleventh session failed on the test's own fault (it read a request's codes after its slot
+    # had gone to a later request). 0 turns them off: a row joins only once its own chunk is due.
+    codec_fill_frames: int = 4
     codec_fill_ms: float = 8.0
 
     def __post_init__(self) -> None:

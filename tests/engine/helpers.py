@@ -144,6 +144,7 @@ def run_to_completion(loop: EngineLoop, msgs: list[Submit], max_steps: int = 20_
                 code_slots[msg.request_id] = state.codec_slot
 
     results = {msg.request_id: Finished() for msg in msgs}
+    frames: dict[int, torch.Tensor] = {}
     for step in range(max_steps):
         submit_due(step)
         ran = loop.step()
@@ -157,10 +158,14 @@ def run_to_completion(loop: EngineLoop, msgs: list[Submit], max_steps: int = 20_
                 r.pcm += reply.pcm
             elif isinstance(reply, Done):
                 r.done = reply
+                # Now, not after the run: a finished request's codec slot goes to the next request admitted.
+                codes = loop.executors.codes
+                if codes.is_cuda:
+                    torch.cuda.synchronize(codes.device)  # whichever stream wrote the slot has finished
+                frames[reply.request_id] = codes[code_slots[reply.request_id], : reply.frames].clone()
             elif isinstance(reply, Error):
                 r.error = reply
         if not ran and step >= max(submit_at) and all(r.done is not None for r in results.values()):
             break
     assert all(r.done is not None for r in results.values()), "requests did not finish"
-    frames = {rid: loop.executors.codes[slot, : results[rid].done.frames].clone() for rid, slot in code_slots.items()}
     return results, frames

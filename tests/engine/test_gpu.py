@@ -45,13 +45,13 @@ def test_full_size_random_model_runs_every_work_kind_in_bf16() -> None:
     assert loop.lifetime_max_batch[WorkKind.CODE_PREDICT] == 16
 
 
-@pytest.mark.parametrize(("codec_fill_frames", "codec_kernels"), [(0, "ops"), (4, "ops"), (0, "fused")],
-                         ids=["defaults", "early-rows", "fused-codec-kernels"])
+@pytest.mark.parametrize(("codec_fill_frames", "codec_kernels"), [(4, "fused"), (0, "ops"), (4, "ops"), (0, "fused")],
+                         ids=["defaults", "plain", "early-rows-only", "fused-codec-kernels-only"])
 def test_codec_lanes_on_cuda_give_each_request_what_it_gets_alone(codec_fill_frames: int,
                                                                   codec_kernels: str) -> None:
     """The fast codec on its two runners: newcomers' first chunks replay on the generation stream while the codec
-    stream replays other streams' chunks, both over one state pool; neither may touch the other's rows. Also with
-    early codec rows and with the fused codec kernels (both off by default until this passes with them)."""
+    stream replays other streams' chunks, both over one state pool; neither may touch the other's rows. With and
+    without early codec rows and the fused codec kernels (both on by default)."""
     model = load_model("tiny", device="cuda")
     loop = make_loop(model, fast=FastPath(codec=True), codec_fill_frames=codec_fill_frames,
                      codec_kernels=codec_kernels)
