@@ -1,4 +1,4 @@
 """Vivace engine: the model, the scheduler and the GPU loop.
 
-Empty on purpose: the gateway imports `engine.ipc` and `engine.text`, and neither may pull in torch.
+Empty on purpose: the gateway imports `engine.ipc`, `engine.text` and `engine.gc_watch`, and none may pull in torch.
 """

@@ -67,6 +67,7 @@ def build(settings: EngineSettings) -> EngineLoop:
     from engine.executors.codec import codec_dtype
     from engine.executors.voices import VoiceBank
     from engine.fast.kernels import HAVE_TRITON
+    from engine.gc_watch import freeze_startup_objects, process_watch
     from engine.gpu_identity import gpu_uuid
     from engine.ipc.messages import Ready, Submit
     from engine.loop import EngineLoop
@@ -136,10 +137,13 @@ def build(settings: EngineSettings) -> EngineLoop:
                                 text_chars=len(WARM_UP_TEXT), text_ended=True, voice=saved_voice,
                                 instruct_ids=instruct_ids))
     voices.unpin(WARM_UP_VOICE)
-    log.info("model %s on %s%s (%s, %s weights) loaded in %.1f s; warm-up %.1f s (%s)", settings.model, device,
+    process_watch("engine")  # from here on every collection's pause is timed (heartbeat `host.gc`)
+    frozen = freeze_startup_objects()  # the model, graphs and caches: no later collection walks them
+    log.info("model %s on %s%s (%s, %s weights) loaded in %.1f s; warm-up %.1f s (%s); %d start-up objects frozen "
+             "for the garbage collector", settings.model, device,
              f" ({ready.gpu_uuid})" if ready.gpu_uuid else "", dtype,
              "random" if config.random_weights else "real", loaded - started, time.perf_counter() - captured,
-             ", ".join(f"{kind.name.lower()} x{n}" for kind, n in steps.items()))
+             ", ".join(f"{kind.name.lower()} x{n}" for kind, n in steps.items()), frozen)
     if settings.profile_dir:
         from engine.profiling import StepProfiler
 

@@ -40,6 +40,7 @@ from torch.profiler import record_function
 
 from engine.executors import Executors, RequestInputs, StepResult
 from engine.executors.inflight import DeviceTimeline, InFlight
+from engine.gc_watch import process_watch
 from engine.ipc.messages import (
     AppendText,
     Audio,
@@ -468,6 +469,8 @@ class EngineLoop:
             stats[f"gpu.{kind}"] = (float(t.plans[kind]), ms / 1000)
         stats["host.plan"] = (float(self.turns), self.host_plan_s)  # planning + launching, cumulative
         stats["host.wait_gpu"] = (0.0, t.wait_ms / 1000)  # blocked on device events, cumulative
+        gc_watch = process_watch()
+        stats["host.gc"] = (float(gc_watch.collections), gc_watch.seconds)  # paused collecting garbage, cumulative
         for lane, count in t.codec_over_budget.items():
             stats[f"codec.over_budget.{lane.value}"] = (float(count), t.startup_codec_budget_ms)
         return stats

@@ -24,6 +24,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
+from engine.gc_watch import freeze_startup_objects
 from gateway import http_api, voice_api
 from gateway import protocol as p
 from gateway.body_limit import BodyLimitMiddleware, body_limit_for
@@ -178,6 +179,7 @@ def create_app(
         pool = EnginePool(settings, metrics, gpus, on_failure=on_engine_failure)
         app.state.gateway = GatewayState(settings=settings, metrics=metrics, pool=pool, source=source)
         pool.start()
+        freeze_startup_objects()  # what start-up built is never garbage: later collections need not walk it
         try:
             yield
         finally:

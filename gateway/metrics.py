@@ -15,6 +15,8 @@ from typing import Any
 import prometheus_client
 from prometheus_client import CollectorRegistry, generate_latest
 
+from engine.gc_watch import process_watch
+
 prometheus_client.disable_created_metrics()
 
 
@@ -135,7 +137,8 @@ class GatewayMetrics:
         )
         self.engine_host_seconds_total = Counter(
             "vivace_engine_host_seconds_total",
-            "Engine host time by activity: plan (scheduling and launching) and wait_gpu (blocked on the device).",
+            "Engine host time by activity: plan (scheduling and launching), wait_gpu (blocked on the device) and "
+            "gc (paused in Python garbage collections).",
             ("engine", "activity"),
         )
         self.engine_codec_over_budget_total = Counter(
@@ -150,9 +153,19 @@ class GatewayMetrics:
         self.engine_slots_total = Gauge(
             "vivace_engine_slots_total", "Engine-reported slots per resource pool.", ("engine", "pool")
         )
+        self.gc_collections_total = Counter(
+            "vivace_gateway_gc_collections_total", "Python garbage collections in the gateway process."
+        )
+        self.gc_pause_seconds_total = Counter(
+            "vivace_gateway_gc_pause_seconds_total",
+            "Time the gateway process stood still in Python garbage collections (engine/gc_watch.py).",
+        )
+        watch = process_watch("gateway")
+        self._gc_seen = (watch.collections, watch.seconds)
 
     def render(self) -> str:
         """The /metrics body (Prometheus text exposition format 0.0.4)."""
+        self._count_gc()
         registry = self.__dict__.get("_registry")
         if registry is None:  # every metric attribute, whoever added it, in one registry
             registry = CollectorRegistry(auto_describe=True)
@@ -161,3 +174,11 @@ class GatewayMetrics:
                     registry.register(metric.metric)
             self._registry = registry
         return generate_latest(registry).decode()
+
+    def _count_gc(self) -> None:
+        """The process's garbage collections since the last exposition (or since these metrics were made)."""
+        watch = process_watch("gateway")
+        collections, seconds = self._gc_seen
+        self.gc_collections_total.inc(amount=watch.collections - collections)
+        self.gc_pause_seconds_total.inc(amount=watch.seconds - seconds)
+        self._gc_seen = (watch.collections, watch.seconds)

@@ -8,6 +8,8 @@ audio."""
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 
 from engine.executors.inflight import DeviceTimeline, InFlight
@@ -153,4 +155,7 @@ def test_deferred_codec_plans_publish_after_their_event_and_the_audio_equals_the
         plans, seconds = stats[f"gpu.{kind.label}"]
         assert plans >= 1 and seconds > 0, kind
     assert stats["host.plan"][0] == loop.turns > 0
+    gc.collect()
+    collections, paused_s = loop.heartbeat_stats()["host.gc"]
+    assert collections >= 1 and paused_s > 0
 

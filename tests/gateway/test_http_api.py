@@ -168,7 +168,8 @@ def test_models_voices_health_ready_and_metrics(gateway: GatewayProcess) -> None
     metrics = gateway.get("/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")
     for series in ("vivace_ttfa_seconds_bucket", "vivace_client_underruns_total", "vivace_contexts_active",
-                   "vivace_engine_queued_requests", "vivace_engine_ready"):  # fmt: skip
+                   "vivace_engine_queued_requests", "vivace_engine_ready", "vivace_gateway_gc_pause_seconds_total",
+                   "vivace_gateway_gc_collections_total"):  # fmt: skip
         assert series in metrics.text
 
 
