@@ -141,7 +141,8 @@ class FastCodecDecoder:
     """Fused incremental decoding over a `CodecDecoder`'s weights (shared, not copied; read at construction)."""
 
     def __init__(self, decoder: CodecDecoder, precision: str = "bf16", fused_attention: bool = False):
-        """`fused_attention`: each pre-transformer layer's RoPE and attention as one kernel (`FastPreTransformer`)."""
+        """`fused_attention`: each pre-transformer layer's RoPE, attention and ring update as one kernel
+        (`FastPreTransformer`)."""
         if not isinstance(decoder, CodecDecoder):
             raise TypeError(f"FastCodecDecoder wraps a CodecDecoder, got {type(decoder).__name__}")
         if precision not in PRECISIONS:

@@ -1,7 +1,8 @@
 """The benchmark's short markdown table: one row per point, from the points of bench.json.
 
 Engine GPU time per work kind appears as a column when the server exports
-`vivace_engine_gpu_seconds_total{engine,kind}`: GPU seconds per second of window, by kind.
+`vivace_engine_gpu_seconds_total{engine,kind}`: GPU seconds per second of window, by kind; garbage-collection
+pauses of the engine and the gateway over the window (engine/gc_watch.py) when either exports them.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from engine.request import FRAMES_PER_SECOND
 from .prom import label_values
 
 GPU_SECONDS = "vivace_engine_gpu_seconds_total"
+HOST_SECONDS = "vivace_engine_host_seconds_total"
+GATEWAY_GC_SECONDS = "vivace_gateway_gc_pause_seconds_total"
 
 
 def _fmt(value: Any, digits: int = 1) -> str:
@@ -41,6 +44,17 @@ def codec_frames_per_event_s(point: dict[str, Any]) -> float | None:
     return audio * FRAMES_PER_SECOND / codec if codec and audio else None
 
 
+def gc_pause_ms(point: dict[str, Any]) -> tuple[float, float] | None:
+    """Milliseconds the engine and the gateway stood still in garbage collections over the window (None when
+    neither exports it): a whole-server stall that no GPU figure explains shows here."""
+    counters = (point.get("metrics") or {}).get("counters", {})
+    engine = label_values(counters, HOST_SECONDS, "activity").get("gc")
+    gateway = counters.get(GATEWAY_GC_SECONDS)
+    if engine is None and gateway is None:
+        return None
+    return (engine or 0.0) * 1000, (gateway or 0.0) * 1000
+
+
 def table(points: list[dict[str, Any]]) -> str:
     with_kinds = any(gpu_share_by_kind(p) for p in points)
     with_sm = any((p.get("gpu") or {}).get("gpm") for p in points)
@@ -48,6 +62,8 @@ def table(points: list[dict[str, Any]]) -> str:
             "underrun reqs", "audio s/s", "GPU util %"]  # fmt: skip
     head += ["SM active %"] if with_sm else []
     head += ["engine GPU s/s by kind", "codec frames per event-s"] if with_kinds else []
+    with_gc = any(gc_pause_ms(p) for p in points)
+    head += ["GC pause ms engine / gateway"] if with_gc else []
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for p in points:
         if p.get("status") != "ok":
@@ -70,5 +86,8 @@ def table(points: list[dict[str, Any]]) -> str:
             cells.append(" ".join(f"{k} {v:.2f}" for k, v in share.items()) or "–")
             rate = codec_frames_per_event_s(p)
             cells.append("–" if rate is None else f"{rate / 1000:.1f}k")
+        if with_gc:
+            pauses = gc_pause_ms(p)
+            cells.append("–" if pauses is None else f"{pauses[0]:.0f} / {pauses[1]:.0f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
