@@ -214,6 +214,8 @@ def test_whole_run_on_cpu_with_the_tiny_model(tmp_path: Path) -> None:
         }
         assert any('kind="code_predict"' in k and v > 0 for k, v in gpu.items()), gpu
         assert (tmp_path / "raw" / point["name"] / "summary.json").exists()
+        client = point["client"]
+        assert client["loop_lag_max_ms"] >= client["loop_lag_p99_ms"] >= 0
     assert "--playback-reports" in record["points"][1]["loadtest_command"]
     assert record["config"]["loadtest_args"] == f"--prompts {prompts}"
     assert (out / "gateway.log").exists() and (out / "bench.md").exists()

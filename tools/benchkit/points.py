@@ -180,6 +180,9 @@ def condense(summary: dict[str, Any], window_s: float) -> dict[str, Any]:
         "client": {
             "cpu_utilization": _round(client["cpu_utilization"]),
             "loop_lag_p99_ms": _round(client["loop_lag_ms"]["p99"]),
+            # A stall of the client's own loop looks like a stall of every stream the server sends: the largest
+            # lag says whether underruns that hit many requests at once could be the client's.
+            "loop_lag_max_ms": _round(client["loop_lag_ms"]["max"]),
             "scheduling_lag_p99_ms": _round(summary["latency_ms"]["scheduling_lag"]["p99"]),
             "peak_in_flight": client["peak_in_flight"],
         },
