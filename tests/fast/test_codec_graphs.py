@@ -182,8 +182,8 @@ def test_graph_replay_equals_eager_and_incremental_equals_full_on_cuda():
 def test_the_fused_codec_kernels_setting_gives_the_codec_runners_the_one_kernel_state_write_back():
     from engine.settings import parse_args
 
-    assert parse_args(["--model", "tiny", "--socket", "@x"]).codec_kernels == "ops"
-    assert parse_args(["--model", "tiny", "--socket", "@x", "--codec-kernels", "fused"]).codec_kernels == "fused"
+    assert parse_args(["--model", "tiny", "--socket", "@x"]).codec_kernels == "fused"
+    assert parse_args(["--model", "tiny", "--socket", "@x", "--codec-kernels", "ops"]).codec_kernels == "ops"
     decoder = random_codec(codec_preset("tiny"), seed=5)
     pool = CodecStatePool(decoder.config, 2 + RESERVED_SLOTS, "cpu", decoder.dtype)
     graphs = CodecGraphs(FastCodecDecoder(decoder, "fp32"), pool, [1, 2], [1], state_kernel=True)
