@@ -97,15 +97,16 @@ class CodecExecutor:
             runners = 2 if first_chunk_shapes is not None else 1
             self.pool = CodecStatePool(decoder.config, streams + runners * RESERVED_SLOTS, decoder.device,
                                        decoder.dtype)
-            fast = FastCodecDecoder(decoder, precision, fused_attention=kernels == "fused")
+            fused = kernels == "fused"
+            fast = FastCodecDecoder(decoder, precision, fused_attention=fused)
             # The codec lane's replays overlap the generation stream's graphs: a capture stream of its own gives its
             # GEMMs a cuBLAS workspace of their own (engine/fast/codec_graphs.py). The first-chunk runner replays on
             # the generation stream, one graph at a time with the talker's and code predictor's, like them.
             self.graphs = CodecGraphs(fast, self.pool, *graph_shapes, ragged=ragged, own_capture_stream=True,
-                                      state_kernel=kernels == "fused")  # fmt: skip
+                                      state_kernel=fused)  # fmt: skip
             if first_chunk_shapes is not None:
                 self.first_graphs = CodecGraphs(fast, self.pool, *first_chunk_shapes, ragged=ragged,
-                                                state_kernel=kernels == "fused")  # fmt: skip
+                                                state_kernel=fused)  # fmt: skip
             assert self.pool.slots == streams, "CodecGraphs reserves its scratch row out of the stream count"
 
     def capture(self) -> None:

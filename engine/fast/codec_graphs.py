@@ -178,8 +178,8 @@ class CodecGraphs:
         kernels per step (masks and gathers), so it is chosen when the runner is built. `own_capture_stream`:
         capture on a CUDA stream of this runner's own, so its GEMMs get a cuBLAS workspace no other graph uses
         (required when its replays may overlap other graphs' on another stream; module docstring). `state_kernel`:
-        write each step's new state back in one kernel (kernels/state_scatter.py) instead of 37 `index_copy_`s;
-        off by default until the GPU tests have passed with it (docs/benchmarks.md, eleventh session)."""
+        write each step's new state back in one kernel (kernels/state_scatter.py) instead of 37 `index_copy_`s
+        (the engine's `--codec-kernels fused`, its default)."""
         if mode is None:
             mode = "graph" if pool.device.type == "cuda" else "eager"
         if mode not in ("graph", "eager"):
