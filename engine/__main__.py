@@ -110,7 +110,8 @@ def build(settings: EngineSettings) -> EngineLoop:
                           shapes=settings.capture_shapes, codec_precision=settings.codec_precision,
                           codec_stream=settings.codec_stream, cp_kernels=settings.cp_kernels, cp_pdl=settings.cp_pdl,
                           precompile_workers=settings.resolved_precompile_workers, voices=voices,
-                          ragged_codec=settings.ragged_codec, codec_kernels=settings.codec_kernels)
+                          ragged_codec=settings.ragged_codec, codec_kernels=settings.codec_kernels,
+                          codec_layout=settings.codec_layout)
     loaded = time.perf_counter()
     executors.capture()  # before the warm-up: capturing writes over slot 0's state
     captured = time.perf_counter()

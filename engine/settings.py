@@ -40,6 +40,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
 CODEC_KERNELS = ("ops", "fused")  # the fast codec's per-op kernels, or its fused ones (docs/engine.md)
+CODEC_LAYOUTS = ("ncl", "channels-last")  # the fast codec vocoder's activation memory (engine/fast/codec_fast.py)
 CHUNK_POLICIES = ("slack", "adaptive", "fixed")
 ADMISSION = ("auto", "on", "off")
 FAST_PATHS = ("auto", "on", "off")
@@ -121,6 +122,7 @@ class EngineSettings:
     saturated_step_ms: float = SchedulerConfig().saturated_step_ms  # ... and a batch may take this long
     ragged_codec: bool = False  # codec batches where each row decodes its own chunk (slower on the H200)
     codec_kernels: str = "fused"  # fast codec: "fused" cuts ~150 of a step's ~400 launches (docs/engine.md)
+    codec_layout: str = "ncl"  # fast codec vocoder: "channels-last" runs cuDNN's NHWC convs without conversions
     codec_join_ratio: float = SchedulerConfig().codec_join_ratio  # codec rows join chunks at most this much smaller
     codec_gather_ms: float = SchedulerConfig().codec_gather_ms  # filler codec-lane plans at most once per this
     codec_fill_frames: int = SchedulerConfig().codec_fill_frames  # codec-lane plans of >= this take rows not yet due
@@ -174,6 +176,7 @@ class EngineSettings:
         _check_choice("sync_debug", self.sync_debug, ("off", "warn"))
         _check_choice("cp_kernels", self.cp_kernels, ("layers", "fused"))
         _check_choice("codec_kernels", self.codec_kernels, CODEC_KERNELS)
+        _check_choice("codec_layout", self.codec_layout, CODEC_LAYOUTS)
         if self.precompile_workers < -1:
             raise ValueError("precompile_workers must be >= 0, or -1 for one per core")
         SilenceConfig(threshold_dbfs=self.silence_threshold_dbfs, max_trim_ms=self.max_trim_ms)  # validates
@@ -369,6 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fast codec: 'fused' (default) writes a step's new state back in one kernel and runs "
                         "each pre-transformer layer's RoPE, attention and ring update as one; 'ops' runs them "
                         "as separate PyTorch ops (docs/engine.md)")
+    p.add_argument("--codec-layout", choices=CODEC_LAYOUTS, default=d.codec_layout,
+                   help="fast codec vocoder's activations: 'ncl' as the plain modules, or 'channels-last' ([B, L, "
+                        "C] memory, NHWC conv weights: cuDNN's tensor-core convs then convert nothing; "
+                        "docs/engine.md)")
     p.add_argument("--codec-join-ratio", type=float, default=d.codec_join_ratio,
                    help="a codec row joins a batch whose chunk is smaller than its own only up to this ratio, or "
                         "when its stream is urgent (0: always; docs/scheduling.md)")

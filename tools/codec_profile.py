@@ -2,6 +2,7 @@
 
     python tools/codec_profile.py --shapes 1x1 16x2 32x4 --precisions tf32 bf16 --out codec_profile.json
     python tools/codec_profile.py --shapes 1x1 4x4 16x4 --precisions tf32 --kernels ops fused   # --codec-kernels A/B
+    python tools/codec_profile.py --shapes 1x1 16x4 --precisions tf32 --layouts ncl channels-last  # --codec-layout
     python tools/codec_profile.py --grid tf32        # the cost table's codec_chunk entry for that precision
 
 For each precision and (streams B, new frames N), on the full-size codec with seeded random weights and every
@@ -32,7 +33,7 @@ from engine.codec.weights import random_codec
 from engine.fast.codec_fast import FastCodecDecoder, precision_flags
 from engine.fast.codec_graphs import RESERVED_SLOTS, CodecGraphs
 from engine.fast.measure import cuda_median_ms, relative_l2
-from engine.settings import CODEC_KERNELS
+from engine.settings import CODEC_KERNELS, CODEC_LAYOUTS, EngineSettings
 
 SEED = 1234
 HISTORY = 72
@@ -143,13 +144,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes]
     name = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (dry run)"
     report: dict[str, Any] = {"device": name, "torch": torch.__version__, "results": []}
-    for precision, variant in [(p, k) for p in args.precisions for k in args.kernels]:
+    variants = [(p, k, lay) for p in args.precisions for k in args.kernels for lay in args.layouts]
+    for precision, variant, layout in variants:
         dtype = torch.bfloat16 if precision == "bf16" else torch.float32
         decoder = random_codec(config, device=DEVICE, dtype=dtype, seed=SEED)
         with precision_flags(precision):
             pool, slots = _pool(decoder, max(b for b, _ in shapes), 1)
         fused = variant == "fused"  # as the engine's --codec-kernels
-        fast = FastCodecDecoder(decoder, precision, fused_attention=fused)
+        fast = FastCodecDecoder(decoder, precision, fused_attention=fused, channels_last=layout == "channels-last")
         graphs = CodecGraphs(fast, pool, batch_sizes=sorted({1, *(b for b, _ in shapes)}),
                              frame_sizes=sorted({1, *(n for _, n in shapes)}), state_kernel=fused)  # fmt: skip
         for batch, frames in shapes:
@@ -161,7 +163,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             call_ms = _median_ms(partial(graphs.decode, slots[:batch], codes, check_code_values=False), 20)
             kernels, top = kernel_table(step.run, 5)
             result = {
-                "precision": precision, "kernels": variant, "batch": batch, "frames": frames, "replay_ms": round(replay_ms, 3),
+                "precision": precision, "kernels": variant, "layout": layout, "batch": batch, "frames": frames, "replay_ms": round(replay_ms, 3),
                 "decode_call_ms": round(call_ms, 3), "kernels_per_replay": kernels, "top_kernels": top[: args.top],
                 "convs": conv_table(fast, batch, frames) if args.convs else [],
             }  # fmt: skip
@@ -173,16 +175,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
-def cost_grid(precision: str, batches: list[int], frames: list[int]) -> dict[str, Any]:
+def cost_grid(
+    precision: str, batches: list[int], frames: list[int], kernels: str = "fused", layout: str = "ncl"
+) -> dict[str, Any]:
     """Replay medians over a (batch x frames) grid, as a `codec_chunk` entry of engine/scheduling/costs/*.json."""
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     decoder = random_codec(
         codec_preset("tiny" if DEVICE == "cpu" else "full"), device=DEVICE, dtype=dtype, seed=SEED
     )
-    fast = FastCodecDecoder(decoder, precision)
+    fused = kernels == "fused"
+    fast = FastCodecDecoder(decoder, precision, fused_attention=fused, channels_last=layout == "channels-last")
     with precision_flags(precision):
         pool, slots = _pool(decoder, max(batches), 1)
-    graphs = CodecGraphs(fast, pool, batch_sizes=sorted({1, *batches}), frame_sizes=sorted({1, *frames}))
+    graphs = CodecGraphs(fast, pool, batch_sizes=sorted({1, *batches}), frame_sizes=sorted({1, *frames}),
+                         state_kernel=fused)  # fmt: skip
     ms = []
     for batch in batches:
         row = []
@@ -200,7 +206,7 @@ def table(report: dict[str, Any]) -> str:
     lines = []
     for r in report["results"]:
         lines.append(
-            f"{r['precision']} {r.get('kernels', 'ops')} B={r['batch']} N={r['frames']}: replay "
+            f"{r['precision']} {r.get('kernels', 'ops')} {r.get('layout', 'ncl')} B={r['batch']} N={r['frames']}: replay "
             f"{r['replay_ms']} ms, decode call {r['decode_call_ms']} ms, {r['kernels_per_replay']} kernels"
         )
         lines.append(
@@ -220,8 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=["1x1", "16x2", "32x4"])
     parser.add_argument("--precisions", nargs="+", default=["tf32", "bf16"])
-    parser.add_argument("--kernels", nargs="+", default=["ops"], choices=CODEC_KERNELS,
+    parser.add_argument("--kernels", nargs="+", default=[EngineSettings.codec_kernels], choices=CODEC_KERNELS,
                         help="the engine's --codec-kernels variants to profile, each on its own runner")
+    parser.add_argument("--layouts", nargs="+", default=[EngineSettings.codec_layout], choices=CODEC_LAYOUTS,
+                        help="the engine's --codec-layout variants (with every --kernels variant)")
     parser.add_argument("--convs", action="store_true", help="also time the residual units' convs two ways")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument(
@@ -241,7 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         print("codec_profile needs a CUDA GPU", file=sys.stderr)
         return 2
     if args.grid:
-        entry = cost_grid(args.grid, [1, 8, 32, 64] if not args.dry_run else [1, 2], [1, 2, 4, 8, 12])
+        entry = cost_grid(args.grid, [1, 8, 32, 64] if not args.dry_run else [1, 2], [1, 2, 4, 8, 12],
+                          args.kernels[0], args.layouts[0])  # fmt: skip
         print(json.dumps({"codec_chunk": entry, "precision": args.grid}))
         return 0
     report = run(args)

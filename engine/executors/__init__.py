@@ -102,7 +102,7 @@ class Executors:
                  top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True,
                  cp_kernels: str = "layers", cp_pdl: bool = False, precompile_workers: int = 0,
                  voices: VoiceBank | None = None, ragged_codec: bool = False,
-                 codec_kernels: str = "ops") -> None:  # fmt: skip
+                 codec_kernels: str = "ops", codec_layout: str = "ncl") -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
         `codec_precision` must match the dtype the codec was loaded in (`executors.codec.codec_dtype`);
         `codec_stream`: on CUDA, codec chunks run on a stream of their own, beside the generation steps;
@@ -112,7 +112,8 @@ class Executors:
         (engine/fast/precompile.py; 0: the capture compiles them one by one);
         `voices`: where a Base model's saved voices come from (None: a bank without a store);
         `ragged_codec`: codec plans may give each row its own frame count (`SchedulerConfig.ragged_codec`);
-        `codec_kernels`: the fast codec's "ops" or "fused" kernels (`CodecExecutor`)."""
+        `codec_kernels`: the fast codec's "ops" or "fused" kernels, `codec_layout` its vocoder's "ncl" or
+        "channels-last" activations (`CodecExecutor`)."""
         if model.codec is None:
             raise ValueError("the engine needs a model loaded with its codec")
         if model.config.model_type not in SERVED_MODEL_TYPES:
@@ -167,7 +168,7 @@ class Executors:
             if codec_shapes is not None and shapes is not None and shapes.first_chunk_batch else None
         self.codec = CodecExecutor(model.codec, self.codes, streams, silence, precision=codec_precision,
                                    graph_shapes=codec_shapes, first_chunk_shapes=first_shapes, ragged=ragged_codec,
-                                   kernels=codec_kernels)
+                                   kernels=codec_kernels, layout=codec_layout)
 
     @torch.inference_mode()  # as `run`, which replays what this captures
     def capture(self) -> None:

@@ -71,10 +71,10 @@ class CodecExecutor:
     def __init__(self, decoder: CodecDecoder, codes: Tensor, streams: int, silence: SilenceConfig, *,
                  precision: str = "tf32", graph_shapes: tuple[Sequence[int], Sequence[int]] | None = None,
                  first_chunk_shapes: tuple[Sequence[int], Sequence[int]] | None = None,
-                 ragged: bool = False, kernels: str = "ops") -> None:  # fmt: skip
+                 ragged: bool = False, kernels: str = "ops", layout: str = "ncl") -> None:  # fmt: skip
         """`graph_shapes` = (batch sizes, frame counts) selects the fast path; None the plain decode.
         `kernels` (fast path): "ops", or "fused" (`FastCodecDecoder`'s fused attention and `CodecGraphs`' one-kernel
-        state write-back).
+        state write-back); `layout`: the vocoder's "ncl" or "channels-last" activations (`FastCodecDecoder`).
         `first_chunk_shapes` (fast path only): the shapes of the first-chunk runner `launch(first_chunks=True)`
         replays; None: first chunks replay the main runner. `ragged`: `launch` takes a frame count per row (the
         fast path's steps are then built for it)."""
@@ -98,7 +98,8 @@ class CodecExecutor:
             self.pool = CodecStatePool(decoder.config, streams + runners * RESERVED_SLOTS, decoder.device,
                                        decoder.dtype)
             fused = kernels == "fused"
-            fast = FastCodecDecoder(decoder, precision, fused_attention=fused)
+            fast = FastCodecDecoder(decoder, precision, fused_attention=fused,
+                                    channels_last=layout == "channels-last")  # fmt: skip
             # The codec lane's replays overlap the generation stream's graphs: a capture stream of its own gives its
             # GEMMs a cuBLAS workspace of their own (engine/fast/codec_graphs.py). The first-chunk runner replays on
             # the generation stream, one graph at a time with the talker's and code predictor's, like them.

@@ -200,7 +200,7 @@ def check_twins(
         decoder = decoders[precision]
         with precision_flags(precision):
             plain_pool, slots = _pool_with_history(decoder, len(histories), histories)
-        fast_pool, fused_pool = plain_pool.clone(), plain_pool.clone()
+        fast_pool, fused_pool, cl_pool = plain_pool.clone(), plain_pool.clone(), plain_pool.clone()
         with precision_flags(precision):
             plain = decode_incremental(decoder, plain_pool, slots, codes, check_code_values=False)
         fast = FastCodecDecoder(decoder, precision).decode_incremental(
@@ -209,6 +209,8 @@ def check_twins(
         fused = FastCodecDecoder(decoder, precision, fused_attention=True).decode_incremental(
             fused_pool, slots, codes, check_code_values=False
         )  # `--codec-kernels fused`'s pre-transformer attention
+        channels_last = FastCodecDecoder(decoder, precision, fused_attention=True, channels_last=True)
+        cl = channels_last.decode_incremental(cl_pool, slots, codes, check_code_values=False)  # `--codec-layout`
         state_error = max(
             relative_l2(fast_pool.tensors[n], plain_pool.tensors[n])
             for n in plain_pool.tensors
@@ -219,6 +221,12 @@ def check_twins(
             "fast_vs_plain": relative_l2(fast, plain),
             "state_fast_vs_plain": state_error,
             "fused_attention_vs_plain": relative_l2(fused, plain),
+            "channels_last_vs_plain": relative_l2(cl, plain),
+            "state_channels_last_vs_plain": max(
+                relative_l2(cl_pool.tensors[n], plain_pool.tensors[n])
+                for n in plain_pool.tensors
+                if plain_pool.tensors[n].abs().sum() > 0
+            ),
             "plain_wav_std": float(plain.float().std()),
         }
         waves[f"plain_{precision}"] = plain
@@ -231,7 +239,8 @@ def check_twins(
 def check_graphs(
     decoders: dict[str, CodecDecoder], precisions: tuple[str, ...] = ("fp32", "bf16")
 ) -> dict[str, Any]:
-    """Graph replay vs eager fast step; 100 frames through graphs in the default ramp vs one full decode."""
+    """Graph replay vs eager fast step; 100 frames through graphs in the default ramp vs one full decode. Per
+    precision in both vocoder layouts (keys `{precision}_...` NCL, `{precision}_channels_last_...`)."""
     result: dict[str, Any] = {}
     gen = torch.Generator(device=DEVICE).manual_seed(SEED + 2)
     frames = 100
@@ -240,9 +249,10 @@ def check_graphs(
     while done < frames:
         schedule.append(min(RAMP[min(len(schedule), len(RAMP) - 1)], frames - done))
         done += schedule[-1]
-    for precision in precisions:
+    for precision, channels_last in [(p, cl) for p in precisions for cl in (False, True)]:
         decoder = decoders[precision]
-        fast = FastCodecDecoder(decoder, precision)
+        key = f"{precision}_channels_last" if channels_last else precision
+        fast = FastCodecDecoder(decoder, precision, channels_last=channels_last)
         pool = CodecStatePool(decoder.config, 2 + RESERVED_SLOTS, decoder.device, decoder.dtype)
         graphs = CodecGraphs(fast, pool, batch_sizes=(1, 2), frame_sizes=RAMP)
         graphs.capture([(2, n) for n in RAMP] + [(1, 1)])
@@ -253,7 +263,7 @@ def check_graphs(
             if index == 3:  # one step also eagerly, from the same state: replay must equal it bitwise
                 eager = fast.decode_incremental(pool.clone(), slots, chunk, check_code_values=False)
                 pieces.append(graphs.decode(slots, chunk, check_code_values=False))
-                result[f"{precision}_replay_equals_eager"] = bool(torch.equal(pieces[-1], eager))
+                result[f"{key}_replay_equals_eager"] = bool(torch.equal(pieces[-1], eager))
             else:
                 pieces.append(graphs.decode(slots, chunk, check_code_values=False))
             start += size
@@ -263,9 +273,9 @@ def check_graphs(
         whole = fast.decode_incremental(whole_pool, whole_slots, codes, check_code_values=False)
         with precision_flags(precision):
             full = decoder.decode(codes)
-        result[f"{precision}_incremental_vs_full"] = relative_l2(streamed, whole)
-        result[f"{precision}_incremental_vs_plain_full"] = relative_l2(streamed, full)
-        result[f"{precision}_replays"] = graphs.replays
+        result[f"{key}_incremental_vs_full"] = relative_l2(streamed, whole)
+        result[f"{key}_incremental_vs_plain_full"] = relative_l2(streamed, full)
+        result[f"{key}_replays"] = graphs.replays
     return result
 
 
@@ -465,13 +475,15 @@ def _run_sections(
     twins = section("twins", lambda: check_twins(decoders, precisions)) or {}
     failures += [f"twins.{p}" for p, r in twins.items() if r["fast_vs_plain"] > TOLERANCE[p]]
     failures += [f"twins.{p}_fused_attention" for p, r in twins.items() if r["fused_attention_vs_plain"] > TOLERANCE[p]]
+    failures += [f"twins.{p}_channels_last" for p, r in twins.items() if r["channels_last_vs_plain"] > TOLERANCE[p]]
     graph_precisions = ("fp32",) if dry else ("fp32", "bf16")
     graphs = section("graphs", lambda: check_graphs(decoders, graph_precisions)) or {}
     for precision in graph_precisions if graphs else ():
-        if graphs[f"{precision}_incremental_vs_full"] > TOLERANCE[precision]:
-            failures.append(f"graphs.{precision}_incremental_vs_full")
-        if not graphs[f"{precision}_replay_equals_eager"]:
-            failures.append(f"graphs.{precision}_replay_equals_eager")
+        for key in (precision, f"{precision}_channels_last"):
+            if graphs[f"{key}_incremental_vs_full"] > TOLERANCE[precision]:
+                failures.append(f"graphs.{key}_incremental_vs_full")
+            if not graphs[f"{key}_replay_equals_eager"]:
+                failures.append(f"graphs.{key}_replay_equals_eager")
     ragged_precisions = ("fp32",) if dry else ("fp32", "tf32")
     ragged = section("ragged", lambda: check_ragged(decoders, ragged_precisions, timed=not dry)) or {}
     for precision in ragged_precisions if ragged else ():

@@ -22,7 +22,15 @@ kernels, bias and residual adds, the history concatenations), so that is what ch
   engine's shapes the step is launch-bound and the plain layers were over half of its ~650 kernels.
 - The pre-conv and upsampling stages run the plain modules.
 
-Layout: NCL ([B, C, L]) end to end, as the plain modules; cuDNN picks its own internal layout.
+Layout (`channels_last`): the vocoder's activations are [B, C, L] either way, in NCL memory as the plain modules
+(cuDNN's tensor-core convs then convert every input and weight to NHWC and back, ~40 conversion kernels a step),
+or in [B, L, C] memory with the conv weights stored once as NHWC, so cuDNN reads and writes them as they are:
+
+    NCL:            buffer [B, C, history + L]  --F.conv1d-->  [B, C, L]
+    channels-last:  memory [B, history + L, C], seen as [B, C, 1, history + L] channels_last
+                                                --F.conv2d (1 x k, dilation (1, d))-->  memory [B, L, C]
+
+The state pool keeps its NCL layout in both (histories are copied across at each step's edges: a few samples).
 Precision is a setting: "bf16" (bf16 weights and activations, the default, as the official examples run the
 codec), "tf32" (fp32 weights, TF32 matmuls and convs), "fp32" (fp32, TF32 off). `precision_flags` applies the
 TF32 switches around every call and around graph capture, and restores them after.
@@ -84,6 +92,50 @@ def precision_flags(precision: str) -> Iterator[None]:
 # ------------------------------------------------------------------------------------------ folded weights
 
 
+class _Ncl:
+    """Vocoder activations [B, C, L] in NCL memory, weights as the modules hold them (the plain decoder's)."""
+
+    @staticmethod
+    def weight(w: Tensor) -> Tensor:
+        return w
+
+    @staticmethod
+    def empty(batch: int, channels: int, length: int, like: Tensor) -> Tensor:
+        return torch.empty(batch, channels, length, device=like.device, dtype=like.dtype)
+
+    @staticmethod
+    def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, dilation: int = 1) -> Tensor:
+        return F.conv1d(x, weight, bias, dilation=dilation)
+
+    @staticmethod
+    def conv_transpose(x: Tensor, weight: Tensor, stride: int) -> Tensor:
+        return F.conv_transpose1d(x, weight, None, stride=stride)
+
+
+class _ChannelsLast:
+    """Vocoder activations [B, C, L] whose memory is [B, L, C]; conv weights [C_out, C_in, 1, k] stored NHWC."""
+
+    @staticmethod
+    def weight(w: Tensor) -> Tensor:
+        return w.detach().unsqueeze(2).contiguous(memory_format=torch.channels_last)
+
+    @staticmethod
+    def empty(batch: int, channels: int, length: int, like: Tensor) -> Tensor:
+        return torch.empty(batch, length, channels, device=like.device, dtype=like.dtype).transpose(1, 2)
+
+    @staticmethod
+    def conv(x: Tensor, weight: Tensor, bias: Tensor | None = None, dilation: int = 1) -> Tensor:
+        # x.unsqueeze(2): [B, C, 1, L] with channels_last strides, so cuDNN runs NHWC without converting
+        return F.conv2d(x.unsqueeze(2), weight, bias, dilation=(1, dilation)).squeeze(2)
+
+    @staticmethod
+    def conv_transpose(x: Tensor, weight: Tensor, stride: int) -> Tensor:
+        return F.conv_transpose2d(x.unsqueeze(2), weight, None, stride=(1, stride)).squeeze(2)
+
+
+_Layout = type[_Ncl] | type[_ChannelsLast]
+
+
 @dataclass(frozen=True, slots=True)
 class _Snake:
     alpha: Tensor  # [C] exp(log alpha), activation dtype
@@ -108,10 +160,11 @@ class _Unit:
     conv2_bias: Tensor
 
     @classmethod
-    def of(cls, unit: ResidualUnit) -> _Unit:
+    def of(cls, unit: ResidualUnit, layout: _Layout) -> _Unit:
         return cls(
-            _Snake.of(unit.act1), unit.conv1.conv.weight, unit.conv1.conv.bias, unit.conv1.conv.dilation[0],
-            unit.conv1.history, _Snake.of(unit.act2), unit.conv2.conv.weight, unit.conv2.conv.bias,
+            _Snake.of(unit.act1), layout.weight(unit.conv1.conv.weight), unit.conv1.conv.bias,
+            unit.conv1.conv.dilation[0], unit.conv1.history, _Snake.of(unit.act2),
+            layout.weight(unit.conv2.conv.weight), unit.conv2.conv.bias,
         )  # fmt: skip
 
 
@@ -120,29 +173,38 @@ class _Block:
     """DecoderBlock: snake -> causal transposed conv (k 2r, stride r) -> residual units."""
 
     act: _Snake
-    up_weight: Tensor  # ConvTranspose1d [C_in, C_out, k]
+    up_weight: Tensor  # ConvTranspose1d [C_in, C_out, k] (channels-last: [C_in, C_out, 1, k] NHWC)
     up_bias: Tensor
     stride: int
     overlap: int
     units: tuple[_Unit, ...]
 
     @classmethod
-    def of(cls, block: DecoderBlock) -> _Block:
+    def of(cls, block: DecoderBlock, layout: _Layout) -> _Block:
         up: CausalTransposedConv1d = block.block[1]
         if not 0 < up.overlap <= up.stride:
             raise ValueError(
                 "fast codec: a decoder block's transposed conv must overlap by 1..stride samples"
             )
-        units = tuple(_Unit.of(u) for u in block.block[2:])
-        return cls(_Snake.of(block.block[0]), up.conv.weight, up.conv.bias, up.stride, up.overlap, units)
+        units = tuple(_Unit.of(u, layout) for u in block.block[2:])
+        return cls(
+            _Snake.of(block.block[0]), layout.weight(up.conv.weight), up.conv.bias, up.stride, up.overlap, units
+        )
 
 
 class FastCodecDecoder:
     """Fused incremental decoding over a `CodecDecoder`'s weights (shared, not copied; read at construction)."""
 
-    def __init__(self, decoder: CodecDecoder, precision: str = "bf16", fused_attention: bool = False):
+    def __init__(
+        self,
+        decoder: CodecDecoder,
+        precision: str = "bf16",
+        fused_attention: bool = False,
+        channels_last: bool = False,
+    ):
         """`fused_attention`: each pre-transformer layer's RoPE, attention and ring update as one kernel
-        (`FastPreTransformer`)."""
+        (`FastPreTransformer`). `channels_last`: the vocoder in [B, L, C] memory with NHWC conv weights (module
+        docstring; the weights are copied once, ~0.4 GB at full size in fp32)."""
         if not isinstance(decoder, CodecDecoder):
             raise TypeError(f"FastCodecDecoder wraps a CodecDecoder, got {type(decoder).__name__}")
         if precision not in PRECISIONS:
@@ -154,6 +216,9 @@ class FastCodecDecoder:
             )
         self.decoder = decoder
         self.precision = precision
+        self.channels_last = channels_last
+        layout: _Layout = _ChannelsLast if channels_last else _Ncl
+        self._layout = layout
         rates = len(decoder.config.upsample_rates)
         with torch.no_grad():
             quantizer = decoder.quantizer
@@ -166,11 +231,13 @@ class FastCodecDecoder:
             )
             self._first_proj = quantizer.rvq_first.output_proj.weight
             self._rest_proj = quantizer.rvq_rest.output_proj.weight
-            self._blocks = tuple(_Block.of(decoder.decoder[i]) for i in range(1, rates + 1))
+            self._blocks = tuple(_Block.of(decoder.decoder[i], layout) for i in range(1, rates + 1))
             self._final_act = _Snake.of(decoder.decoder[rates + 1])
+            self._conv0: CausalConv1d = decoder.decoder[0]
+            self._final_conv: CausalConv1d = decoder.decoder[rates + 2]
+            self._conv0_weight = layout.weight(self._conv0.conv.weight)
+            self._final_weight = layout.weight(self._final_conv.conv.weight)
         self._pre_transformer = FastPreTransformer(decoder.pre_transformer, fused_attention)
-        self._conv0: CausalConv1d = decoder.decoder[0]
-        self._final_conv: CausalConv1d = decoder.decoder[rates + 2]
         self._final_name = f"decoder.{rates + 2}"
 
     # ------------------------------------------------------------------ the plain decoder's surface
@@ -235,17 +302,26 @@ class FastCodecDecoder:
             hidden, new[name] = convnext.forward_stream(transposed(hidden), state[name], valid)
 
         # decoder.0 (k7, bias folded into block 1's SnakeBeta)
-        padded = torch.cat([state["decoder.0"], hidden], dim=-1)
-        new["decoder.0"] = _history(padded, self._conv0.history, valid)
-        raw = F.conv1d(padded, self._conv0.conv.weight, None)
-        x = snake(raw, self._blocks[0].act.alpha, self._blocks[0].act.inv_beta, bias=self._conv0.conv.bias)
+        layout = self._layout
+        history0 = self._conv0.history
+        if layout is _Ncl:
+            padded = torch.cat([state["decoder.0"], hidden], dim=-1)
+        else:
+            padded = layout.empty(hidden.shape[0], hidden.shape[1], history0 + hidden.shape[-1], hidden)
+            padded[..., :history0].copy_(state["decoder.0"])
+            padded[..., history0:].copy_(hidden)
+        new["decoder.0"] = _history(padded, history0, valid)
+        raw = layout.conv(padded, self._conv0_weight)
+        first = self._blocks[0].act
+        x = snake(raw, first.alpha, first.inv_beta, bias=self._conv0.conv.bias,
+                  out=layout.empty(*raw.shape, raw))  # fmt: skip
 
         for index, block in enumerate(self._blocks, start=1):
             following = self._blocks[index].act if index < len(self._blocks) else self._final_act
             x = self._block(index, block, x, following, state, new, valid)
             valid = None if valid is None else valid * block.stride
         # x: the final conv's input buffer [B, 96, 6 + N * 1920], history first
-        return F.conv1d(x, self._final_conv.conv.weight, self._final_conv.conv.bias).clamp(min=-1, max=1), new
+        return layout.conv(x, self._final_weight, self._final_conv.conv.bias).clamp(min=-1, max=1), new
 
     def _block(
         self,
@@ -261,9 +337,10 @@ class FastCodecDecoder:
         batch). Returns the next SnakeBeta's output: the next block's input, or (last block) the final conv's
         buffer with its history in front."""
         prefix = f"decoder.{index}.block"
-        if valid is not None:
-            x = zero_padding(x, valid)  # padding adds nothing to the tail the next call overlaps
-        raw = F.conv_transpose1d(x, block.up_weight, None, stride=block.stride)  # [B, C, L*r + overlap]
+        layout = self._layout
+        if valid is not None:  # padding adds nothing to the tail the next call overlaps
+            x = zero_padding(x, valid) if layout is _Ncl else _zero_padding_into(layout.empty(*x.shape, x), x, valid)
+        raw = layout.conv_transpose(x, block.up_weight, block.stride)  # [B, C, L*r + overlap]
         emitted = x.shape[-1] * block.stride
         # Bias-free tail the next call overlaps: where the real output ends (overlap <= stride, see _Block); a row
         # with no real frame (a later part of a split ragged call) keeps the tail it carried, which `raw` lacks.
@@ -278,12 +355,12 @@ class FastCodecDecoder:
         def conv_buffer(unit_index: int) -> tuple[Tensor, Tensor]:
             """The unit's conv1 input [B, C, history + L] with the carried history copied in front."""
             history = block.units[unit_index].history
-            buffer = torch.empty(batch, channels, history + emitted, device=raw.device, dtype=raw.dtype)
+            buffer = layout.empty(batch, channels, history + emitted, raw)
             buffer[..., :history].copy_(state[f"{prefix}.{unit_index + 2}.conv1"])
             return buffer, buffer[..., history:]
 
         buffer, body = conv_buffer(0)
-        residual = torch.empty(batch, channels, emitted, device=raw.device, dtype=raw.dtype)
+        residual = layout.empty(batch, channels, emitted, raw)
         first = block.units[0].act1
         snake(
             raw[..., :emitted], first.alpha, first.inv_beta,
@@ -291,22 +368,23 @@ class FastCodecDecoder:
         )  # fmt: skip
         for unit_index, unit in enumerate(block.units):
             new[f"{prefix}.{unit_index + 2}.conv1"] = _history(buffer, unit.history, valid)
-            h = F.conv1d(buffer, unit.conv1_weight, None, dilation=unit.dilation)
-            h = snake(h, unit.act2.alpha, unit.act2.inv_beta, bias=unit.conv1_bias)
-            h = F.conv1d(h, unit.conv2_weight, None)
+            h = layout.conv(buffer, unit.conv1_weight, dilation=unit.dilation)
+            h = snake(h, unit.act2.alpha, unit.act2.inv_beta, bias=unit.conv1_bias, out=layout.empty(*h.shape, h))
+            h = layout.conv(h, unit.conv2_weight)
             if unit_index + 1 < len(block.units):
                 buffer, body = conv_buffer(unit_index + 1)
                 nxt = block.units[unit_index + 1].act1
-                skip = torch.empty_like(residual)
+                skip = layout.empty(batch, channels, emitted, raw)
                 snake(
                     h, nxt.alpha, nxt.inv_beta, bias=unit.conv2_bias, residual=residual, out=body, sum_out=skip
                 )  # fmt: skip
                 residual = skip
                 continue
             if index < len(self._blocks):
-                return snake(h, following.alpha, following.inv_beta, bias=unit.conv2_bias, residual=residual)
+                return snake(h, following.alpha, following.inv_beta, bias=unit.conv2_bias, residual=residual,
+                             out=layout.empty(batch, channels, emitted, raw))  # fmt: skip
             history = self._final_conv.history
-            final = torch.empty(batch, channels, history + emitted, device=raw.device, dtype=raw.dtype)
+            final = layout.empty(batch, channels, history + emitted, raw)
             final[..., :history].copy_(state[self._final_name])
             snake(
                 h, following.alpha, following.inv_beta,
@@ -332,6 +410,12 @@ class FastCodecDecoder:
         """`engine.codec.stream.decode_incremental` on the fused step (eager; `CodecGraphs` replays graphs)."""
         return decode_incremental(self, pool, slots, codes, expected_positions=expected_positions,
                                   check_code_values=check_code_values, frames=frames)
+
+
+def _zero_padding_into(out: Tensor, x: Tensor, valid: Tensor) -> Tensor:
+    """`zero_padding(x, valid)` written into `out` (a buffer of the layout the next conv reads)."""
+    real = torch.arange(x.shape[-1], device=x.device)[None, :] < valid[:, None]  # [B, N]
+    return torch.mul(x, real[:, None, :].to(x.dtype), out=out)
 
 
 def _history(buffer: Tensor, history: int, valid: Tensor | None) -> Tensor:

@@ -45,16 +45,18 @@ def test_full_size_random_model_runs_every_work_kind_in_bf16() -> None:
     assert loop.lifetime_max_batch[WorkKind.CODE_PREDICT] == 16
 
 
-@pytest.mark.parametrize(("codec_fill_frames", "codec_kernels"), [(4, "fused"), (0, "ops"), (4, "ops"), (0, "fused")],
-                         ids=["defaults", "plain", "early-rows-only", "fused-codec-kernels-only"])
-def test_codec_lanes_on_cuda_give_each_request_what_it_gets_alone(codec_fill_frames: int,
-                                                                  codec_kernels: str) -> None:
+@pytest.mark.parametrize(("codec_fill_frames", "codec_kernels", "codec_layout"),
+                         [(4, "fused", "ncl"), (0, "ops", "ncl"), (4, "ops", "ncl"), (0, "fused", "ncl"),
+                          (4, "fused", "channels-last")],
+                         ids=["defaults", "plain", "early-rows-only", "fused-codec-kernels-only", "channels-last"])
+def test_codec_lanes_on_cuda_give_each_request_what_it_gets_alone(codec_fill_frames: int, codec_kernels: str,
+                                                                  codec_layout: str) -> None:
     """The fast codec on its two runners: newcomers' first chunks replay on the generation stream while the codec
     stream replays other streams' chunks, both over one state pool; neither may touch the other's rows. With and
     without early codec rows and the fused codec kernels (both on by default)."""
     model = load_model("tiny", device="cuda")
     loop = make_loop(model, fast=FastPath(codec=True), codec_fill_frames=codec_fill_frames,
-                     codec_kernels=codec_kernels)
+                     codec_kernels=codec_kernels, codec_layout=codec_layout)
     msgs = [submit(model, i + 1, text, seed=70 + i) for i, text in enumerate(SENTENCES)]
     results, frames = run_to_completion(loop, msgs, submit_at=[0, 0, 4, 9, 15, 24, 35, 50])  # staggered arrivals
     codec = loop.executors.codec

@@ -50,8 +50,9 @@ def _stream(decode, pool: CodecStatePool, slots: list[int], codes: torch.Tensor,
     return torch.cat(pieces, dim=-1)
 
 
-def test_fast_step_equals_plain_step_for_streams_at_their_own_positions(tiny):
-    fast = FastCodecDecoder(tiny, "fp32")
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_fast_step_equals_plain_step_for_streams_at_their_own_positions(tiny, channels_last):
+    fast = FastCodecDecoder(tiny, "fp32", channels_last=channels_last)
     plain_pool = CodecStatePool(tiny.config, 4, "cpu", tiny.dtype)
     fast_pool = CodecStatePool(tiny.config, 4, "cpu", tiny.dtype)
     slots = [plain_pool.alloc() for _ in range(4)]
@@ -70,26 +71,29 @@ def test_fast_step_equals_plain_step_for_streams_at_their_own_positions(tiny):
     assert torch.equal(fast_pool.positions, plain_pool.positions)
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("schedule", [[1, 2, 4, 8, 12], [3], [71, 1, 5]])
-def test_fast_incremental_decode_equals_full_decode(tiny, schedule):
-    fast = FastCodecDecoder(tiny, "fp32")
+def test_fast_incremental_decode_equals_full_decode(tiny, schedule, channels_last):
+    fast = FastCodecDecoder(tiny, "fp32", channels_last=channels_last)
     codes = random_codes(2, 100, seed=7)
     pool = CodecStatePool(tiny.config, 2, "cpu", tiny.dtype)
     streamed = _stream(fast.decode_incremental, pool, [pool.alloc(), pool.alloc()], codes, schedule)
     assert relative_l2(streamed, tiny.decode(codes)) < TOLERANCE
 
 
-def test_fast_incremental_decode_is_exact_in_float64(tiny64):
-    fast = FastCodecDecoder(tiny64, "fp32")
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_fast_incremental_decode_is_exact_in_float64(tiny64, channels_last):
+    fast = FastCodecDecoder(tiny64, "fp32", channels_last=channels_last)
     codes = random_codes(1, 80, seed=8)
     pool = CodecStatePool(tiny64.config, 1, "cpu", tiny64.dtype)
     streamed = _stream(fast.decode_incremental, pool, [pool.alloc()], codes, [1, 2, 4, 8, 12])
     assert relative_l2(streamed, tiny64.decode(codes)) < 1e-12
 
 
-def test_fast_and_plain_steps_continue_each_others_state(tiny):
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_fast_and_plain_steps_continue_each_others_state(tiny, channels_last):
     """One state layout: a stream may switch between the paths chunk by chunk (e.g. an uncaptured fallback)."""
-    fast = FastCodecDecoder(tiny, "fp32")
+    fast = FastCodecDecoder(tiny, "fp32", channels_last=channels_last)
     codes = random_codes(1, 40, seed=9)
     pool = CodecStatePool(tiny.config, 1, "cpu", tiny.dtype)
     slot = pool.alloc()
@@ -102,9 +106,10 @@ def test_fast_and_plain_steps_continue_each_others_state(tiny):
     assert relative_l2(torch.cat(pieces, dim=-1), tiny.decode(codes)) < TOLERANCE
 
 
-def test_fast_step_at_full_width_equals_plain_step(full):
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_fast_step_at_full_width_equals_plain_step(full, channels_last):
     """The released widths (1536 -> 96 channels, 16 x 64 attention), a few frames on the CPU."""
-    fast = FastCodecDecoder(full, "fp32")
+    fast = FastCodecDecoder(full, "fp32", channels_last=channels_last)
     codes = random_codes(1, 4, seed=10)
     plain_pool, fast_pool = (CodecStatePool(full.config, 1, "cpu", full.dtype) for _ in range(2))
     slot = plain_pool.alloc()

@@ -55,18 +55,20 @@ def test_plan_needs_size_one_in_both_axes():
         plan_pieces(0, 2, [1], [1])
 
 
-def _runner(decoder, streams: int, batch_sizes=(1, 2, 4), frame_sizes=(1, 2, 4), ragged=False, fast=True):
-    step = FastCodecDecoder(decoder, "fp32") if fast else decoder
+def _runner(decoder, streams: int, batch_sizes=(1, 2, 4), frame_sizes=(1, 2, 4), ragged=False, fast=True,
+            channels_last=False):  # fmt: skip
+    step = FastCodecDecoder(decoder, "fp32", channels_last=channels_last) if fast else decoder
     pool = CodecStatePool(decoder.config, streams + RESERVED_SLOTS, "cpu", decoder.dtype)
     graphs = CodecGraphs(step, pool, batch_sizes, frame_sizes, ragged=ragged)
     return graphs, pool, [pool.alloc() for _ in range(streams)]
 
 
-@pytest.mark.parametrize("fast", [True, False], ids=["fast", "plain"])
-def test_a_ragged_runner_advances_each_row_by_its_own_frames_across_split_pieces(tiny, fast):
+@pytest.mark.parametrize(("fast", "channels_last"), [(True, False), (True, True), (False, False)],
+                         ids=["fast", "fast-channels-last", "plain"])  # fmt: skip
+def test_a_ragged_runner_advances_each_row_by_its_own_frames_across_split_pieces(tiny, fast, channels_last):
     """5 rows (split 4 + 1 and padded), 3 frames per call (2 + 1 captured parts: a row with one real frame
     has none in the second part), real frames 1..3 per row: same audio and state as the plain ragged decode."""
-    graphs, pool, slots = _runner(tiny, 5, ragged=True, fast=fast)
+    graphs, pool, slots = _runner(tiny, 5, ragged=True, fast=fast, channels_last=channels_last)
     plain_pool = CodecStatePool(tiny.config, 5, "cpu", tiny.dtype)
     plain_slots = [plain_pool.alloc() for _ in range(5)]
     codes = random_codes(5, 30, seed=4)

@@ -89,8 +89,24 @@ for name, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
     ref_total = torch.empty_like(x)
     ref = snake_reference(x, alpha, inv_beta, head=head, bias=bias, residual=res, sum_out=ref_total)
     plain = snake(x, alpha, inv_beta)
+    # channels-last: [B, L, C] memory seen as [B, C, L] (the tile program), 70 channels: a partial channel tile
+    cl = lambda *shape: torch.full((shape[0], shape[2], shape[1]), float("nan"), dtype=dtype).transpose(1, 2)
+    bc, cc = 2, 70
+    xc, resc = cl(bc, cc, length), cl(bc, cc, length)
+    xc.copy_(torch.randn(bc, cc, length).mul(2))
+    resc.copy_(torch.randn(bc, cc, length))
+    headc = torch.randn(bc, cc, 5).to(dtype)  # the pool's NCL overlap beside channels-last activations
+    alphac, inv_betac = snake_params(torch.randn(cc).mul(0.4).to(dtype), torch.randn(cc).mul(0.4).to(dtype))
+    biasc = torch.randn(cc).to(dtype)
+    bufferc, totalc = cl(bc, cc, hist + length), cl(bc, cc, length)
+    snake(xc, alphac, inv_betac, head=headc, bias=biasc, residual=resc, out=bufferc[..., hist:], sum_out=totalc)
+    ref_totalc = torch.empty(bc, cc, length, dtype=dtype)
+    refc = snake_reference(xc, alphac, inv_betac, head=headc, bias=biasc, residual=resc, sum_out=ref_totalc)
     tables, codes = torch.randn(4, 50, 20).to(dtype), torch.randint(0, 50, (2, 4, 7))
     result[name] = {
+        "snake_cl_max_diff": float((bufferc[..., hist:].double() - refc.double()).abs().max()),
+        "snake_cl_sum_equal": bool(torch.equal(totalc, ref_totalc)),
+        "snake_cl_history_untouched": bool(bufferc[..., :hist].isnan().all()),
         "snake_fused_max_diff": float((buffer[..., hist:].double() - ref.double()).abs().max()),
         "snake_sum_equal": bool(torch.equal(total, ref_total)),
         "snake_plain_max_diff": float((plain.double() - snake_reference(x, alpha, inv_beta).double()).abs().max()),
@@ -106,5 +122,7 @@ def test_codec_kernels_match_their_twins_in_the_triton_interpreter():
     # bf16: bitwise (the kernel rounds where the plain ops round); fp32: up to the interpreter's sin
     assert result["bf16"]["snake_fused_max_diff"] == 0.0 and result["bf16"]["snake_plain_max_diff"] == 0.0
     assert result["fp32"]["snake_fused_max_diff"] < 1e-5 and result["fp32"]["snake_plain_max_diff"] < 1e-5
+    assert result["bf16"]["snake_cl_max_diff"] == 0.0 and result["fp32"]["snake_cl_max_diff"] < 1e-5
     for name in ("fp32", "bf16"):
         assert result[name]["snake_sum_equal"] and result[name]["codebook_equal"], result[name]
+        assert result[name]["snake_cl_sum_equal"] and result[name]["snake_cl_history_untouched"], result[name]

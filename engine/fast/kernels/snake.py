@@ -17,8 +17,12 @@ product and the final add), so bf16 results equal the plain modules' up to the s
 rounding steps are no-ops. Rounding faithfully matters: a bf16 SnakeBeta rounded once instead of five times
 moves the full-size decoder's waveform ~4e-2 (relative L2) away from the plain bf16 decoder.
 
-Tensors: x, residual, outputs [B, C, L] whose last dimension is contiguous (any batch/channel strides, so an
-output can be a view into a larger buffer, e.g. after a conv's history); head [B, C, H]; params [C].
+Tensors: x, residual, outputs [B, C, L] (views into larger buffers too, e.g. after a conv's history); head
+[B, C, H]; params [C]. Two layouts, two programs, the same arithmetic:
+- NCL (every tensor's time axis contiguous): one program per (b, c) row and time block, the params scalars;
+- anything else, e.g. the channels-last vocoder's [B, L, C] memory seen as [B, C, L] (`FastCodecDecoder`
+  with `channels_last`): tiles of [time block, channel block] over each tensor's own strides, so a tensor
+  whose channels are contiguous is read and written along them (Triton specializes a stride of 1).
 """
 
 from __future__ import annotations
@@ -79,6 +83,42 @@ if HAVE_TRITON:
             s = round_to(tl.sin(scaled), DTYPE)
         y = round_to(v + round_to(inv_beta * round_to(s * s, DTYPE), DTYPE), DTYPE)
         tl.store(out_ptr + b * so_b + c * so_c + t, y.to(DTYPE), mask=mask)
+
+    @triton.jit
+    def _snake_tile_kernel(
+        x_ptr, head_ptr, bias_ptr, res_ptr, sum_ptr, out_ptr, alpha_ptr, inv_beta_ptr,
+        channels, length, head_len,
+        sx_b, sx_c, sx_t, sh_b, sh_c, sh_t, sr_b, sr_c, sr_t, ss_b, ss_c, ss_t, so_b, so_c, so_t,
+        HAS_HEAD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, WRITE_SUM: tl.constexpr,
+        PRECISE_SIN: tl.constexpr, DTYPE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr,
+    ):  # fmt: skip
+        # One [BLOCK_T, BLOCK_C] tile of batch row b; the same steps and roundings as `_snake_kernel`.
+        b = tl.program_id(2)
+        t = (tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T))[:, None]
+        c = (tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C))[None, :]
+        in_c = c < channels
+        mask = (t < length) & in_c
+        v = tl.load(x_ptr + b * sx_b + c * sx_c + t * sx_t, mask=mask, other=0.0).to(tl.float32)
+        if HAS_HEAD:
+            in_head = mask & (t < head_len)
+            h = tl.load(head_ptr + b * sh_b + c * sh_c + t * sh_t, mask=in_head, other=0.0).to(tl.float32)
+            v = tl.where(in_head, round_to(v + h, DTYPE), v)
+        if HAS_BIAS:
+            v = round_to(v + tl.load(bias_ptr + c, mask=in_c, other=0.0).to(tl.float32), DTYPE)
+        if HAS_RES:
+            r = tl.load(res_ptr + b * sr_b + c * sr_c + t * sr_t, mask=mask, other=0.0).to(tl.float32)
+            v = round_to(v + r, DTYPE)
+        if WRITE_SUM:
+            tl.store(sum_ptr + b * ss_b + c * ss_c + t * ss_t, v.to(DTYPE), mask=mask)
+        alpha = tl.load(alpha_ptr + c, mask=in_c, other=0.0).to(tl.float32)
+        inv_beta = tl.load(inv_beta_ptr + c, mask=in_c, other=0.0).to(tl.float32)
+        scaled = round_to(v * alpha, DTYPE)
+        if PRECISE_SIN:  # noqa: SIM108
+            s = round_to(libdevice.sin(scaled), DTYPE)
+        else:
+            s = round_to(tl.sin(scaled), DTYPE)
+        y = round_to(v + round_to(inv_beta * round_to(s * s, DTYPE), DTYPE), DTYPE)
+        tl.store(out_ptr + b * so_b + c * so_c + t * so_t, y.to(DTYPE), mask=mask)
 
     TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
 
@@ -143,6 +183,10 @@ def snake(
     head_t = head if head is not None else x
     res_t = residual if residual is not None else x
     sum_t = sum_out if sum_out is not None else out
+    if not all(_time_contiguous(t) for t in (x, head_t, res_t, sum_t, out)):
+        _snake_tiles(x, head, head_t, bias, res_t, sum_t, out, alpha, inv_beta, residual is not None,
+                     sum_out is not None)  # fmt: skip
+        return out
     block = min(1024, max(16, triton.next_power_of_2(length)))
     grid = (batch * channels, triton.cdiv(length, block))  # rows on axis 0: up to 2^31 - 1 (axis 1: 65535)
     _snake_kernel[grid](
@@ -155,6 +199,29 @@ def snake(
         BLOCK=block, num_warps=4 if block >= 512 else 2,
     )  # fmt: skip
     return out
+
+
+def _time_contiguous(t: Tensor) -> bool:
+    return t.shape[-1] <= 1 or t.stride(-1) == 1
+
+
+def _snake_tiles(
+    x: Tensor, head: Tensor | None, head_t: Tensor, bias: Tensor | None, res_t: Tensor, sum_t: Tensor,
+    out: Tensor, alpha: Tensor, inv_beta: Tensor, has_res: bool, write_sum: bool,
+) -> None:
+    """The tile program (module docstring): any strides, e.g. channels-last tensors."""
+    batch, channels, length = x.shape
+    block_c = min(64, max(16, triton.next_power_of_2(channels)))
+    block_t = max(16, 2048 // block_c)
+    grid = (triton.cdiv(length, block_t), triton.cdiv(channels, block_c), batch)
+    strides = [s for t in (x, head_t, res_t, sum_t, out) for s in t.stride()]
+    _snake_tile_kernel[grid](
+        x, head_t, bias if bias is not None else alpha, res_t, sum_t, out, alpha, inv_beta,
+        channels, length, head.shape[-1] if head is not None else 0, *strides,
+        HAS_HEAD=head is not None, HAS_BIAS=bias is not None, HAS_RES=has_res, WRITE_SUM=write_sum,
+        PRECISE_SIN=not INTERPRET, DTYPE=TRITON_DTYPES[x.dtype], BLOCK_T=block_t, BLOCK_C=block_c,
+        num_warps=4,
+    )  # fmt: skip
 
 
 def _check(
@@ -182,11 +249,5 @@ def _check(
             raise ValueError(
                 f"snake: {name} must match x ({tuple(x.shape)}, {x.dtype}), got {tuple(t.shape)}"
             )
-        if t.shape[-1] > 1 and t.stride(-1) != 1:
-            raise ValueError(f"snake: the last dimension of {name} must be contiguous")
-    if head is not None and (
-        head.shape[:2] != x.shape[:2] or head.shape[-1] > x.shape[-1] or head.stride(-1) != 1
-    ):
-        raise ValueError(
-            f"snake: head must be [B, C, H <= L] with a contiguous last dim, got {tuple(head.shape)}"
-        )
+    if head is not None and (head.shape[:2] != x.shape[:2] or head.shape[-1] > x.shape[-1]):
+        raise ValueError(f"snake: head must be [B, C, H <= L], got {tuple(head.shape)}")
