@@ -37,6 +37,7 @@ from engine.settings import CODEC_KERNELS, CODEC_LAYOUTS, EngineSettings
 
 SEED = 1234
 HISTORY = 72
+DEFAULTS = EngineSettings("1.7b", "")  # the engine's own --codec-kernels and --codec-layout
 DEVICE = "cuda"  # `--dry-run`: "cpu", tiny codec, profiler on the CPU only (checks this script, times nothing real)
 
 
@@ -108,30 +109,59 @@ def kernel_table(fn: Callable[[], object], replays: int) -> tuple[int, list[dict
     return round(count / replays), rows
 
 
+def _transposed_as_product(x_rows: torch.Tensor, w_rows: torch.Tensor, stride: int) -> torch.Tensor:
+    """A k = 2r, stride r transposed conv as one product and an overlap-add, channels-last: x_rows [B, L, C_in],
+    w_rows [C_in, 2r * C_out] (tap-major) -> [B, (L + 1) * r, C_out] (the last r rows: the tail)."""
+    batch, length, _ = x_rows.shape
+    taps = torch.matmul(x_rows, w_rows).view(batch, length, 2, stride, -1)  # [B, L, 2, r, C_out]
+    out = x_rows.new_zeros(batch, length + 1, stride, taps.shape[-1])
+    out[:, :length] = taps[:, :, 0]
+    out[:, 1:] += taps[:, :, 1]
+    return out.view(batch, (length + 1) * stride, -1)
+
+
 def conv_table(fast: FastCodecDecoder, batch: int, frames: int) -> list[dict[str, Any]]:
-    """Each decoder block's first residual unit at this shape: the k7 conv in NCL (as the fast decoder runs it)
-    against channels-last (NHWC, input already in that layout), and the k1 conv as cuDNN against a product."""
+    """Each decoder block at this shape: its transposed conv in NCL, channels-last (cuDNN) and as a product plus
+    an overlap-add; its first residual unit's k7 conv in NCL against channels-last (NHWC, input already in that
+    layout), and the k1 conv as cuDNN against a product."""
     rows = []
     length = frames * 4
     gen = torch.Generator(device=DEVICE).manual_seed(SEED + 2)
     for index, block in enumerate(fast._blocks, start=1):
+        up = block.up_weight if block.up_weight.dim() == 3 else block.up_weight.squeeze(2).contiguous()
+        c_in, c_out, taps = up.shape
+        xt = torch.randn(batch, c_in, length, generator=gen, device=DEVICE).to(fast.dtype)
+        xt_rows = xt.transpose(1, 2).contiguous()  # [B, L, C_in]
+        up4 = up.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+        xt4 = xt.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+        up_rows = up.permute(0, 2, 1).reshape(c_in, taps * c_out).contiguous()  # [C_in, k * C_out], tap-major
+        with precision_flags(fast.precision):
+            up_ncl = _median_ms(partial(F.conv_transpose1d, xt, up, None, stride=block.stride), 20)
+            up_nhwc = _median_ms(partial(F.conv_transpose2d, xt4, up4, None, stride=(1, block.stride)), 20)
+            up_gemm = _median_ms(partial(_transposed_as_product, xt_rows, up_rows, block.stride), 20)
+            up_err = relative_l2(_transposed_as_product(xt_rows, up_rows, block.stride).transpose(1, 2),
+                                 F.conv_transpose1d(xt, up, None, stride=block.stride))  # fmt: skip
         length *= block.stride
         unit = block.units[0]
         c = unit.conv1_weight.shape[0]
         x = torch.randn(batch, c, unit.history + length, generator=gen, device=DEVICE).to(fast.dtype)
         h = torch.randn(batch, c, length, generator=gen, device=DEVICE).to(fast.dtype)
-        w4 = unit.conv1_weight.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+        w3 = unit.conv1_weight if unit.conv1_weight.dim() == 3 else unit.conv1_weight.squeeze(2).contiguous()
+        w4 = w3.unsqueeze(2).contiguous(memory_format=torch.channels_last)
         x4 = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)
-        w1 = unit.conv2_weight.squeeze(-1).contiguous()
+        k1 = unit.conv2_weight if unit.conv2_weight.dim() == 3 else unit.conv2_weight.squeeze(2).contiguous()
+        w1 = k1.squeeze(-1).contiguous()
         with precision_flags(fast.precision):
             dilation = unit.dilation
-            k7_ncl = _median_ms(partial(F.conv1d, x, unit.conv1_weight, None, dilation=dilation), 20)
+            k7_ncl = _median_ms(partial(F.conv1d, x, w3, None, dilation=dilation), 20)
             k7_nhwc = _median_ms(partial(F.conv2d, x4, w4, None, dilation=(1, dilation)), 20)
-            k1_cudnn = _median_ms(partial(F.conv1d, h, unit.conv2_weight, None), 20)
+            k1_cudnn = _median_ms(partial(F.conv1d, h, k1, None), 20)
             k1_gemm = _median_ms(partial(torch.matmul, w1, h), 20)
-            k1_err = relative_l2(torch.matmul(w1, h), F.conv1d(h, unit.conv2_weight, None))
+            k1_err = relative_l2(torch.matmul(w1, h), F.conv1d(h, k1, None))
         rows.append({
-            "block": index, "channels": c, "length": length, "k7_ncl_us": round(k7_ncl * 1000, 1),
+            "block": index, "channels": c, "length": length, "up_ncl_us": round(up_ncl * 1000, 1),
+            "up_nhwc_us": round(up_nhwc * 1000, 1), "up_gemm_us": round(up_gemm * 1000, 1), "up_rel_l2": up_err,
+            "k7_ncl_us": round(k7_ncl * 1000, 1),
             "k7_nhwc_us": round(k7_nhwc * 1000, 1), "k1_cudnn_us": round(k1_cudnn * 1000, 1),
             "k1_gemm_us": round(k1_gemm * 1000, 1), "k1_rel_l2": k1_err,
         })  # fmt: skip
@@ -210,9 +240,10 @@ def table(report: dict[str, Any]) -> str:
             f"{r['replay_ms']} ms, decode call {r['decode_call_ms']} ms, {r['kernels_per_replay']} kernels"
         )
         lines.append(
-            "  unit convs k7 ncl/nhwc, k1 cudnn/gemm µs: "
+            "  convs µs, transposed ncl/nhwc/gemm, k7 ncl/nhwc, k1 cudnn/gemm: "
             + ", ".join(
-                f"b{t['block']} {t['k7_ncl_us']}/{t['k7_nhwc_us']}, {t['k1_cudnn_us']}/{t['k1_gemm_us']}"
+                f"b{t['block']} {t['up_ncl_us']}/{t['up_nhwc_us']}/{t['up_gemm_us']}, {t['k7_ncl_us']}/"
+                f"{t['k7_nhwc_us']}, {t['k1_cudnn_us']}/{t['k1_gemm_us']}"
                 for t in r.get("convs", [])
             )
         )
@@ -226,9 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", nargs="+", default=["1x1", "16x2", "32x4"])
     parser.add_argument("--precisions", nargs="+", default=["tf32", "bf16"])
-    parser.add_argument("--kernels", nargs="+", default=[EngineSettings.codec_kernels], choices=CODEC_KERNELS,
+    parser.add_argument("--kernels", nargs="+", default=[DEFAULTS.codec_kernels], choices=CODEC_KERNELS,
                         help="the engine's --codec-kernels variants to profile, each on its own runner")
-    parser.add_argument("--layouts", nargs="+", default=[EngineSettings.codec_layout], choices=CODEC_LAYOUTS,
+    parser.add_argument("--layouts", nargs="+", default=[DEFAULTS.codec_layout], choices=CODEC_LAYOUTS,
                         help="the engine's --codec-layout variants (with every --kernels variant)")
     parser.add_argument("--convs", action="store_true", help="also time the residual units' convs two ways")
     parser.add_argument("--top", type=int, default=25)
