@@ -178,18 +178,26 @@ class _Block:
     stride: int
     overlap: int
     units: tuple[_Unit, ...]
+    up_rows: Tensor | None = None  # [C_in, 2r * C_out], tap-major: the transposed conv as a product (see `of`)
 
     @classmethod
-    def of(cls, block: DecoderBlock, layout: _Layout) -> _Block:
+    def of(cls, block: DecoderBlock, layout: _Layout, by_product: bool = False) -> _Block:
+        """`by_product` (channels-last, k = 2r): the transposed conv as one product and an overlap-add
+        (`_transposed_by_product`). On the H200 in TF32 that beats cuDNN's transposed conv for the first, widest
+        block (1536 -> 768 channels, k 16, a 75 MB fp32 weight: 92 against 300 us at 16 streams x 4 frames) and
+        loses for the others (docs/benchmarks.md, thirteenth session)."""
         up: CausalTransposedConv1d = block.block[1]
         if not 0 < up.overlap <= up.stride:
             raise ValueError(
                 "fast codec: a decoder block's transposed conv must overlap by 1..stride samples"
             )
         units = tuple(_Unit.of(u, layout) for u in block.block[2:])
-        return cls(
-            _Snake.of(block.block[0]), layout.weight(up.conv.weight), up.conv.bias, up.stride, up.overlap, units
-        )
+        weight = up.conv.weight.detach()  # [C_in, C_out, k]
+        rows = None
+        if by_product and weight.shape[-1] == 2 * up.stride:
+            rows = weight.permute(0, 2, 1).reshape(weight.shape[0], -1).contiguous()
+        up_weight = weight if rows is not None else layout.weight(weight)  # (unused when by product: no copy)
+        return cls(_Snake.of(block.block[0]), up_weight, up.conv.bias, up.stride, up.overlap, units, rows)
 
 
 class FastCodecDecoder:
@@ -231,7 +239,10 @@ class FastCodecDecoder:
             )
             self._first_proj = quantizer.rvq_first.output_proj.weight
             self._rest_proj = quantizer.rvq_rest.output_proj.weight
-            self._blocks = tuple(_Block.of(decoder.decoder[i], layout) for i in range(1, rates + 1))
+            self._blocks = tuple(
+                _Block.of(decoder.decoder[i], layout, by_product=channels_last and i == 1)
+                for i in range(1, rates + 1)
+            )
             self._final_act = _Snake.of(decoder.decoder[rates + 1])
             self._conv0: CausalConv1d = decoder.decoder[0]
             self._final_conv: CausalConv1d = decoder.decoder[rates + 2]
@@ -340,7 +351,10 @@ class FastCodecDecoder:
         layout = self._layout
         if valid is not None:  # padding adds nothing to the tail the next call overlaps
             x = zero_padding(x, valid) if layout is _Ncl else _zero_padding_into(layout.empty(*x.shape, x), x, valid)
-        raw = layout.conv_transpose(x, block.up_weight, block.stride)  # [B, C, L*r + overlap]
+        if block.up_rows is not None:
+            raw = _transposed_by_product(x, block.up_rows, block.stride)  # [B, C, L*r + overlap]
+        else:
+            raw = layout.conv_transpose(x, block.up_weight, block.stride)
         emitted = x.shape[-1] * block.stride
         # Bias-free tail the next call overlaps: where the real output ends (overlap <= stride, see _Block); a row
         # with no real frame (a later part of a split ragged call) keeps the tail it carried, which `raw` lacks.
@@ -410,6 +424,19 @@ class FastCodecDecoder:
         """`engine.codec.stream.decode_incremental` on the fused step (eager; `CodecGraphs` replays graphs)."""
         return decode_incremental(self, pool, slots, codes, expected_positions=expected_positions,
                                   check_code_values=check_code_values, frames=frames)
+
+
+def _transposed_by_product(x: Tensor, rows: Tensor, stride: int) -> Tensor:
+    """A k = 2r, stride-r transposed conv, bias-free, channels-last: x [B, C_in, L] in [B, L, C_in] memory, rows
+    [C_in, 2r * C_out] -> [B, C_out, (L + 1) * r] in [B, (L + 1) * r, C_out] memory (the last r samples: the tail
+    the next call overlaps). Input t's taps 0..r-1 land on samples t*r.., taps r..2r-1 on (t+1)*r.."""
+    batch, _, length = x.shape
+    taps = torch.matmul(x.transpose(1, 2), rows).view(batch, length, 2, stride, -1)  # [B, L, 2, r, C_out]
+    out = torch.empty(batch, length + 1, stride, taps.shape[-1], device=x.device, dtype=x.dtype)
+    out[:, 0].copy_(taps[:, 0, 0])
+    torch.add(taps[:, 1:, 0], taps[:, :-1, 1], out=out[:, 1:length])
+    out[:, length].copy_(taps[:, length - 1, 1])
+    return out.view(batch, (length + 1) * stride, -1).transpose(1, 2)
 
 
 def _zero_padding_into(out: Tensor, x: Tensor, valid: Tensor) -> Tensor:
