@@ -102,7 +102,7 @@ class Executors:
                  top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True,
                  cp_kernels: str = "layers", cp_pdl: bool = False, precompile_workers: int = 0,
                  voices: VoiceBank | None = None, ragged_codec: bool = False,
-                 codec_kernels: str = "fused", codec_layout: str = "ncl") -> None:  # fmt: skip
+                 codec_kernels: str = "fused", codec_layout: str = "channels-last") -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
         `codec_precision` must match the dtype the codec was loaded in (`executors.codec.codec_dtype`);
         `codec_stream`: on CUDA, codec chunks run on a stream of their own, beside the generation steps;

@@ -71,7 +71,7 @@ class CodecExecutor:
     def __init__(self, decoder: CodecDecoder, codes: Tensor, streams: int, silence: SilenceConfig, *,
                  precision: str = "tf32", graph_shapes: tuple[Sequence[int], Sequence[int]] | None = None,
                  first_chunk_shapes: tuple[Sequence[int], Sequence[int]] | None = None,
-                 ragged: bool = False, kernels: str = "fused", layout: str = "ncl") -> None:  # fmt: skip
+                 ragged: bool = False, kernels: str = "fused", layout: str = "channels-last") -> None:  # fmt: skip
         """`graph_shapes` = (batch sizes, frame counts) selects the fast path; None the plain decode.
         `kernels` (fast path): "ops", or "fused" (`FastCodecDecoder`'s fused attention and `CodecGraphs`' one-kernel
         state write-back); `layout`: the vocoder's "ncl" or "channels-last" activations (`FastCodecDecoder`).

@@ -46,14 +46,14 @@ def test_full_size_random_model_runs_every_work_kind_in_bf16() -> None:
 
 
 @pytest.mark.parametrize(("codec_fill_frames", "codec_kernels", "codec_layout"),
-                         [(4, "fused", "ncl"), (0, "ops", "ncl"), (4, "ops", "ncl"), (0, "fused", "ncl"),
-                          (4, "fused", "channels-last")],
-                         ids=["defaults", "plain", "early-rows-only", "fused-codec-kernels-only", "channels-last"])
+                         [(4, "fused", "channels-last"), (0, "ops", "ncl"), (4, "ops", "ncl"), (0, "fused", "ncl"),
+                          (4, "fused", "ncl")],
+                         ids=["defaults", "plain", "early-rows-only", "fused-codec-kernels-only", "ncl"])
 def test_codec_lanes_on_cuda_give_each_request_what_it_gets_alone(codec_fill_frames: int, codec_kernels: str,
                                                                   codec_layout: str) -> None:
     """The fast codec on its two runners: newcomers' first chunks replay on the generation stream while the codec
     stream replays other streams' chunks, both over one state pool; neither may touch the other's rows. With and
-    without early codec rows and the fused codec kernels (both on by default)."""
+    without early codec rows, the fused codec kernels and the channels-last vocoder (all on by default)."""
     model = load_model("tiny", device="cuda")
     loop = make_loop(model, fast=FastPath(codec=True), codec_fill_frames=codec_fill_frames,
                      codec_kernels=codec_kernels, codec_layout=codec_layout)

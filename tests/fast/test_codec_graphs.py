@@ -186,6 +186,8 @@ def test_the_fused_codec_kernels_setting_gives_the_codec_runners_the_one_kernel_
 
     assert parse_args(["--model", "tiny", "--socket", "@x"]).codec_kernels == "fused"
     assert parse_args(["--model", "tiny", "--socket", "@x", "--codec-kernels", "ops"]).codec_kernels == "ops"
+    assert parse_args(["--model", "tiny", "--socket", "@x"]).codec_layout == "channels-last"
+    assert parse_args(["--model", "tiny", "--socket", "@x", "--codec-layout", "ncl"]).codec_layout == "ncl"
     decoder = random_codec(codec_preset("tiny"), seed=5)
     pool = CodecStatePool(decoder.config, 2 + RESERVED_SLOTS, "cpu", decoder.dtype)
     graphs = CodecGraphs(FastCodecDecoder(decoder, "fp32"), pool, [1, 2], [1], state_kernel=True)
