@@ -48,8 +48,12 @@ BATCHES = (1, 8, 32, 64)
 FRAMES = (1, 2, 4, 8, 12)
 HISTORY_FRAMES = 72  # every timed stream has decoded at least this many frames (the window is full)
 RAMP = (1, 2, 4, 8, 12)
-# bf16 and fp32 from the issue; TF32 (not specified there) at twice TF32's own error against fp32 (2.6e-3).
+# Fast vs plain, relative L2: fp32 from issue 10; TF32 (not specified there) at twice TF32's own error against fp32
+# (2.6e-3). bf16 is judged by issue 13's rule instead (`MAX_ERROR_RATIO`): the fast pre-transformer's fused norms
+# and folded layer scales round where its kernels round, not where the plain ops do, so in bf16 the two paths are
+# two equally good approximations of fp32 (~5e-2 each) rather than one rounding sequence (3.7e-2 apart).
 TOLERANCE = {"bf16": 1e-2, "tf32": 5e-3, "fp32": 1e-5}
+MAX_ERROR_RATIO = 1.1  # a bf16 fast path's error against fp32 may be at most this times the plain bf16 path's
 SEED = 1234
 DEVICE = "cuda"  # "cpu" only for `--dry-run` (tiny config, checks without graphs or timings)
 
@@ -187,6 +191,13 @@ def _pool_with_history(
     return pool, slots
 
 
+def _ratio(error: float, plain_error: float) -> float:
+    """A fast path's error over the plain path's (both against fp32); equal errors of 0 (e.g. TF32 on a CPU): 1."""
+    if plain_error > 0:
+        return error / plain_error
+    return 1.0 if error == 0 else float("inf")
+
+
 def check_twins(
     decoders: dict[str, CodecDecoder], precisions: tuple[str, ...] = ("fp32", "tf32", "bf16")
 ) -> dict[str, Any]:
@@ -217,6 +228,7 @@ def check_twins(
             if plain_pool.tensors[n].abs().sum() > 0
         )
         waves[precision] = fast
+        waves[f"fused_attention_{precision}"], waves[f"channels_last_{precision}"] = fused, cl
         result[precision] = {
             "fast_vs_plain": relative_l2(fast, plain),
             "state_fast_vs_plain": state_error,
@@ -231,8 +243,13 @@ def check_twins(
         }
         waves[f"plain_{precision}"] = plain
     for precision in [p for p in precisions if p != "fp32" and "fp32" in precisions]:
-        result[precision]["fast_vs_fp32"] = relative_l2(waves[precision], waves["plain_fp32"])
-        result[precision]["plain_vs_fp32"] = relative_l2(waves[f"plain_{precision}"], waves["plain_fp32"])
+        reference = waves["plain_fp32"]
+        plain_error = relative_l2(waves[f"plain_{precision}"], reference)
+        result[precision]["plain_vs_fp32"] = plain_error
+        for variant, wave in (("fast", waves[precision]), ("fused_attention", waves[f"fused_attention_{precision}"]),
+                              ("channels_last", waves[f"channels_last_{precision}"])):  # fmt: skip
+            result[precision][f"{variant}_vs_fp32"] = error = relative_l2(wave, reference)
+            result[precision][f"{variant}_error_ratio"] = _ratio(error, plain_error)
     return result
 
 
@@ -249,6 +266,10 @@ def check_graphs(
     while done < frames:
         schedule.append(min(RAMP[min(len(schedule), len(RAMP) - 1)], frames - done))
         done += schedule[-1]
+    exact = None  # the fp32 plain decoder's full decode: bf16 streams are judged against it (MAX_ERROR_RATIO)
+    if "fp32" in decoders and any(p == "bf16" for p in precisions):
+        with precision_flags("fp32"):
+            exact = decoders["fp32"].decode(codes)
     for precision, channels_last in [(p, cl) for p in precisions for cl in (False, True)]:
         decoder = decoders[precision]
         key = f"{precision}_channels_last" if channels_last else precision
@@ -275,6 +296,8 @@ def check_graphs(
             full = decoder.decode(codes)
         result[f"{key}_incremental_vs_full"] = relative_l2(streamed, whole)
         result[f"{key}_incremental_vs_plain_full"] = relative_l2(streamed, full)
+        if precision == "bf16" and exact is not None:
+            result[f"{key}_incremental_error_ratio"] = _ratio(relative_l2(streamed, exact), relative_l2(full, exact))
         result[f"{key}_replays"] = graphs.replays
     return result
 
@@ -473,14 +496,23 @@ def _run_sections(
     decoders = build_decoders(config)
     precisions = ("fp32",) if dry else ("fp32", "tf32", "bf16")
     twins = section("twins", lambda: check_twins(decoders, precisions)) or {}
-    failures += [f"twins.{p}" for p, r in twins.items() if r["fast_vs_plain"] > TOLERANCE[p]]
-    failures += [f"twins.{p}_fused_attention" for p, r in twins.items() if r["fused_attention_vs_plain"] > TOLERANCE[p]]
-    failures += [f"twins.{p}_channels_last" for p, r in twins.items() if r["channels_last_vs_plain"] > TOLERANCE[p]]
+    for precision, r in twins.items():
+        for variant, name in (("fast", precision), ("fused_attention", f"{precision}_fused_attention"),
+                              ("channels_last", f"{precision}_channels_last")):  # fmt: skip
+            if precision == "bf16":
+                failed = r.get(f"{variant}_error_ratio", float("inf")) > MAX_ERROR_RATIO
+            else:
+                failed = r[f"{variant}_vs_plain"] > TOLERANCE[precision]
+            if failed:
+                failures.append(f"twins.{name}")
     graph_precisions = ("fp32",) if dry else ("fp32", "bf16")
     graphs = section("graphs", lambda: check_graphs(decoders, graph_precisions)) or {}
     for precision in graph_precisions if graphs else ():
         for key in (precision, f"{precision}_channels_last"):
-            if graphs[f"{key}_incremental_vs_full"] > TOLERANCE[precision]:
+            if precision == "bf16":
+                if graphs.get(f"{key}_incremental_error_ratio", float("inf")) > MAX_ERROR_RATIO:
+                    failures.append(f"graphs.{key}_incremental_error_ratio")
+            elif graphs[f"{key}_incremental_vs_full"] > TOLERANCE[precision]:
                 failures.append(f"graphs.{key}_incremental_vs_full")
             if not graphs[f"{key}_replay_equals_eager"]:
                 failures.append(f"graphs.{key}_replay_equals_eager")
