@@ -30,7 +30,9 @@ or in [B, L, C] memory with the conv weights stored once as NHWC, so cuDNN reads
     channels-last:  memory [B, history + L, C], seen as [B, C, 1, history + L] channels_last
                                                 --F.conv2d (1 x k, dilation (1, d))-->  memory [B, L, C]
 
-The state pool keeps its NCL layout in both (histories are copied across at each step's edges: a few samples).
+In channels-last the first (widest) block's transposed conv runs as one product and an overlap-add
+(`_transposed_by_product`: its [B, L, C_in] input is already the product's row-major operand). The state pool
+keeps its NCL layout in both (histories are copied across at each step's edges: a few samples).
 Precision is a setting: "bf16" (bf16 weights and activations, the default, as the official examples run the
 codec), "tf32" (fp32 weights, TF32 matmuls and convs), "fp32" (fp32, TF32 off). `precision_flags` applies the
 TF32 switches around every call and around graph capture, and restores them after.
