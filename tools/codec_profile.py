@@ -30,7 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 from engine.codec.config import codec_preset
 from engine.codec.stream import CodecStatePool, decode_incremental
 from engine.codec.weights import random_codec
-from engine.fast.codec_fast import FastCodecDecoder, precision_flags
+from engine.fast.codec_fast import FastCodecDecoder, precision_flags, transposed_by_product
 from engine.fast.codec_graphs import RESERVED_SLOTS, CodecGraphs
 from engine.fast.measure import cuda_median_ms, relative_l2
 from engine.settings import CODEC_KERNELS, CODEC_LAYOUTS, EngineSettings
@@ -109,17 +109,6 @@ def kernel_table(fn: Callable[[], object], replays: int) -> tuple[int, list[dict
     return round(count / replays), rows
 
 
-def _transposed_as_product(x_rows: torch.Tensor, w_rows: torch.Tensor, stride: int) -> torch.Tensor:
-    """A k = 2r, stride r transposed conv as one product and an overlap-add, channels-last: x_rows [B, L, C_in],
-    w_rows [C_in, 2r * C_out] (tap-major) -> [B, (L + 1) * r, C_out] (the last r rows: the tail)."""
-    batch, length, _ = x_rows.shape
-    taps = torch.matmul(x_rows, w_rows).view(batch, length, 2, stride, -1)  # [B, L, 2, r, C_out]
-    out = x_rows.new_zeros(batch, length + 1, stride, taps.shape[-1])
-    out[:, :length] = taps[:, :, 0]
-    out[:, 1:] += taps[:, :, 1]
-    return out.view(batch, (length + 1) * stride, -1)
-
-
 def conv_table(fast: FastCodecDecoder, batch: int, frames: int) -> list[dict[str, Any]]:
     """Each decoder block at this shape: its transposed conv in NCL, channels-last (cuDNN) and as a product plus
     an overlap-add; its first residual unit's k7 conv in NCL against channels-last (NHWC, input already in that
@@ -131,15 +120,15 @@ def conv_table(fast: FastCodecDecoder, batch: int, frames: int) -> list[dict[str
         up = block.up_weight if block.up_weight.dim() == 3 else block.up_weight.squeeze(2).contiguous()
         c_in, c_out, taps = up.shape
         xt = torch.randn(batch, c_in, length, generator=gen, device=DEVICE).to(fast.dtype)
-        xt_rows = xt.transpose(1, 2).contiguous()  # [B, L, C_in]
+        xt_cl = xt.transpose(1, 2).contiguous().transpose(1, 2)  # [B, C_in, L] in [B, L, C_in] memory
         up4 = up.unsqueeze(2).contiguous(memory_format=torch.channels_last)
         xt4 = xt.unsqueeze(2).contiguous(memory_format=torch.channels_last)
         up_rows = up.permute(0, 2, 1).reshape(c_in, taps * c_out).contiguous()  # [C_in, k * C_out], tap-major
         with precision_flags(fast.precision):
             up_ncl = _median_ms(partial(F.conv_transpose1d, xt, up, None, stride=block.stride), 20)
             up_nhwc = _median_ms(partial(F.conv_transpose2d, xt4, up4, None, stride=(1, block.stride)), 20)
-            up_gemm = _median_ms(partial(_transposed_as_product, xt_rows, up_rows, block.stride), 20)
-            up_err = relative_l2(_transposed_as_product(xt_rows, up_rows, block.stride).transpose(1, 2),
+            up_gemm = _median_ms(partial(transposed_by_product, xt_cl, up_rows, block.stride), 20)
+            up_err = relative_l2(transposed_by_product(xt_cl, up_rows, block.stride),
                                  F.conv_transpose1d(xt, up, None, stride=block.stride))  # fmt: skip
         length *= block.stride
         unit = block.units[0]
@@ -206,7 +195,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cost_grid(
-    precision: str, batches: list[int], frames: list[int], kernels: str = "fused", layout: str = "ncl"
+    precision: str,
+    batches: list[int],
+    frames: list[int],
+    kernels: str = DEFAULTS.codec_kernels,
+    layout: str = DEFAULTS.codec_layout,
 ) -> dict[str, Any]:
     """Replay medians over a (batch x frames) grid, as a `codec_chunk` entry of engine/scheduling/costs/*.json."""
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32

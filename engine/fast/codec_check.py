@@ -191,6 +191,15 @@ def _pool_with_history(
     return pool, slots
 
 
+def _state_error(pool: CodecStatePool, plain_pool: CodecStatePool) -> float:
+    """The largest relative L2 of a pool's state tensors from the plain decoder's (all-zero tensors skipped)."""
+    return max(
+        relative_l2(pool.tensors[n], plain_pool.tensors[n])
+        for n in plain_pool.tensors
+        if plain_pool.tensors[n].abs().sum() > 0
+    )
+
+
 def _ratio(error: float, plain_error: float) -> float:
     """A fast path's error over the plain path's (both against fp32); equal errors of 0 (e.g. TF32 on a CPU): 1."""
     if plain_error > 0:
@@ -222,11 +231,7 @@ def check_twins(
         )  # `--codec-kernels fused`'s pre-transformer attention
         channels_last = FastCodecDecoder(decoder, precision, fused_attention=True, channels_last=True)
         cl = channels_last.decode_incremental(cl_pool, slots, codes, check_code_values=False)  # `--codec-layout`
-        state_error = max(
-            relative_l2(fast_pool.tensors[n], plain_pool.tensors[n])
-            for n in plain_pool.tensors
-            if plain_pool.tensors[n].abs().sum() > 0
-        )
+        state_error = _state_error(fast_pool, plain_pool)
         waves[precision] = fast
         waves[f"fused_attention_{precision}"], waves[f"channels_last_{precision}"] = fused, cl
         result[precision] = {
@@ -234,11 +239,7 @@ def check_twins(
             "state_fast_vs_plain": state_error,
             "fused_attention_vs_plain": relative_l2(fused, plain),
             "channels_last_vs_plain": relative_l2(cl, plain),
-            "state_channels_last_vs_plain": max(
-                relative_l2(cl_pool.tensors[n], plain_pool.tensors[n])
-                for n in plain_pool.tensors
-                if plain_pool.tensors[n].abs().sum() > 0
-            ),
+            "state_channels_last_vs_plain": _state_error(cl_pool, plain_pool),
             "plain_wav_std": float(plain.float().std()),
         }
         waves[f"plain_{precision}"] = plain

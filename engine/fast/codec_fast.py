@@ -31,7 +31,7 @@ or in [B, L, C] memory with the conv weights stored once as NHWC, so cuDNN reads
                                                 --F.conv2d (1 x k, dilation (1, d))-->  memory [B, L, C]
 
 In channels-last the first (widest) block's transposed conv runs as one product and an overlap-add
-(`_transposed_by_product`: its [B, L, C_in] input is already the product's row-major operand). The state pool
+(`transposed_by_product`: its [B, L, C_in] input is already the product's row-major operand). The state pool
 keeps its NCL layout in both (histories are copied across at each step's edges: a few samples).
 Precision is a setting: "bf16" (bf16 weights and activations, the default, as the official examples run the
 codec), "tf32" (fp32 weights, TF32 matmuls and convs), "fp32" (fp32, TF32 off). `precision_flags` applies the
@@ -185,7 +185,7 @@ class _Block:
     @classmethod
     def of(cls, block: DecoderBlock, layout: _Layout, by_product: bool = False) -> _Block:
         """`by_product` (channels-last, k = 2r): the transposed conv as one product and an overlap-add
-        (`_transposed_by_product`). On the H200 in TF32 that beats cuDNN's transposed conv for the first, widest
+        (`transposed_by_product`). On the H200 in TF32 that beats cuDNN's transposed conv for the first, widest
         block (1536 -> 768 channels, k 16, a 75 MB fp32 weight: 92 against 300 us at 16 streams x 4 frames) and
         loses for the others (docs/benchmarks.md, thirteenth session)."""
         up: CausalTransposedConv1d = block.block[1]
@@ -354,7 +354,7 @@ class FastCodecDecoder:
         if valid is not None:  # padding adds nothing to the tail the next call overlaps
             x = zero_padding(x, valid) if layout is _Ncl else _zero_padding_into(layout.empty(*x.shape, x), x, valid)
         if block.up_rows is not None:
-            raw = _transposed_by_product(x, block.up_rows, block.stride)  # [B, C, L*r + overlap]
+            raw = transposed_by_product(x, block.up_rows, block.stride)  # [B, C, L*r + overlap]
         else:
             raw = layout.conv_transpose(x, block.up_weight, block.stride)
         emitted = x.shape[-1] * block.stride
@@ -428,7 +428,7 @@ class FastCodecDecoder:
                                   check_code_values=check_code_values, frames=frames)
 
 
-def _transposed_by_product(x: Tensor, rows: Tensor, stride: int) -> Tensor:
+def transposed_by_product(x: Tensor, rows: Tensor, stride: int) -> Tensor:
     """A k = 2r, stride-r transposed conv, bias-free, channels-last: x [B, C_in, L] in [B, L, C_in] memory, rows
     [C_in, 2r * C_out] -> [B, C_out, (L + 1) * r] in [B, (L + 1) * r, C_out] memory (the last r samples: the tail
     the next call overlaps). Input t's taps 0..r-1 land on samples t*r.., taps r..2r-1 on (t+1)*r.."""
