@@ -264,8 +264,9 @@ def main(argv: list[str] | None = None) -> int:
         "--grid",
         default=None,
         metavar="PRECISION",
-        help="only time the cost-table grid (B 1,8,32,64 x N 1,2,4,8,12) in this precision",
+        help="only time the cost-table grid (B 1,8,32,64 x N --grid-frames) in this precision",
     )
+    parser.add_argument("--grid-frames", default="1,2,4,8,12,25", help="the grid's frames per row, comma-separated")
     args = parser.parse_args(argv)
     global DEVICE
     DEVICE = "cpu" if args.dry_run else "cuda"
@@ -273,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         print("codec_profile needs a CUDA GPU", file=sys.stderr)
         return 2
     if args.grid:
-        entry = cost_grid(args.grid, [1, 8, 32, 64] if not args.dry_run else [1, 2], [1, 2, 4, 8, 12],
+        frames = [int(n) for n in args.grid_frames.split(",")]
+        entry = cost_grid(args.grid, [1, 8, 32, 64] if not args.dry_run else [1, 2], frames,
                           args.kernels[0], args.layouts[0])  # fmt: skip
         print(json.dumps({"codec_chunk": entry, "precision": args.grid}))
         return 0
