@@ -126,3 +126,31 @@ def test_codec_kernels_match_their_twins_in_the_triton_interpreter():
     for name in ("fp32", "bf16"):
         assert result[name]["snake_sum_equal"] and result[name]["codebook_equal"], result[name]
         assert result[name]["snake_cl_sum_equal"] and result[name]["snake_cl_history_untouched"], result[name]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_hardware_bf16_rounding_equals_the_integer_rounding_bitwise_on_cuda():
+    """SnakeBeta rounds by the GPU's own conversion; it must give what the interpreter-checked integer form gives,
+    at every magnitude, at halfway ties, for subnormals and infinities."""
+    import triton
+    import triton.language as tl
+
+    from engine.fast.kernels.snake import round_hw
+
+    @triton.jit
+    def both(x_ptr, hw_ptr, integer_ptr, n, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + i, mask=i < n)
+        tl.store(hw_ptr + i, round_hw(v, tl.bfloat16, True), mask=i < n)
+        tl.store(integer_ptr + i, round_hw(v, tl.bfloat16, False), mask=i < n)
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    bits = torch.randint(-(2**31), 2**31 - 1, (1 << 22,), device="cuda", dtype=torch.int64, generator=gen)
+    x = bits.to(torch.int32).view(torch.float32)
+    ties = (torch.randn(1 << 16, device="cuda", generator=gen).view(torch.int32) & ~0xFFFF | 0x8000).view(torch.float32)
+    x = torch.cat([x[torch.isfinite(x)], ties, torch.tensor([0.0, -0.0, float("inf"), -float("inf")], device="cuda")])
+    hw, integer = torch.empty_like(x), torch.empty_like(x)
+    both[(triton.cdiv(x.numel(), 1024),)](x, hw, integer, x.numel(), BLOCK=1024)
+    assert torch.equal(hw.view(torch.int32), integer.view(torch.int32))
+    assert torch.equal(hw, x.to(torch.bfloat16).float())

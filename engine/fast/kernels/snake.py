@@ -49,12 +49,23 @@ if HAVE_TRITON:
             return v.to(DTYPE).to(tl.float32)
 
     @triton.jit
+    def round_hw(v, DTYPE: tl.constexpr, HW: tl.constexpr):
+        # `round_to` by the hardware's own conversion (one cvt.rn instruction each way, RNE as `round_to`) where
+        # HW: the integer form costs ~6 instructions, and SnakeBeta rounds 7 times per element, enough to make
+        # the bf16 kernel compute-bound (slower than the fp32 one on the H200). The interpreter keeps the integer
+        # form (its casts round differently); tests/fast/test_codec_kernels.py checks both agree bitwise on CUDA.
+        if HW:
+            return v.to(DTYPE).to(tl.float32)
+        else:
+            return round_to(v, DTYPE)
+
+    @triton.jit
     def _snake_kernel(
         x_ptr, head_ptr, bias_ptr, res_ptr, sum_ptr, out_ptr, alpha_ptr, inv_beta_ptr,
         channels, length, head_len,
         sx_b, sx_c, sh_b, sh_c, sr_b, sr_c, ss_b, ss_c, so_b, so_c,
         HAS_HEAD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, WRITE_SUM: tl.constexpr,
-        PRECISE_SIN: tl.constexpr, DTYPE: tl.constexpr, BLOCK: tl.constexpr,
+        PRECISE_SIN: tl.constexpr, HW_ROUND: tl.constexpr, DTYPE: tl.constexpr, BLOCK: tl.constexpr,
     ):  # fmt: skip
         row = tl.program_id(0)  # one (batch, channel) row per program: the params are scalars
         b = row // channels
@@ -65,23 +76,22 @@ if HAVE_TRITON:
         if HAS_HEAD:
             in_head = mask & (t < head_len)
             h = tl.load(head_ptr + b * sh_b + c * sh_c + t, mask=in_head, other=0.0).to(tl.float32)
-            v = tl.where(in_head, round_to(v + h, DTYPE), v)
+            v = tl.where(in_head, round_hw(v + h, DTYPE, HW_ROUND), v)
         if HAS_BIAS:
-            v = round_to(v + tl.load(bias_ptr + c).to(tl.float32), DTYPE)
+            v = round_hw(v + tl.load(bias_ptr + c).to(tl.float32), DTYPE, HW_ROUND)
         if HAS_RES:
-            v = round_to(
-                v + tl.load(res_ptr + b * sr_b + c * sr_c + t, mask=mask, other=0.0).to(tl.float32), DTYPE
-            )
+            r = tl.load(res_ptr + b * sr_b + c * sr_c + t, mask=mask, other=0.0).to(tl.float32)
+            v = round_hw(v + r, DTYPE, HW_ROUND)
         if WRITE_SUM:
             tl.store(sum_ptr + b * ss_b + c * ss_c + t, v.to(DTYPE), mask=mask)
         alpha = tl.load(alpha_ptr + c).to(tl.float32)
         inv_beta = tl.load(inv_beta_ptr + c).to(tl.float32)
-        scaled = round_to(v * alpha, DTYPE)
+        scaled = round_hw(v * alpha, DTYPE, HW_ROUND)
         if PRECISE_SIN:  # noqa: SIM108 (libdevice sinf, as torch.sin; the interpreter has no libdevice)
-            s = round_to(libdevice.sin(scaled), DTYPE)
+            s = round_hw(libdevice.sin(scaled), DTYPE, HW_ROUND)
         else:
-            s = round_to(tl.sin(scaled), DTYPE)
-        y = round_to(v + round_to(inv_beta * round_to(s * s, DTYPE), DTYPE), DTYPE)
+            s = round_hw(tl.sin(scaled), DTYPE, HW_ROUND)
+        y = round_hw(v + round_hw(inv_beta * round_hw(s * s, DTYPE, HW_ROUND), DTYPE, HW_ROUND), DTYPE, HW_ROUND)
         tl.store(out_ptr + b * so_b + c * so_c + t, y.to(DTYPE), mask=mask)
 
     @triton.jit
@@ -90,7 +100,8 @@ if HAVE_TRITON:
         channels, length, head_len,
         sx_b, sx_c, sx_t, sh_b, sh_c, sh_t, sr_b, sr_c, sr_t, ss_b, ss_c, ss_t, so_b, so_c, so_t,
         HAS_HEAD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, WRITE_SUM: tl.constexpr,
-        PRECISE_SIN: tl.constexpr, DTYPE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr,
+        PRECISE_SIN: tl.constexpr, HW_ROUND: tl.constexpr, DTYPE: tl.constexpr,
+        BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr,
     ):  # fmt: skip
         # One [BLOCK_T, BLOCK_C] tile of batch row b; the same steps and roundings as `_snake_kernel`.
         b = tl.program_id(2)
@@ -102,22 +113,22 @@ if HAVE_TRITON:
         if HAS_HEAD:
             in_head = mask & (t < head_len)
             h = tl.load(head_ptr + b * sh_b + c * sh_c + t * sh_t, mask=in_head, other=0.0).to(tl.float32)
-            v = tl.where(in_head, round_to(v + h, DTYPE), v)
+            v = tl.where(in_head, round_hw(v + h, DTYPE, HW_ROUND), v)
         if HAS_BIAS:
-            v = round_to(v + tl.load(bias_ptr + c, mask=in_c, other=0.0).to(tl.float32), DTYPE)
+            v = round_hw(v + tl.load(bias_ptr + c, mask=in_c, other=0.0).to(tl.float32), DTYPE, HW_ROUND)
         if HAS_RES:
             r = tl.load(res_ptr + b * sr_b + c * sr_c + t * sr_t, mask=mask, other=0.0).to(tl.float32)
-            v = round_to(v + r, DTYPE)
+            v = round_hw(v + r, DTYPE, HW_ROUND)
         if WRITE_SUM:
             tl.store(sum_ptr + b * ss_b + c * ss_c + t * ss_t, v.to(DTYPE), mask=mask)
         alpha = tl.load(alpha_ptr + c, mask=in_c, other=0.0).to(tl.float32)
         inv_beta = tl.load(inv_beta_ptr + c, mask=in_c, other=0.0).to(tl.float32)
-        scaled = round_to(v * alpha, DTYPE)
+        scaled = round_hw(v * alpha, DTYPE, HW_ROUND)
         if PRECISE_SIN:  # noqa: SIM108
-            s = round_to(libdevice.sin(scaled), DTYPE)
+            s = round_hw(libdevice.sin(scaled), DTYPE, HW_ROUND)
         else:
-            s = round_to(tl.sin(scaled), DTYPE)
-        y = round_to(v + round_to(inv_beta * round_to(s * s, DTYPE), DTYPE), DTYPE)
+            s = round_hw(tl.sin(scaled), DTYPE, HW_ROUND)
+        y = round_hw(v + round_hw(inv_beta * round_hw(s * s, DTYPE, HW_ROUND), DTYPE, HW_ROUND), DTYPE, HW_ROUND)
         tl.store(out_ptr + b * so_b + c * so_c + t * so_t, y.to(DTYPE), mask=mask)
 
     TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
@@ -195,8 +206,8 @@ def snake(
         x.stride(0), x.stride(1), head_t.stride(0), head_t.stride(1), res_t.stride(0), res_t.stride(1),
         sum_t.stride(0), sum_t.stride(1), out.stride(0), out.stride(1),
         HAS_HEAD=head is not None, HAS_BIAS=bias is not None, HAS_RES=residual is not None,
-        WRITE_SUM=sum_out is not None, PRECISE_SIN=not INTERPRET, DTYPE=TRITON_DTYPES[x.dtype],
-        BLOCK=block, num_warps=4 if block >= 512 else 2,
+        WRITE_SUM=sum_out is not None, PRECISE_SIN=not INTERPRET, HW_ROUND=not INTERPRET,
+        DTYPE=TRITON_DTYPES[x.dtype], BLOCK=block, num_warps=4 if block >= 512 else 2,
     )  # fmt: skip
     return out
 
@@ -219,8 +230,8 @@ def _snake_tiles(
         x, head_t, bias if bias is not None else alpha, res_t, sum_t, out, alpha, inv_beta,
         channels, length, head.shape[-1] if head is not None else 0, *strides,
         HAS_HEAD=head is not None, HAS_BIAS=bias is not None, HAS_RES=has_res, WRITE_SUM=write_sum,
-        PRECISE_SIN=not INTERPRET, DTYPE=TRITON_DTYPES[x.dtype], BLOCK_T=block_t, BLOCK_C=block_c,
-        num_warps=4,
+        PRECISE_SIN=not INTERPRET, HW_ROUND=not INTERPRET, DTYPE=TRITON_DTYPES[x.dtype], BLOCK_T=block_t,
+        BLOCK_C=block_c, num_warps=4,
     )  # fmt: skip
 
 
