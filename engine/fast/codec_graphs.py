@@ -29,6 +29,9 @@ share one workspace, and two of them replaying at once on different streams run 
 scratch memory (pytorch/pytorch#193402 describes the sharing): wrong results, or GEMMs whose cross-block
 reductions wait on counters the other kernel overwrote.
 
+Conv algorithms: each capture's eager warm-ups run with cuDNN's benchmark mode on (`_cudnn_benchmark`), so every
+conv shape gets the algorithm that timed fastest, and the graph bakes that choice in.
+
 Integration: build the pool with `RESERVED_SLOTS` more slots than streams, create `CodecGraphs` before the
 first request allocates (it takes its scratch row with `CodecStatePool.reserve`, so afterwards the pool's
 `slots` and `free_slots` count streams only), call `capture()` once before the engine reports ready, then call
@@ -38,7 +41,8 @@ first request allocates (it takes its scratch row with `CodecStatePool.reserve`,
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -74,6 +78,21 @@ class Piece:
     @property
     def frames(self) -> int:
         return self.frame_stop - self.frame_start
+
+
+@contextmanager
+def _cudnn_benchmark() -> Iterator[None]:
+    """cuDNN picks each conv's algorithm by timing the candidates (the first time it meets a shape), not by its
+    heuristics: on the H200 the heuristics chose bf16 channels-last kernels 30-100x slower than the best for
+    half of the engine's shapes (B x N >= 25 frames: a server with a bf16 codec refused 72 % at 40 RPS), and
+    tf32 ones ~9 % slower (docs/benchmarks.md, fourteenth session). The choice is cached per shape, so the
+    graphs captured after the warm-ups replay the timed algorithms; the switch is put back after each capture."""
+    before = torch.backends.cudnn.benchmark
+    torch.backends.cudnn.benchmark = True
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.benchmark = before
 
 
 def _sizes(values: Iterable[int], what: str) -> tuple[int, ...]:
@@ -141,13 +160,13 @@ class _Step:
         self.index.fill_(self.scratch)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
+        with _cudnn_benchmark(), torch.cuda.stream(side):
             for _ in range(warmups):
                 self._body()
         torch.cuda.current_stream().wait_stream(side)
         self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=memory_pool, stream=capture_stream):
-            self.wav = self._body()
+        with _cudnn_benchmark(), torch.cuda.graph(self.graph, pool=memory_pool, stream=capture_stream):
+            self.wav = self._body()  # every conv shape was timed in the warm-ups: the cached choice is captured
         self.scatter.capture_done()
 
     def run(self) -> Tensor:
