@@ -84,11 +84,12 @@ def build(settings: EngineSettings) -> EngineLoop:
         torch.set_num_threads(settings.threads or 1)
     started = time.perf_counter()
     fast = settings.fast_path_for(device_kind=device.type, have_triton=HAVE_TRITON)
+    codec_precision = settings.codec_precision_for(device.type)
     if fast.any and device.type == "cuda" and not HAVE_TRITON:
         log.warning("--fast-path on without Triton: graphs replay the kernels' PyTorch twins (slow)")
     model = load_model(settings.model, device=device, dtype=dtype, load_format=settings.load_format,
                        download=settings.download, seed=settings.seed,
-                       codec_dtype=codec_dtype(settings.codec_precision), voice_models=True)
+                       codec_dtype=codec_dtype(codec_precision), voice_models=True)
     config = model.config
     if config.model_type not in SERVED_MODEL_TYPES:
         raise SystemExit(f"error: {settings.model} is a {config.model_type} model; only CustomVoice, Base and "
@@ -98,7 +99,7 @@ def build(settings: EngineSettings) -> EngineLoop:
     store = VoiceStore(settings.voices_dir) if settings.voices_dir else None
     voices = VoiceBank(store, model_id=settings.model, hidden=config.talker.hidden_size, device=device, dtype=dtype)
     scheduler = Scheduler(settings.scheduler_config(random_weights=config.random_weights, device_kind=device.type),
-                          CostModel.load(settings.costs_path(fast)), settings.chunk_policy_object())
+                          CostModel.load(settings.costs_path(fast), codec_precision), settings.chunk_policy_object())
     if settings.generation_priority and device.type == "cuda":
         # The executors take the current stream as the generation stream: make it one the GPU's block scheduler
         # serves before the codec stream (default priority) whenever both have blocks waiting for SMs.
@@ -107,7 +108,7 @@ def build(settings: EngineSettings) -> EngineLoop:
     executors = Executors(model, kv_slots=settings.kv_slots, streams=settings.streams,
                           max_context=settings.max_context, max_frames=settings.max_frames,
                           max_batch=settings.max_batch, silence=settings.silence_config(), fast=fast,
-                          shapes=settings.capture_shapes, codec_precision=settings.codec_precision,
+                          shapes=settings.capture_shapes, codec_precision=codec_precision,
                           codec_stream=settings.codec_stream, cp_kernels=settings.cp_kernels, cp_pdl=settings.cp_pdl,
                           precompile_workers=settings.resolved_precompile_workers, voices=voices,
                           ragged_codec=settings.ragged_codec, codec_kernels=settings.codec_kernels,
@@ -115,7 +116,7 @@ def build(settings: EngineSettings) -> EngineLoop:
     loaded = time.perf_counter()
     executors.capture()  # before the warm-up: capturing writes over slot 0's state
     captured = time.perf_counter()
-    log.info("fast path: %s (codec precision %s), captured in %.1f s", fast.describe(), settings.codec_precision,
+    log.info("fast path: %s (codec precision %s), captured in %.1f s", fast.describe(), codec_precision,
              captured - loaded)
     ready = Ready(model_id=settings.model, random_weights=config.random_weights,
                   sample_rate=config.codec.output_sample_rate, speakers=speakers(config.prompt_ids),

@@ -3,7 +3,8 @@
 The scheduler asks it how long a batch will take (slack, admission, step budget); the simulator uses
 it as the clock. Tables live in `engine/scheduling/costs/*.json` (format in `h200_plain.json`): per kind, the
 milliseconds at a few batch sizes, and for the codec also at a few new-frame counts, for the prefill
-at a few total token counts. Between points the cost is piecewise linear; beyond the last point it
+at a few total token counts; a table may hold the codec's costs in other precisions too (`codec_chunk_tf32`
+beside `codec_chunk`, the table's own), and the engine loads the row of the precision it decodes in. Between points the cost is piecewise linear; beyond the last point it
 extends the last segment (costs keep growing, never flatten), below the first it takes the first value.
 """
 
@@ -65,14 +66,16 @@ def _check_axis(name: str, xs: list[float], ms: list[float]) -> None:
 class CostModel:
     """Predicted milliseconds per work unit. Immutable once loaded (answers are memoized)."""
 
-    def __init__(self, table: dict) -> None:
+    def __init__(self, table: dict, codec_precision: str | None = None) -> None:
+        """`codec_precision`: take the codec's costs from `codec_chunk_<precision>` when the table has that row
+        (e.g. tf32 beside a bf16 `codec_chunk`), else from `codec_chunk`."""
         try:
             self.name: str = table.get("name", "unnamed")
             self.step_overhead_ms = float(table.get("step_overhead_ms", 0.0))
             self.decode = self._curve("talker_decode", table["talker_decode"], "batch")
             self.code_predict = self._curve("code_predict", table["code_predict"], "batch")
             self.prefill = self._curve("talker_prefill", table["talker_prefill"], "tokens")
-            codec = table["codec_chunk"]
+            codec = table.get(f"codec_chunk_{codec_precision}") or table["codec_chunk"]
             batches, frames, grid = codec["batch"], codec["frames"], codec["ms"]
         except KeyError as missing:
             raise ValueError(f"cost table lacks {missing}") from None
@@ -91,9 +94,9 @@ class CostModel:
         return Curve(tuple(xs), tuple(ms))
 
     @classmethod
-    def load(cls, path: str | Path = DEFAULT_COSTS) -> CostModel:
+    def load(cls, path: str | Path = DEFAULT_COSTS, codec_precision: str | None = None) -> CostModel:
         with open(path, encoding="utf-8") as f:
-            return cls(json.load(f))
+            return cls(json.load(f), codec_precision)
 
     def ms(self, kind: WorkKind, batch: int, frames: int = 1, tokens: int = 10) -> float:
         """One step of `kind` at `batch` rows (already padded); `frames` per codec row; `tokens` per prefill row."""

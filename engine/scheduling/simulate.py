@@ -305,6 +305,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rps", type=float, nargs="+", default=[5, 10, 20, 40, 80, 100])
     parser.add_argument("--duration", type=float, default=120.0, help="seconds of arrivals per RPS")
     parser.add_argument("--costs", type=Path, default=DEFAULT_COSTS, help="cost table JSON")
+    parser.add_argument("--codec-precision", default=None,
+                        help="the table's codec row of this precision (codec_chunk_<precision>), if it has one")
     parser.add_argument("--policy", choices=[p.value for p in Policy], default=Policy.DEADLINE.value)
     parser.add_argument("--chunks", choices=["slack", "adaptive", "ramp"], default="slack",
                         help="codec chunk policy: the scheduler's pace-aware one, or engine.codec.chunking's")
@@ -342,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.text == "words" and args.layout == "non_streaming":
         parser.error("the non-streaming layout needs the whole text (--text whole)")
 
-    costs = CostModel.load(args.costs)
+    costs = CostModel.load(args.costs, args.codec_precision)
     config = SchedulerConfig(policy=Policy(args.policy), max_step_ms=args.max_step_ms,
                              first_chunk_frames=args.first_chunk_frames, max_requests=args.max_requests,
                              max_codec_streams=args.max_requests, admission_control=not args.no_admission,

@@ -62,7 +62,7 @@ def make_loop(model: Qwen3TTS, *, kv_slots: int = 16, max_batch: int = 16, lengt
                           CostModel.load(s.costs_path(fast)), s.chunk_policy_object())
     executors = Executors(model, kv_slots=s.kv_slots, streams=s.streams, max_context=s.max_context,
                           max_frames=s.max_frames, max_batch=s.max_batch, silence=s.silence_config(), fast=fast,
-                          shapes=shapes or s.capture_shapes, codec_precision=s.codec_precision, voices=voices,
+                          shapes=shapes or s.capture_shapes, codec_precision=s.codec_precision_for("cpu"), voices=voices,
                           ragged_codec=s.ragged_codec, codec_kernels=s.codec_kernels,
                           codec_layout=s.codec_layout)
     executors.capture()

@@ -239,18 +239,19 @@ def test_only_the_fast_modules_check_their_top_k(tiny_model: Qwen3TTS, fast_mode
 
 def test_fast_path_setting_resolves_per_device() -> None:
     s = EngineSettings(model="tiny", socket="@x")
-    assert s.fast_path == "auto" and s.codec_precision == "tf32"
+    assert s.fast_path == "auto" and s.codec_precision == "auto"
+    assert s.codec_precision_for("cuda") == "bf16" and s.codec_precision_for("cpu") == "tf32"
     assert s.fast_path_for(device_kind="cpu", have_triton=True) == FastPath()  # CPU default unchanged
     assert s.fast_path_for(device_kind="cuda", have_triton=False) == FastPath()
     assert s.fast_path_for(device_kind="cuda", have_triton=True) == ALL_FAST
     assert s.costs_path(ALL_FAST).name == "h200_fast.json" and s.costs_path(FastPath()).name == "h200_plain.json"
     on = parse_args(["--model", "tiny", "--socket", "@x", "--fast-path", "on", "--codec-precision", "bf16"])
-    assert on.fast_path_for(device_kind="cpu", have_triton=False) == ALL_FAST and on.codec_precision == "bf16"
+    assert on.fast_path_for(device_kind="cpu", have_triton=False) == ALL_FAST and on.codec_precision_for("cpu") == "bf16"
     off = parse_args(["--model", "tiny", "--socket", "@x", "--fast-path", "off"])
     assert off.fast_path_for(device_kind="cuda", have_triton=True) == FastPath()
     with pytest.raises(ValueError, match="fast_path must be one of auto, on, off"):
         EngineSettings(model="tiny", socket="@x", fast_path="yes")
-    with pytest.raises(ValueError, match="codec_precision must be one of bf16, tf32, fp32"):
+    with pytest.raises(ValueError, match="codec_precision must be one of auto, bf16, tf32, fp32"):
         EngineSettings(model="tiny", socket="@x", codec_precision="fp16")
     # Codec graphs need a one-frame shape so any chunk splits into captured ones.
     assert EngineSettings(model="tiny", socket="@x", codec_chunk_sizes=(2, 4)).capture_shapes.codec_frames == (1, 2, 4)

@@ -48,3 +48,18 @@ def test_malformed_tables_are_refused(mutate, words):
     mutate(table)
     with pytest.raises(ValueError, match=words):
         CostModel(table)
+
+
+def test_the_codec_row_follows_the_precision_the_engine_decodes_in():
+    from engine.settings import FAST_COSTS
+
+    table = json.loads(FAST_COSTS.read_text(encoding="utf-8"))
+    bf16, tf32 = CostModel(table, "bf16"), CostModel(table, "tf32")
+    assert bf16.ms(WorkKind.CODEC_CHUNK, 8, 25) == pytest.approx(table["codec_chunk"]["ms"][1][-1] + bf16.step_overhead_ms)
+    assert tf32.ms(WorkKind.CODEC_CHUNK, 8, 25) == pytest.approx(
+        table["codec_chunk_tf32"]["ms"][1][-1] + tf32.step_overhead_ms
+    )
+    assert tf32.ms(WorkKind.CODEC_CHUNK, 32, 4) > bf16.ms(WorkKind.CODEC_CHUNK, 32, 4)  # H200: tf32 is slower
+    # No row of its own (fp32, or no precision given): the table's own codec_chunk.
+    assert CostModel(table, "fp32").ms(WorkKind.CODEC_CHUNK, 8, 25) == bf16.ms(WorkKind.CODEC_CHUNK, 8, 25)
+    assert CostModel(table).ms(WorkKind.CODEC_CHUNK, 8, 25) == bf16.ms(WorkKind.CODEC_CHUNK, 8, 25)
