@@ -2,7 +2,7 @@
 
 In Triton's CPU interpreter (a subprocess: the interpreter is chosen at import time): the kernel against its twin on
 random layers (grouped keys, rings with strides, masked ring entries, 1-9 new frames, ragged rows whose padding
-frames keep their ring entries' old keys), and incremental codec decodes
+frames keep their ring entries' old keys; 1, 2 and 4 queries per program: 4 from 5 frames up), and incremental codec decodes
 (whole and ragged calls) with the fused attention against the same decoder without it (fp32), or against an fp32
 decode of the same weights (bf16: no further from it than the plain bf16 path).
 """
@@ -41,8 +41,9 @@ for dtype in (torch.float32, torch.bfloat16):
         allowed = torch.cat([torch.rand(batch, n, ring) > 0.3, causal], -1).contiguous()
         keep = min(n, ring)
         slots = torch.stack([torch.randperm(ring)[:keep] for _ in range(batch)])  # distinct entries per row
-        for real in (None, torch.rand(batch, n) > 0.4) if keep == n else (None,):
-            ours = codec_attention(qkv, cos, sin, allowed, k_ring, v_ring, slots, real, heads, kv_heads)
+        reals = (None, torch.rand(batch, n) > 0.4) if keep == n else (None,)
+        for real, query_block in [(r, qb) for r in reals for qb in (None, 2)]:
+            ours = codec_attention(qkv, cos, sin, allowed, k_ring, v_ring, slots, real, heads, kv_heads, query_block)
             theirs = codec_attention_reference(qkv, cos, sin, allowed, k_ring, v_ring, slots, real, heads, kv_heads)
             result["kernel"].append({
                 "dtype": str(dtype), "out_max_diff": float((ours[0].double() - theirs[0].double()).abs().max()),
