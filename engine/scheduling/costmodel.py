@@ -3,9 +3,10 @@
 The scheduler asks it how long a batch will take (slack, admission, step budget); the simulator uses
 it as the clock. Tables live in `engine/scheduling/costs/*.json` (format in `h200_plain.json`): per kind, the
 milliseconds at a few batch sizes, and for the codec also at a few new-frame counts, for the prefill
-at a few total token counts; a table may hold the codec's costs in other precisions too (`codec_chunk_tf32`
-beside `codec_chunk`, the table's own), and the engine loads the row of the precision it decodes in. Between points the cost is piecewise linear; beyond the last point it
-extends the last segment (costs keep growing, never flatten), below the first it takes the first value.
+at a few total token counts. A table may hold the codec's costs in other precisions too (`codec_chunk_tf32`
+beside `codec_chunk`, the table's own); the engine loads the row of the precision it decodes in. Between
+points the cost is piecewise linear; beyond the last point it extends the last segment (costs keep growing,
+never flatten), below the first it takes the first value.
 """
 
 from __future__ import annotations
