@@ -39,7 +39,8 @@ FAST_COSTS = COSTS_DIR / "h200_fast.json"
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
-CODEC_KERNELS = ("ops", "fused")  # the fast codec's per-op kernels, or its fused ones (docs/engine.md)
+# The fast codec's per-op kernels, its fused ones, or those with each vocoder conv and its SnakeBeta in one kernel
+CODEC_KERNELS = ("ops", "fused", "fused-convs")  # (docs/engine.md)
 CODEC_LAYOUTS = ("ncl", "channels-last")  # the fast codec vocoder's activation memory (engine/fast/codec_fast.py)
 CHUNK_POLICIES = ("slack", "adaptive", "fixed")
 ADMISSION = ("auto", "on", "off")
@@ -177,6 +178,8 @@ class EngineSettings:
         _check_choice("cp_kernels", self.cp_kernels, ("layers", "fused"))
         _check_choice("codec_kernels", self.codec_kernels, CODEC_KERNELS)
         _check_choice("codec_layout", self.codec_layout, CODEC_LAYOUTS)
+        if self.codec_kernels == "fused-convs" and self.codec_layout != "channels-last":
+            raise ValueError("codec_kernels fused-convs needs codec_layout channels-last")
         if self.precompile_workers < -1:
             raise ValueError("precompile_workers must be >= 0, or -1 for one per core")
         SilenceConfig(threshold_dbfs=self.silence_threshold_dbfs, max_trim_ms=self.max_trim_ms)  # validates
@@ -381,7 +384,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--codec-kernels", choices=CODEC_KERNELS, default=d.codec_kernels,
                    help="fast codec: 'fused' (default) writes a step's new state back in one kernel and runs "
                         "each pre-transformer layer's RoPE, attention and ring update as one; 'ops' runs them "
-                        "as separate PyTorch ops (docs/engine.md)")
+                        "as separate PyTorch ops; 'fused-convs' (channels-last only) also runs decoder.0 and each "
+                        "residual unit's convs with the SnakeBeta after them as one Triton kernel each (not yet "
+                        "timed on a GPU; docs/engine.md)")
     p.add_argument("--codec-layout", choices=CODEC_LAYOUTS, default=d.codec_layout,
                    help="fast codec vocoder's activations: 'channels-last' (default: [B, L, C] memory, NHWC conv "
                         "weights, so cuDNN's tensor-core convs convert nothing; -12 to -18 %% a codec step on the "

@@ -183,8 +183,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         with precision_flags(precision):
             pool, slots = _pool(decoder, max(b for b, _ in shapes), 1)
         restore = _primed(pool)
-        fused = variant == "fused"  # as the engine's --codec-kernels
-        fast = FastCodecDecoder(decoder, precision, fused_attention=fused, channels_last=layout == "channels-last")
+        fused = variant != "ops"  # as the engine's --codec-kernels
+        fast = FastCodecDecoder(decoder, precision, fused_attention=fused, channels_last=layout == "channels-last",
+                                triton_convs=variant == "fused-convs")
         graphs = CodecGraphs(fast, pool, batch_sizes=sorted({1, *(b for b, _ in shapes)}),
                              frame_sizes=sorted({1, *(n for _, n in shapes)}), state_kernel=fused)  # fmt: skip
         for batch, frames in shapes:
@@ -221,8 +222,9 @@ def cost_grid(
     decoder = random_codec(
         codec_preset("tiny" if DEVICE == "cpu" else "full"), device=DEVICE, dtype=dtype, seed=SEED
     )
-    fused = kernels == "fused"
-    fast = FastCodecDecoder(decoder, precision, fused_attention=fused, channels_last=layout == "channels-last")
+    fused = kernels != "ops"
+    fast = FastCodecDecoder(decoder, precision, fused_attention=fused, channels_last=layout == "channels-last",
+                            triton_convs=kernels == "fused-convs")
     with precision_flags(precision):
         pool, slots = _pool(decoder, max(batches), 1)
     restore = _primed(pool)

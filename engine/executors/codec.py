@@ -73,8 +73,8 @@ class CodecExecutor:
                  first_chunk_shapes: tuple[Sequence[int], Sequence[int]] | None = None,
                  ragged: bool = False, kernels: str = "fused", layout: str = "channels-last") -> None:  # fmt: skip
         """`graph_shapes` = (batch sizes, frame counts) selects the fast path; None the plain decode.
-        `kernels` (fast path): "ops", or "fused" (`FastCodecDecoder`'s fused attention and `CodecGraphs`' one-kernel
-        state write-back); `layout`: the vocoder's "ncl" or "channels-last" activations (`FastCodecDecoder`).
+        `kernels` (fast path): "ops", "fused" (`FastCodecDecoder`'s fused attention and `CodecGraphs`' one-kernel
+        state write-back), or "fused-convs" (also its `triton_convs`); `layout`: the vocoder's "ncl" or "channels-last" activations (`FastCodecDecoder`).
         `first_chunk_shapes` (fast path only): the shapes of the first-chunk runner `launch(first_chunks=True)`
         replays; None: first chunks replay the main runner. `ragged`: `launch` takes a frame count per row (the
         fast path's steps are then built for it)."""
@@ -97,9 +97,9 @@ class CodecExecutor:
             runners = 2 if first_chunk_shapes is not None else 1
             self.pool = CodecStatePool(decoder.config, streams + runners * RESERVED_SLOTS, decoder.device,
                                        decoder.dtype)
-            fused = kernels == "fused"
-            fast = FastCodecDecoder(decoder, precision, fused_attention=fused,
-                                    channels_last=layout == "channels-last")  # fmt: skip
+            fused = kernels != "ops"
+            fast = FastCodecDecoder(decoder, precision, fused_attention=fused, channels_last=layout == "channels-last",
+                                    triton_convs=kernels == "fused-convs")  # fmt: skip
             # The codec lane's replays overlap the generation stream's graphs: a capture stream of its own gives its
             # GEMMs a cuBLAS workspace of their own (engine/fast/codec_graphs.py). The first-chunk runner replays on
             # the generation stream, one graph at a time with the talker's and code predictor's, like them.

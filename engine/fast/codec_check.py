@@ -220,7 +220,7 @@ def check_twins(
         decoder = decoders[precision]
         with precision_flags(precision):
             plain_pool, slots = _pool_with_history(decoder, len(histories), histories)
-        fast_pool, fused_pool, cl_pool = plain_pool.clone(), plain_pool.clone(), plain_pool.clone()
+        fast_pool, fused_pool, cl_pool, tc_pool = (plain_pool.clone() for _ in range(4))
         with precision_flags(precision):
             plain = decode_incremental(decoder, plain_pool, slots, codes, check_code_values=False)
         fast = FastCodecDecoder(decoder, precision).decode_incremental(
@@ -231,15 +231,20 @@ def check_twins(
         )  # `--codec-kernels fused`'s pre-transformer attention
         channels_last = FastCodecDecoder(decoder, precision, fused_attention=True, channels_last=True)
         cl = channels_last.decode_incremental(cl_pool, slots, codes, check_code_values=False)  # `--codec-layout`
+        triton_convs = FastCodecDecoder(decoder, precision, fused_attention=True, channels_last=True, triton_convs=True)
+        tc = triton_convs.decode_incremental(tc_pool, slots, codes, check_code_values=False)  # fused-convs
         state_error = _state_error(fast_pool, plain_pool)
         waves[precision] = fast
         waves[f"fused_attention_{precision}"], waves[f"channels_last_{precision}"] = fused, cl
+        waves[f"triton_convs_{precision}"] = tc
         result[precision] = {
             "fast_vs_plain": relative_l2(fast, plain),
             "state_fast_vs_plain": state_error,
             "fused_attention_vs_plain": relative_l2(fused, plain),
             "channels_last_vs_plain": relative_l2(cl, plain),
             "state_channels_last_vs_plain": _state_error(cl_pool, plain_pool),
+            "triton_convs_vs_plain": relative_l2(tc, plain),
+            "state_triton_convs_vs_plain": _state_error(tc_pool, plain_pool),
             "plain_wav_std": float(plain.float().std()),
         }
         waves[f"plain_{precision}"] = plain
@@ -248,7 +253,8 @@ def check_twins(
         plain_error = relative_l2(waves[f"plain_{precision}"], reference)
         result[precision]["plain_vs_fp32"] = plain_error
         for variant, wave in (("fast", waves[precision]), ("fused_attention", waves[f"fused_attention_{precision}"]),
-                              ("channels_last", waves[f"channels_last_{precision}"])):  # fmt: skip
+                              ("channels_last", waves[f"channels_last_{precision}"]),
+                              ("triton_convs", waves[f"triton_convs_{precision}"])):  # fmt: skip
             result[precision][f"{variant}_vs_fp32"] = error = relative_l2(wave, reference)
             result[precision][f"{variant}_error_ratio"] = _ratio(error, plain_error)
     return result
@@ -258,7 +264,8 @@ def check_graphs(
     decoders: dict[str, CodecDecoder], precisions: tuple[str, ...] = ("fp32", "bf16")
 ) -> dict[str, Any]:
     """Graph replay vs eager fast step; 100 frames through graphs in the default ramp vs one full decode. Per
-    precision in both vocoder layouts (keys `{precision}_...` NCL, `{precision}_channels_last_...`)."""
+    precision in both vocoder layouts (keys `{precision}_...` NCL, `{precision}_channels_last_...`), and with the
+    conv-and-SnakeBeta kernels (`{precision}_triton_convs_...`, channels-last)."""
     result: dict[str, Any] = {}
     gen = torch.Generator(device=DEVICE).manual_seed(SEED + 2)
     frames = 100
@@ -271,10 +278,11 @@ def check_graphs(
     if "fp32" in decoders and any(p == "bf16" for p in precisions):
         with precision_flags("fp32"):
             exact = decoders["fp32"].decode(codes)
-    for precision, channels_last in [(p, cl) for p in precisions for cl in (False, True)]:
+    variants = [("", False, False), ("_channels_last", True, False), ("_triton_convs", True, True)]
+    for precision, (suffix, channels_last, triton_convs) in [(p, v) for p in precisions for v in variants]:
         decoder = decoders[precision]
-        key = f"{precision}_channels_last" if channels_last else precision
-        fast = FastCodecDecoder(decoder, precision, channels_last=channels_last)
+        key = f"{precision}{suffix}"
+        fast = FastCodecDecoder(decoder, precision, channels_last=channels_last, triton_convs=triton_convs)
         pool = CodecStatePool(decoder.config, 2 + RESERVED_SLOTS, decoder.device, decoder.dtype)
         graphs = CodecGraphs(fast, pool, batch_sizes=(1, 2), frame_sizes=RAMP)
         graphs.capture([(2, n) for n in RAMP] + [(1, 1)])
@@ -499,7 +507,8 @@ def _run_sections(
     twins = section("twins", lambda: check_twins(decoders, precisions)) or {}
     for precision, r in twins.items():
         for variant, name in (("fast", precision), ("fused_attention", f"{precision}_fused_attention"),
-                              ("channels_last", f"{precision}_channels_last")):  # fmt: skip
+                              ("channels_last", f"{precision}_channels_last"),
+                              ("triton_convs", f"{precision}_triton_convs")):  # fmt: skip
             if precision == "bf16":
                 failed = r.get(f"{variant}_error_ratio", float("inf")) > MAX_ERROR_RATIO
             else:
@@ -509,7 +518,7 @@ def _run_sections(
     graph_precisions = ("fp32",) if dry else ("fp32", "bf16")
     graphs = section("graphs", lambda: check_graphs(decoders, graph_precisions)) or {}
     for precision in graph_precisions if graphs else ():
-        for key in (precision, f"{precision}_channels_last"):
+        for key in (precision, f"{precision}_channels_last", f"{precision}_triton_convs"):
             if precision == "bf16":
                 if graphs.get(f"{key}_incremental_error_ratio", float("inf")) > MAX_ERROR_RATIO:
                     failures.append(f"graphs.{key}_incremental_error_ratio")

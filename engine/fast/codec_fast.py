@@ -62,6 +62,7 @@ from engine.codec.model import CodecDecoder
 from engine.codec.stream import CodecStatePool, decode_incremental
 from engine.fast.codec_transformer import FastPreTransformer
 from engine.fast.kernels.codebook import codebook_sum, codebook_tables
+from engine.fast.kernels.conv_snake import conv_snake, conv_taps
 from engine.fast.kernels.snake import snake, snake_params
 
 PRECISIONS = ("bf16", "tf32", "fp32")
@@ -150,7 +151,8 @@ class _Snake:
 
 @dataclass(frozen=True, slots=True)
 class _Unit:
-    """ResidualUnit: x + conv2_k1(snake2(conv1_k7_d(snake1(x)))); conv1 keeps `history` post-snake1 samples."""
+    """ResidualUnit: x + conv2_k1(snake2(conv1_k7_d(snake1(x)))); conv1 keeps `history` post-snake1 samples.
+    The conv weights are the layout's, or with `taps` the conv-and-SnakeBeta kernel's [k, C_in, C_out]."""
 
     act1: _Snake
     conv1_weight: Tensor
@@ -162,11 +164,12 @@ class _Unit:
     conv2_bias: Tensor
 
     @classmethod
-    def of(cls, unit: ResidualUnit, layout: _Layout) -> _Unit:
+    def of(cls, unit: ResidualUnit, layout: _Layout, taps: bool = False) -> _Unit:
+        weight = conv_taps if taps else layout.weight
         return cls(
-            _Snake.of(unit.act1), layout.weight(unit.conv1.conv.weight), unit.conv1.conv.bias,
+            _Snake.of(unit.act1), weight(unit.conv1.conv.weight), unit.conv1.conv.bias,
             unit.conv1.conv.dilation[0], unit.conv1.history, _Snake.of(unit.act2),
-            layout.weight(unit.conv2.conv.weight), unit.conv2.conv.bias,
+            weight(unit.conv2.conv.weight), unit.conv2.conv.bias,
         )  # fmt: skip
 
 
@@ -183,7 +186,7 @@ class _Block:
     up_rows: Tensor | None = None  # [C_in, 2r * C_out], tap-major: the transposed conv as a product (see `of`)
 
     @classmethod
-    def of(cls, block: DecoderBlock, layout: _Layout, by_product: bool = False) -> _Block:
+    def of(cls, block: DecoderBlock, layout: _Layout, by_product: bool = False, taps: bool = False) -> _Block:
         """`by_product` (channels-last, k = 2r): the transposed conv as one product and an overlap-add
         (`transposed_by_product`). On the H200 in TF32 that beats cuDNN's transposed conv for the first, widest
         block (1536 -> 768 channels, k 16, a 75 MB fp32 weight: 92 against 300 us at 16 streams x 4 frames) and
@@ -193,7 +196,7 @@ class _Block:
             raise ValueError(
                 "fast codec: a decoder block's transposed conv must overlap by 1..stride samples"
             )
-        units = tuple(_Unit.of(u, layout) for u in block.block[2:])
+        units = tuple(_Unit.of(u, layout, taps) for u in block.block[2:])
         weight = up.conv.weight.detach()  # [C_in, C_out, k]
         rows = None
         if by_product and weight.shape[-1] == 2 * up.stride:
@@ -211,10 +214,13 @@ class FastCodecDecoder:
         precision: str = "bf16",
         fused_attention: bool = False,
         channels_last: bool = False,
+        triton_convs: bool = False,
     ):
         """`fused_attention`: each pre-transformer layer's RoPE, attention and ring update as one kernel
         (`FastPreTransformer`). `channels_last`: the vocoder in [B, L, C] memory with NHWC conv weights (module
-        docstring; the weights are copied once, ~0.4 GB at full size in fp32)."""
+        docstring; the weights are copied once, ~0.4 GB at full size in fp32). `triton_convs` (channels-last
+        only): decoder.0 and the residual units' convs each with the SnakeBeta after it in one Triton kernel
+        (`kernels/conv_snake.py`; its weights copied once, tap-major, instead of the NHWC ones)."""
         if not isinstance(decoder, CodecDecoder):
             raise TypeError(f"FastCodecDecoder wraps a CodecDecoder, got {type(decoder).__name__}")
         if precision not in PRECISIONS:
@@ -224,9 +230,12 @@ class FastCodecDecoder:
                 f"codec precision {precision!r} needs a decoder in {PRECISION_DTYPES[precision]}, got "
                 f"{decoder.dtype}: load the codec with the matching dtype"
             )
+        if triton_convs and not channels_last:
+            raise ValueError("fast codec: triton_convs reads channels-last activations; set channels_last too")
         self.decoder = decoder
         self.precision = precision
         self.channels_last = channels_last
+        self.triton_convs = triton_convs
         layout: _Layout = _ChannelsLast if channels_last else _Ncl
         self._layout = layout
         rates = len(decoder.config.upsample_rates)
@@ -242,13 +251,13 @@ class FastCodecDecoder:
             self._first_proj = quantizer.rvq_first.output_proj.weight
             self._rest_proj = quantizer.rvq_rest.output_proj.weight
             self._blocks = tuple(
-                _Block.of(decoder.decoder[i], layout, by_product=channels_last and i == 1)
+                _Block.of(decoder.decoder[i], layout, by_product=channels_last and i == 1, taps=triton_convs)
                 for i in range(1, rates + 1)
             )
             self._final_act = _Snake.of(decoder.decoder[rates + 1])
             self._conv0: CausalConv1d = decoder.decoder[0]
             self._final_conv: CausalConv1d = decoder.decoder[rates + 2]
-            self._conv0_weight = layout.weight(self._conv0.conv.weight)
+            self._conv0_weight = (conv_taps if triton_convs else layout.weight)(self._conv0.conv.weight)
             self._final_weight = layout.weight(self._final_conv.conv.weight)
         self._pre_transformer = FastPreTransformer(decoder.pre_transformer, fused_attention)
         self._final_name = f"decoder.{rates + 2}"
@@ -324,10 +333,7 @@ class FastCodecDecoder:
             padded[..., :history0].copy_(state["decoder.0"])
             padded[..., history0:].copy_(hidden)
         new["decoder.0"] = _history(padded, history0, valid)
-        raw = layout.conv(padded, self._conv0_weight)
-        first = self._blocks[0].act
-        x = snake(raw, first.alpha, first.inv_beta, bias=self._conv0.conv.bias,
-                  out=layout.empty(*raw.shape, raw))  # fmt: skip
+        x = self._conv_snake(padded, self._conv0_weight, 1, self._blocks[0].act, bias=self._conv0.conv.bias)
 
         for index, block in enumerate(self._blocks, start=1):
             following = self._blocks[index].act if index < len(self._blocks) else self._final_act
@@ -384,31 +390,38 @@ class FastCodecDecoder:
         )  # fmt: skip
         for unit_index, unit in enumerate(block.units):
             new[f"{prefix}.{unit_index + 2}.conv1"] = _history(buffer, unit.history, valid)
-            h = layout.conv(buffer, unit.conv1_weight, dilation=unit.dilation)
-            h = snake(h, unit.act2.alpha, unit.act2.inv_beta, bias=unit.conv1_bias, out=layout.empty(*h.shape, h))
-            h = layout.conv(h, unit.conv2_weight)
+            h = self._conv_snake(buffer, unit.conv1_weight, unit.dilation, unit.act2, bias=unit.conv1_bias)
             if unit_index + 1 < len(block.units):
                 buffer, body = conv_buffer(unit_index + 1)
-                nxt = block.units[unit_index + 1].act1
                 skip = layout.empty(batch, channels, emitted, raw)
-                snake(
-                    h, nxt.alpha, nxt.inv_beta, bias=unit.conv2_bias, residual=residual, out=body, sum_out=skip
-                )  # fmt: skip
+                self._conv_snake(h, unit.conv2_weight, 1, block.units[unit_index + 1].act1, bias=unit.conv2_bias,
+                                 residual=residual, out=body, sum_out=skip)  # fmt: skip
                 residual = skip
                 continue
             if index < len(self._blocks):
-                return snake(h, following.alpha, following.inv_beta, bias=unit.conv2_bias, residual=residual,
-                             out=layout.empty(batch, channels, emitted, raw))  # fmt: skip
+                return self._conv_snake(h, unit.conv2_weight, 1, following, bias=unit.conv2_bias, residual=residual)
             history = self._final_conv.history
             final = layout.empty(batch, channels, history + emitted, raw)
             final[..., :history].copy_(state[self._final_name])
-            snake(
-                h, following.alpha, following.inv_beta,
-                bias=unit.conv2_bias, residual=residual, out=final[..., history:],
-            )  # fmt: skip
+            self._conv_snake(h, unit.conv2_weight, 1, following, bias=unit.conv2_bias, residual=residual,
+                             out=final[..., history:])  # fmt: skip
             new[self._final_name] = _history(final, history, valid)
             return final
         raise AssertionError("a decoder block has at least one residual unit")
+
+    def _conv_snake(
+        self, x: Tensor, weight: Tensor, dilation: int, act: _Snake, *, bias: Tensor | None,
+        residual: Tensor | None = None, out: Tensor | None = None, sum_out: Tensor | None = None,
+    ) -> Tensor:  # fmt: skip
+        """A vocoder conv (bias-free) of the buffer x [B, C_in, H + L], then [bias +] [residual +] SnakeBeta into
+        `out` (new if None), the pre-activation sum into `sum_out`: one kernel (`triton_convs`), or the layout's
+        conv and the SnakeBeta kernel."""
+        if self.triton_convs:
+            return conv_snake(x, weight, dilation, act.alpha, act.inv_beta, bias=bias, residual=residual, out=out,
+                              sum_out=sum_out, tf32=self.precision == "tf32")  # fmt: skip
+        h = self._layout.conv(x, weight, dilation=dilation)
+        out = self._layout.empty(*h.shape, h) if out is None else out
+        return snake(h, act.alpha, act.inv_beta, bias=bias, residual=residual, out=out, sum_out=sum_out)
 
     # ------------------------------------------------------------------ eager decode over a state pool
 

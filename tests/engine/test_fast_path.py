@@ -130,16 +130,18 @@ def _count_plans(loop: EngineLoop) -> dict[WorkKind, list[tuple[int, int]]]:
 # ------------------------------------------------------------ same output as the plain executors
 
 
-@pytest.mark.parametrize("codec_layout", ["ncl", "channels-last"])
+@pytest.mark.parametrize(("codec_layout", "codec_kernels"),
+                         [("ncl", "fused"), ("channels-last", "fused"), ("channels-last", "fused-convs")])
 def test_fast_path_on_publishes_the_plain_tokens_and_pcm_for_concurrent_streamed_requests(
-        tiny_model: Qwen3TTS, fast_model: Qwen3TTS, codec_layout: str) -> None:  # fmt: skip
+        tiny_model: Qwen3TTS, fast_model: Qwen3TTS, codec_layout: str, codec_kernels: str) -> None:  # fmt: skip
     complete, streamed = _workload(tiny_model)
     plain_loop = make_loop(tiny_model)
-    fast_loop = make_loop(fast_model, fast=ALL_FAST, codec_layout=codec_layout)
+    fast_loop = make_loop(fast_model, fast=ALL_FAST, codec_layout=codec_layout, codec_kernels=codec_kernels)
     ex = fast_loop.executors
     assert isinstance(ex.talker, TalkerGraphs) and isinstance(ex.code_predictor, CodePredictorGraphs)
     assert ex.codec.graphs is not None
     assert ex.codec.graphs.decoder.channels_last == (codec_layout == "channels-last")  # --codec-layout reached it
+    assert ex.codec.graphs.decoder.triton_convs == (codec_kernels == "fused-convs")  # and --codec-kernels
     assert isinstance(plain_loop.executors.talker, TalkerExecutor) and plain_loop.executors.codec.graphs is None
 
     plain, plain_frames = _run(plain_loop, complete, streamed)

@@ -47,8 +47,8 @@ def test_full_size_random_model_runs_every_work_kind_in_bf16() -> None:
 
 @pytest.mark.parametrize(("codec_fill_frames", "codec_kernels", "codec_layout"),
                          [(4, "fused", "channels-last"), (0, "ops", "ncl"), (4, "ops", "ncl"), (0, "fused", "ncl"),
-                          (4, "fused", "ncl")],
-                         ids=["defaults", "plain", "early-rows-only", "fused-codec-kernels-only", "ncl"])
+                          (4, "fused", "ncl"), (4, "fused-convs", "channels-last")],
+                         ids=["defaults", "plain", "early-rows-only", "fused-codec-kernels-only", "ncl", "fused-convs"])
 def test_codec_lanes_on_cuda_give_each_request_what_it_gets_alone(codec_fill_frames: int, codec_kernels: str,
                                                                   codec_layout: str) -> None:
     """The fast codec on its two runners: newcomers' first chunks replay on the generation stream while the codec
