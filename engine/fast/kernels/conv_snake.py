@@ -32,9 +32,8 @@ from engine.fast.kernels.snake import snake_reference
 if HAVE_TRITON:
     import triton
     import triton.language as tl
-    from triton.language.extra.cuda import libdevice
 
-    from engine.fast.kernels.snake import TRITON_DTYPES, round_hw
+    from engine.fast.kernels.snake import TRITON_DTYPES, round_hw, snake_activation
 
     @triton.jit
     def _conv_snake_kernel(
@@ -78,12 +77,7 @@ if HAVE_TRITON:
             tl.store(sum_ptr + b[:, None] * ss_b + t[:, None] * ss_t + n[None, :], v.to(DTYPE), mask=mask)
         alpha = tl.load(alpha_ptr + n, mask=n_in, other=0.0).to(tl.float32)[None, :]
         inv_beta = tl.load(inv_beta_ptr + n, mask=n_in, other=0.0).to(tl.float32)[None, :]
-        scaled = round_hw(v * alpha, DTYPE, HW_ROUND)
-        if PRECISE_SIN:  # noqa: SIM108 (libdevice sinf, as torch.sin; the interpreter has no libdevice)
-            s = round_hw(libdevice.sin(scaled), DTYPE, HW_ROUND)
-        else:
-            s = round_hw(tl.sin(scaled), DTYPE, HW_ROUND)
-        y = round_hw(v + round_hw(inv_beta * round_hw(s * s, DTYPE, HW_ROUND), DTYPE, HW_ROUND), DTYPE, HW_ROUND)
+        y = snake_activation(v, alpha, inv_beta, DTYPE, HW_ROUND, PRECISE_SIN)
         tl.store(out_ptr + b[:, None] * so_b + t[:, None] * so_t + n[None, :], y.to(DTYPE), mask=mask)
 
 

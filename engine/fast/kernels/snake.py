@@ -60,6 +60,17 @@ if HAVE_TRITON:
             return round_to(v, DTYPE)
 
     @triton.jit
+    def snake_activation(v, alpha, inv_beta, DTYPE: tl.constexpr, HW_ROUND: tl.constexpr, PRECISE_SIN: tl.constexpr):
+        # v + inv_beta * sin(v * alpha)^2 over fp32 values of any shape, rounded to DTYPE where the plain module's
+        # five ops round (after x*alpha, sin, the square, the product and the add): every SnakeBeta kernel's last step
+        scaled = round_hw(v * alpha, DTYPE, HW_ROUND)
+        if PRECISE_SIN:  # noqa: SIM108 (libdevice sinf, as torch.sin; the interpreter has no libdevice)
+            s = round_hw(libdevice.sin(scaled), DTYPE, HW_ROUND)
+        else:
+            s = round_hw(tl.sin(scaled), DTYPE, HW_ROUND)
+        return round_hw(v + round_hw(inv_beta * round_hw(s * s, DTYPE, HW_ROUND), DTYPE, HW_ROUND), DTYPE, HW_ROUND)
+
+    @triton.jit
     def _snake_kernel(
         x_ptr, head_ptr, bias_ptr, res_ptr, sum_ptr, out_ptr, alpha_ptr, inv_beta_ptr,
         channels, length, head_len,
@@ -86,12 +97,7 @@ if HAVE_TRITON:
             tl.store(sum_ptr + b * ss_b + c * ss_c + t, v.to(DTYPE), mask=mask)
         alpha = tl.load(alpha_ptr + c).to(tl.float32)
         inv_beta = tl.load(inv_beta_ptr + c).to(tl.float32)
-        scaled = round_hw(v * alpha, DTYPE, HW_ROUND)
-        if PRECISE_SIN:  # noqa: SIM108 (libdevice sinf, as torch.sin; the interpreter has no libdevice)
-            s = round_hw(libdevice.sin(scaled), DTYPE, HW_ROUND)
-        else:
-            s = round_hw(tl.sin(scaled), DTYPE, HW_ROUND)
-        y = round_hw(v + round_hw(inv_beta * round_hw(s * s, DTYPE, HW_ROUND), DTYPE, HW_ROUND), DTYPE, HW_ROUND)
+        y = snake_activation(v, alpha, inv_beta, DTYPE, HW_ROUND, PRECISE_SIN)
         tl.store(out_ptr + b * so_b + c * so_c + t, y.to(DTYPE), mask=mask)
 
     @triton.jit
@@ -123,12 +129,7 @@ if HAVE_TRITON:
             tl.store(sum_ptr + b * ss_b + c * ss_c + t * ss_t, v.to(DTYPE), mask=mask)
         alpha = tl.load(alpha_ptr + c, mask=in_c, other=0.0).to(tl.float32)
         inv_beta = tl.load(inv_beta_ptr + c, mask=in_c, other=0.0).to(tl.float32)
-        scaled = round_hw(v * alpha, DTYPE, HW_ROUND)
-        if PRECISE_SIN:  # noqa: SIM108
-            s = round_hw(libdevice.sin(scaled), DTYPE, HW_ROUND)
-        else:
-            s = round_hw(tl.sin(scaled), DTYPE, HW_ROUND)
-        y = round_hw(v + round_hw(inv_beta * round_hw(s * s, DTYPE, HW_ROUND), DTYPE, HW_ROUND), DTYPE, HW_ROUND)
+        y = snake_activation(v, alpha, inv_beta, DTYPE, HW_ROUND, PRECISE_SIN)
         tl.store(out_ptr + b * so_b + c * so_c + t * so_t, y.to(DTYPE), mask=mask)
 
     TRITON_DTYPES = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
