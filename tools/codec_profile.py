@@ -30,6 +30,7 @@ from torch.profiler import ProfilerActivity, profile
 from engine.codec.config import codec_preset
 from engine.codec.stream import CodecStatePool, decode_incremental
 from engine.codec.weights import random_codec
+from engine.executors.codec import fast_codec_decoder
 from engine.fast.codec_fast import FastCodecDecoder, precision_flags, transposed_by_product
 from engine.fast.codec_graphs import RESERVED_SLOTS, CodecGraphs
 from engine.fast.measure import cuda_median_ms, relative_l2
@@ -90,8 +91,7 @@ def _pool(decoder: Any, streams: int, runners: int) -> tuple[CodecStatePool, lis
 
 def _primed(pool: CodecStatePool) -> Callable[[], None]:
     """A function that puts the pool's state back as it is now: each shape is timed on streams with HISTORY
-    frames behind them, as the engine's are, not on state that hundreds of earlier replays evolved (random bf16
-    weights drift there: sin's slow path for huge arguments made later shapes 30-80x slower)."""
+    frames behind them, as the engine's are, not on state that every earlier shape's replays moved on."""
     flat, positions = pool.flat.clone(), pool.positions.clone()
 
     def restore() -> None:
@@ -184,8 +184,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pool, slots = _pool(decoder, max(b for b, _ in shapes), 1)
         restore = _primed(pool)
         fused = variant != "ops"  # as the engine's --codec-kernels
-        fast = FastCodecDecoder(decoder, precision, fused_attention=fused, channels_last=layout == "channels-last",
-                                triton_convs=variant == "fused-convs")
+        fast = fast_codec_decoder(decoder, precision, variant, layout)
         graphs = CodecGraphs(fast, pool, batch_sizes=sorted({1, *(b for b, _ in shapes)}),
                              frame_sizes=sorted({1, *(n for _, n in shapes)}), state_kernel=fused)  # fmt: skip
         for batch, frames in shapes:
@@ -223,8 +222,7 @@ def cost_grid(
         codec_preset("tiny" if DEVICE == "cpu" else "full"), device=DEVICE, dtype=dtype, seed=SEED
     )
     fused = kernels != "ops"
-    fast = FastCodecDecoder(decoder, precision, fused_attention=fused, channels_last=layout == "channels-last",
-                            triton_convs=kernels == "fused-convs")
+    fast = fast_codec_decoder(decoder, precision, kernels, layout)
     with precision_flags(precision):
         pool, slots = _pool(decoder, max(batches), 1)
     restore = _primed(pool)

@@ -59,6 +59,14 @@ def codec_dtype(precision: str) -> torch.dtype:
 PRIME_CHUNK_FRAMES = 64  # frames per decode when priming a voice's state (bounds the activations' memory)
 
 
+def fast_codec_decoder(decoder: CodecDecoder, precision: str, kernels: str, layout: str) -> FastCodecDecoder:
+    """The `FastCodecDecoder` the engine's `--codec-kernels` and `--codec-layout` ask for: "ops" (its PyTorch
+    twins), "fused" (fused attention) or "fused-convs" (also the conv-and-SnakeBeta kernels); "ncl" or
+    "channels-last" activations."""
+    return FastCodecDecoder(decoder, precision, fused_attention=kernels != "ops",
+                            channels_last=layout == "channels-last", triton_convs=kernels == "fused-convs")
+
+
 @dataclass(slots=True)
 class _Stream:
     pool_slot: int
@@ -74,7 +82,8 @@ class CodecExecutor:
                  ragged: bool = False, kernels: str = "fused", layout: str = "channels-last") -> None:  # fmt: skip
         """`graph_shapes` = (batch sizes, frame counts) selects the fast path; None the plain decode.
         `kernels` (fast path): "ops", "fused" (`FastCodecDecoder`'s fused attention and `CodecGraphs`' one-kernel
-        state write-back), or "fused-convs" (also its `triton_convs`); `layout`: the vocoder's "ncl" or "channels-last" activations (`FastCodecDecoder`).
+        state write-back), or "fused-convs" (also its `triton_convs`); `layout`: the vocoder's "ncl" or
+        "channels-last" activations (`fast_codec_decoder`).
         `first_chunk_shapes` (fast path only): the shapes of the first-chunk runner `launch(first_chunks=True)`
         replays; None: first chunks replay the main runner. `ragged`: `launch` takes a frame count per row (the
         fast path's steps are then built for it)."""
@@ -98,8 +107,7 @@ class CodecExecutor:
             self.pool = CodecStatePool(decoder.config, streams + runners * RESERVED_SLOTS, decoder.device,
                                        decoder.dtype)
             fused = kernels != "ops"
-            fast = FastCodecDecoder(decoder, precision, fused_attention=fused, channels_last=layout == "channels-last",
-                                    triton_convs=kernels == "fused-convs")  # fmt: skip
+            fast = fast_codec_decoder(decoder, precision, kernels, layout)
             # The codec lane's replays overlap the generation stream's graphs: a capture stream of its own gives its
             # GEMMs a cuBLAS workspace of their own (engine/fast/codec_graphs.py). The first-chunk runner replays on
             # the generation stream, one graph at a time with the talker's and code predictor's, like them.
