@@ -148,7 +148,8 @@ class EngineLoop:
         self.on_turn = on_turn
         self.stall_watch = StallWatch(stall_dump_s)
         self.on_close: Callable[[], None] | None = None  # at the end of `serve` (the profiler's summary)
-        self.host_plan_s = 0.0  # host time planning and launching (cumulative)
+        self.host_plan_s = 0.0  # host time in the scheduler's plan() (cumulative)
+        self.host_launch_s = 0.0  # host time queueing plans on the device and completing those not deferred
         self.turns = 0
 
     @property
@@ -192,9 +193,11 @@ class EngineLoop:
         self._admit_waiting(self.clock())
         started = time.perf_counter()
         plan = self.scheduler.plan(self.clock(), self.timeline.open_lanes())  # 2. plan, for lanes with room
+        planned = time.perf_counter()
+        self.host_plan_s += planned - started
         if plan is not None:
             self._launch(plan)  # 3. execute (queued on the device)
-        self.host_plan_s += time.perf_counter() - started
+            self.host_launch_s += time.perf_counter() - planned
         if plan is None and len(self.timeline):
             self._finish(self.timeline.wait_oldest())  # nothing can start before something in flight ends
         self._retire()  # 4. publish Done / Error, free what the request held
@@ -467,7 +470,8 @@ class EngineLoop:
         t = self.timeline
         for kind, ms in t.gpu_ms.items():  # cumulative since start: (plans finished, device seconds)
             stats[f"gpu.{kind}"] = (float(t.plans[kind]), ms / 1000)
-        stats["host.plan"] = (float(self.turns), self.host_plan_s)  # planning + launching, cumulative
+        stats["host.plan"] = (float(self.turns), self.host_plan_s)  # the scheduler choosing batches, cumulative
+        stats["host.launch"] = (float(self.turns), self.host_launch_s)  # queueing them on the device, cumulative
         stats["host.wait_gpu"] = (0.0, t.wait_ms / 1000)  # blocked on device events, cumulative
         gc_watch = process_watch()
         stats["host.gc"] = (float(gc_watch.collections), gc_watch.seconds)  # paused collecting garbage, cumulative
@@ -533,7 +537,7 @@ class EngineLoop:
             raise RuntimeError(f"warm-up ended in {state.phase.name} ({state.error}) after steps {steps}")
         self.stats.take()
         self.timeline = DeviceTimeline()
-        self.host_plan_s = 0.0
+        self.host_plan_s = self.host_launch_s = 0.0
         self.turns = 0
         self.lifetime_max_batch.clear()
         self.scheduler.reset_history()  # cold first steps ran late: they must not count as load at admission

@@ -59,6 +59,8 @@ class WorkKind(IntEnum):
 
 
 class Phase(IntEnum):
+    # Declaration order is relied on: the generation phases are PREFILL..TALKER_DECODE, and every phase from
+    # FINISHING on has finished generating (the scheduler checks these on every request hundreds of times a second).
     WAITING_TEXT = auto()
     PREFILL = auto()
     CODE_PREDICT = auto()
@@ -184,7 +186,7 @@ class RequestState:
 
     @property
     def is_ended(self) -> bool:
-        return self.phase in ENDED_PHASES
+        return self.phase >= Phase.DONE  # DONE, CANCELLED, FAILED (ENDED_PHASES)
 
     @property
     def frames_pending(self) -> int:
@@ -192,7 +194,7 @@ class RequestState:
 
     @property
     def generation_finished(self) -> bool:
-        return self.phase is Phase.FINISHING or self.is_ended
+        return self.phase >= Phase.FINISHING  # FINISHING or ended
 
     def has_text_for_next_step(self) -> bool:
         """Whether the next talker step can run without inventing text (input streaming)."""

@@ -137,7 +137,8 @@ class GatewayMetrics:
         )
         self.engine_host_seconds_total = Counter(
             "vivace_engine_host_seconds_total",
-            "Engine host time by activity: plan (scheduling and launching), wait_gpu (blocked on the device) and "
+            "Engine host time by activity: plan (the scheduler choosing batches), launch (queueing them on the device "
+            "and completing those whose results stay there), wait_gpu (blocked on the device) and "
             "gc (paused in Python garbage collections).",
             ("engine", "activity"),
         )

@@ -280,7 +280,7 @@ class Scheduler:
     def plan(self, now_ns: int, lanes: frozenset[Lane] = ALL_LANES) -> Plan | None:
         """The next batch to run on one of `lanes` (those with room on the device), or None when nothing is
         ready there (wait for input or a completion)."""
-        items = [i for i in self._ready_items(now_ns) if i.lane in lanes]
+        items = self._ready_items(now_ns, lanes)
         anchors = [i for i in items if not i.filler]
         if not anchors:
             return None  # nothing, or only paced streams that may join a batch but not start one
@@ -366,7 +366,10 @@ class Scheduler:
         """Share of recent planned GPU time whose anchor was an urgent stream (0 idle .. 1 saturated)."""
         return self._urgent_ms / self._planned_ms if self._planned_ms else 0.0
 
-    def _ready_items(self, now_ns: int) -> list[_Item]:
+    def _ready_items(self, now_ns: int, lanes: frozenset[Lane] = ALL_LANES) -> list[_Item]:
+        """Every request's next work item on `lanes`, with its key. The engine loop calls this before each plan
+        (hundreds of times a second over every active request), so requests with nothing to offer on an open lane
+        are passed over before anything is computed for them."""
         cfg, costs = self.config, self.costs
         generating = sum(1 for r in self._requests.values() if r.phase in GENERATION_PHASES)
         batch = next_size(cfg.capture_sizes, min(max(generating, 1), cfg.capture_sizes[-1]))
@@ -374,9 +377,17 @@ class Scheduler:
         codec_ms = self._codec_row_ms
         items: list[_Item] = []
         pacing = self.pacing_allowed
+        generation_open, codec_open = Lane.GENERATION in lanes, Lane.CODEC in lanes  # (Lane hashes in Python)
+        first_chunk_lane = Lane.GENERATION if cfg.first_chunk_lane else Lane.CODEC
+        first_chunk_open = generation_open if cfg.first_chunk_lane else codec_open
         for r in self._requests.values():
-            gen_kind = None if r.generation_busy else PHASE_KIND.get(r.phase)
-            pace = pace_of(r, now_ns)[0] if pacing and r.phase in PHASE_KIND else Pace.FREE
+            gen_kind = None if r.generation_busy or not generation_open else PHASE_KIND.get(r.phase)
+            newcomer = r.first_audio_ns is None
+            offer_codec = first_chunk_open if newcomer else codec_open  # if not, its chunk still sets its slack
+            if gen_kind is None and (r.codec_busy or r.frames_generated == r.frames_decoded or not offer_codec):
+                continue  # nothing to offer on an open lane (also every ended request)
+            paced = pacing and r.max_lead_ms > 0 and r.phase in PHASE_KIND  # else pace_of says FREE
+            pace = pace_of(r, now_ns)[0] if paced else Pace.FREE
             if pace is Pace.HELD:
                 gen_kind = None  # far enough ahead of its listener: leave the GPU to others for now
             no_chunk = r.codec_busy or r.frames_generated == r.frames_decoded
@@ -384,8 +395,8 @@ class Scheduler:
                                                             paced=pace is not Pace.FREE)
             early = (chunk == 0 and cfg.codec_fill_frames > 0 and not r.codec_busy and r.first_audio_ns is not None
                      and r.frames_pending >= cfg.codec_fill_frames)
-            if gen_kind is None and chunk == 0 and not early:
-                continue  # also every ended request: it has no phase to run and nothing to decode
+            if gen_kind is None and not (offer_codec and (chunk or early)):
+                continue
             # Slack: buffered audio minus the time to produce the next audio (decode the pending frames,
             # or first generate one more frame).
             slack = 0.0
@@ -399,10 +410,11 @@ class Scheduler:
                 prefill = gen_kind is WorkKind.TALKER_PREFILL
                 shape = bucket(cfg.prefill_token_buckets, r.prefill_len) if prefill else 0
                 items.append(_Item(r, gen_kind, self._key(r, gen_kind, slack), shape, pace is Pace.FILLER))
+            if not offer_codec:
+                continue
             if chunk:
-                lane = Lane.GENERATION if cfg.first_chunk_lane and r.first_audio_ns is None else Lane.CODEC
                 items.append(_Item(r, WorkKind.CODEC_CHUNK, self._key(r, WorkKind.CODEC_CHUNK, slack), chunk,
-                                   lane=lane))
+                                   lane=first_chunk_lane if newcomer else Lane.CODEC))
             elif early:  # joins a codec-lane batch that runs anyway with what it has; never starts one
                 ready = min(r.frames_pending, cfg.codec_chunk_sizes[-1])  # its shape: the frames it has
                 items.append(_Item(r, WorkKind.CODEC_CHUNK, self._key(r, WorkKind.CODEC_CHUNK, slack), ready,

@@ -155,6 +155,7 @@ def test_deferred_codec_plans_publish_after_their_event_and_the_audio_equals_the
         plans, seconds = stats[f"gpu.{kind.label}"]
         assert plans >= 1 and seconds > 0, kind
     assert stats["host.plan"][0] == loop.turns > 0
+    assert stats["host.plan"][1] > 0 and stats["host.launch"][1] > 0  # the scheduler's time and the launches', apart
     gc.collect()
     collections, paused_s = loop.heartbeat_stats()["host.gc"]
     assert collections >= 1 and paused_s > 0

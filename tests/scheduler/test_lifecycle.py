@@ -203,3 +203,11 @@ def test_a_chunk_policy_from_engine_codec_chunking_plugs_in():
     plans, _ = run(scheduler, 0, lambda: r.is_ended)
     chunks = [p.codec_frames for p in plans if p.kind is WorkKind.CODEC_CHUNK]
     assert chunks[:4] == [1, 2, 4, 8] and sum(chunks) == 41 and r.phase is Phase.DONE
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+def test_a_request_has_finished_generating_in_finishing_and_every_ended_phase_only(phase):
+    r = make_request(1, tokens=3, chars=12)
+    r.phase = phase
+    assert r.is_ended is (phase in (Phase.DONE, Phase.CANCELLED, Phase.FAILED))
+    assert r.generation_finished is (phase is Phase.FINISHING or r.is_ended)
