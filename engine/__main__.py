@@ -147,14 +147,14 @@ def build(settings: EngineSettings) -> EngineLoop:
              "random" if config.random_weights else "real", loaded - started, time.perf_counter() - captured,
              ", ".join(f"{kind.name.lower()} x{n}" for kind, n in steps.items()), frozen)
     if settings.profile_dir:
-        from engine.profiling import StepProfiler
+        from engine.profiling import HostProfiler, StepProfiler
 
-        profiler = StepProfiler(settings.profile_dir, start_after_s=settings.profile_after_s,
-                                steps=settings.profile_steps)
+        kind = HostProfiler if settings.profile_kind == "host" else StepProfiler
+        profiler = kind(settings.profile_dir, start_after_s=settings.profile_after_s, steps=settings.profile_steps)
         loop.on_turn = lambda plan: profiler.turn(time.monotonic(), None if plan is None else plan.kind.label)
         loop.on_close = profiler.close
-        log.info("profiling %d turns, %.0f s after the first request, into %s", settings.profile_steps,
-                 settings.profile_after_s, settings.profile_dir)
+        log.info("profiling (%s) %d turns, %.0f s after the first request, into %s", settings.profile_kind,
+                 settings.profile_steps, settings.profile_after_s, settings.profile_dir)
     if settings.sync_debug == "warn" and device.type == "cuda":
         torch.cuda.set_sync_debug_mode("warn")  # after warm-up: capture and warm-up sync on purpose
     return loop

@@ -141,15 +141,8 @@ class StepProfiler:
             self.out_dir,
         )
 
-    def _finish(self, now_s: float, reason: str) -> None:
-        stop_started = time.monotonic()
-        self._profile.stop()
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        trace = self.out_dir / f".trace-{os.getpid()}.json"
-        self._profile.export_chrome_trace(str(trace))
-        self._profile = None
-        self.state = "done"
-        meta = {
+    def _meta(self, now_s: float, reason: str, stop_started: float) -> dict[str, Any]:
+        return {
             "reason": reason,
             "work_steps": sum(self._kinds.values()),
             "turns": self._turns,
@@ -162,6 +155,16 @@ class StepProfiler:
             "stop_and_save_s": round(time.monotonic() - stop_started, 3),
             "pid": os.getpid(),
         }
+
+    def _finish(self, now_s: float, reason: str) -> None:
+        stop_started = time.monotonic()
+        self._profile.stop()
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        trace = self.out_dir / f".trace-{os.getpid()}.json"
+        self._profile.export_chrome_trace(str(trace))
+        self._profile = None
+        self.state = "done"
+        meta = self._meta(now_s, reason, stop_started)
         log.info("profile stopped (%s) after %d work steps in %.1f s; summarising into %s",
                  reason, meta["work_steps"], meta["recorded_s"], self.out_dir)  # fmt: skip
         command = [sys.executable, "-m", "engine.profile_summary", str(trace), "--out", str(self.out_dir),
@@ -180,3 +183,68 @@ class StepProfiler:
             # Its own session: stopping the server's process group must not cut a summary in half.
             self.summarizer = subprocess.Popen(command, cwd=REPO, env=env, stdout=output, stderr=subprocess.STDOUT,
                                                start_new_session=True)  # fmt: skip
+
+
+class HostProfiler(StepProfiler):
+    """The same window over the loop's turns, recorded by Python's `cProfile` instead of the torch profiler:
+    where the host's time goes function by function (the scheduler's planning, the executors' launches, the
+    publishing), which the torch profiler shows only as gaps between torch ops. Writes `host_profile.txt`
+    (the top functions by self time and by cumulative time) and `host_profile.json` (the same rows, written
+    last: its presence means complete). cProfile slows every Python call while it records (roughly 1.5-2x), so
+    its absolute times are inflated; the shares are what it is for. Constructor as `StepProfiler` (`summarize`
+    and `keep_trace` do not apply: the tables are written at once, in the loop's thread)."""
+
+    def _start(self, now_s: float) -> None:
+        import cProfile
+
+        began = time.monotonic()
+        self._profile = cProfile.Profile()
+        self._profile.enable()
+        self._start_cost_s = time.monotonic() - began
+        self._started_at = now_s + self._start_cost_s
+        self.state = "recording"
+        log.info("host-profiling the next %d work steps (at most %.0f s) into %s",
+                 self.steps, self.max_record_s, self.out_dir)  # fmt: skip
+
+    def _finish(self, now_s: float, reason: str) -> None:
+        import pstats
+
+        stop_started = time.monotonic()
+        self._profile.disable()
+        stats = pstats.Stats(self._profile)
+        self._profile = None
+        self.state = "done"
+        rows = host_rows(stats)
+        meta = self._meta(now_s, reason, stop_started)
+        recorded_ms = max(meta["recorded_s"] * 1000, 1e-9)
+        by_self = sorted(rows, key=lambda row: -row["self_ms"])[: self.top]
+        by_cumulative = sorted(rows, key=lambda row: -row["cumulative_ms"])[: self.top]
+        lines = [f"host profile: {meta['work_steps']} work steps in {meta['recorded_s']:.1f} s ({reason}); "
+                 f"times inflated by cProfile, shares of the {recorded_ms:.0f} ms recorded", ""]  # fmt: skip
+        for title, table in (("top functions by self time", by_self), ("top functions by cumulative time", by_cumulative)):
+            lines += [title, f"{'calls':>9} {'self ms':>9} {'cum ms':>9} {'cum %':>6}  function"]
+            lines += [f"{row['calls']:>9} {row['self_ms']:>9.1f} {row['cumulative_ms']:>9.1f} "
+                      f"{100 * row['cumulative_ms'] / recorded_ms:>6.1f}  {row['function']}" for row in table]  # fmt: skip
+            lines.append("")
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        (self.out_dir / "host_profile.txt").write_text("\n".join(lines), encoding="utf-8")
+        partial = self.out_dir / ".host_profile.json"
+        partial.write_text(json.dumps({"meta": meta, "by_self": by_self, "by_cumulative": by_cumulative}, indent=1),
+                           encoding="utf-8")  # fmt: skip
+        partial.replace(self.out_dir / "host_profile.json")
+        log.info("host profile stopped (%s) after %d work steps in %.1f s; tables in %s",
+                 reason, meta["work_steps"], meta["recorded_s"], self.out_dir)  # fmt: skip
+
+
+def host_rows(stats: Any) -> list[dict[str, Any]]:
+    """pstats entries -> rows {function: "path:line(name)" (paths inside the repository relative to it),
+    calls, self_ms, cumulative_ms}."""
+    rows = []
+    for (path, line, name), (_, calls, self_s, cumulative_s, _) in stats.stats.items():
+        where = path
+        if path.startswith(str(REPO) + os.sep):
+            where = os.path.relpath(path, REPO)
+        function = f"{where}:{line}({name})" if line else f"{where}({name})" if where != "~" else name
+        rows.append({"function": function, "calls": calls, "self_ms": round(self_s * 1000, 3),
+                     "cumulative_ms": round(cumulative_s * 1000, 3)})  # fmt: skip
+    return rows

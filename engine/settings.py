@@ -40,6 +40,7 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16")
 LOAD_FORMATS = ("auto", "safetensors", "dummy")
 # The fast codec's per-op kernels, its fused ones, or those with each vocoder conv and its SnakeBeta in one kernel
+PROFILE_KINDS = ("torch", "host")  # engine/profiling.py: StepProfiler, HostProfiler
 CODEC_KERNELS = ("ops", "fused", "fused-convs")  # (docs/engine.md)
 CODEC_LAYOUTS = ("ncl", "channels-last")  # the fast codec vocoder's activation memory (engine/fast/codec_fast.py)
 CHUNK_POLICIES = ("slack", "adaptive", "fixed")
@@ -139,6 +140,7 @@ class EngineSettings:
     profile_dir: str = ""  # profile the loop (engine/profiling.py) and write summary tables here
     profile_after_s: float = 30.0  # ... this long after the first real request
     profile_steps: int = 300  # ... over this many working turns
+    profile_kind: str = "torch"  # "torch": GPU kernels, syncs, gaps (StepProfiler); "host": Python functions (cProfile)
     voices_dir: str = ""  # Base models: the saved-voice store (engine/voice_store.py); "" none
 
     def __post_init__(self) -> None:
@@ -175,6 +177,7 @@ class EngineSettings:
         if self.max_in_flight < 1 or self.codec_in_flight < 1 or self.profile_steps < 1 or self.profile_after_s < 0:
             raise ValueError("max_in_flight, codec_in_flight and profile_steps must be >= 1, profile_after_s >= 0")
         _check_choice("sync_debug", self.sync_debug, ("off", "warn"))
+        _check_choice("profile_kind", self.profile_kind, PROFILE_KINDS)
         _check_choice("cp_kernels", self.cp_kernels, ("layers", "fused"))
         _check_choice("codec_kernels", self.codec_kernels, CODEC_KERNELS)
         _check_choice("codec_layout", self.codec_layout, CODEC_LAYOUTS)
@@ -445,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-after-s", type=float, default=d.profile_after_s,
                    help="start profiling this long after the first real request")
     p.add_argument("--profile-steps", type=int, default=d.profile_steps, help="working loop turns to profile")
+    p.add_argument("--profile-kind", default=d.profile_kind, choices=PROFILE_KINDS,
+                   help="torch: GPU kernels, host-GPU syncs and idle gaps; host: the loop's Python functions by "
+                        "self and cumulative time (cProfile), e.g. the scheduler against the launches")
     p.add_argument("--voices-dir", default=d.voices_dir,
                    help="Base models: directory of saved voices (engine/voice_store.py) that Submit.voice names")
     return p

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 from engine.profile_summary import collect, main, summarize
-from engine.profiling import StepProfiler
+from engine.profiling import HostProfiler, StepProfiler
+from engine.settings import EngineSettings, parse_args
 
 KINDS = ("talker_decode", "code_predict", "codec_chunk")
 
@@ -92,6 +93,40 @@ def test_summary_in_a_child_process(tmp_path: Path) -> None:
     assert profiler.state == "done" and profiler.summarizer is not None
     assert profiler.summarizer.wait(120) == 0, (tmp_path / "profile_summary.log").read_text()
     assert json.loads((tmp_path / "profile_summary.json").read_text())["meta"]["work_steps"] == 2
+
+
+def choose_batch(rows: int) -> int:
+    return sum(range(rows))
+
+
+def test_host_profile_names_the_functions_the_loop_spent_its_time_in(tmp_path: Path) -> None:
+    profiler = HostProfiler(tmp_path, start_after_s=10.0, steps=3, top=500)
+    profiler.turn(0.0, "talker_decode")  # first work starts the clock
+    choose_batch(10)  # before the window: not recorded
+    profiler.turn(5.0, "talker_decode")
+    assert profiler.state == "waiting"
+    profiler.turn(10.0, None)
+    assert profiler.state == "recording"
+    for number, kind in enumerate(KINDS):
+        choose_batch(1000)
+        profiler.turn(10.5 + number, kind)
+    assert profiler.state == "done"
+
+    report = json.loads((tmp_path / "host_profile.json").read_text())
+    assert report["meta"]["work_steps"] == 3 and report["meta"]["reason"] == "steps"
+    rows = {row["function"]: row for row in report["by_self"]}
+    ours = [name for name in rows if name.endswith("(choose_batch)")]
+    assert ours == [f"tests/engine/test_profiling.py:{choose_batch.__code__.co_firstlineno}(choose_batch)"]
+    assert rows[ours[0]]["calls"] == 3 and rows[ours[0]]["cumulative_ms"] >= rows[ours[0]]["self_ms"] > 0
+    assert "top functions by self time" in (tmp_path / "host_profile.txt").read_text()
+
+
+def test_the_engine_takes_a_profile_kind() -> None:
+    assert EngineSettings(model="tiny", socket="@x").profile_kind == "torch"
+    args = ["--model", "tiny", "--socket", "@x", "--profile-dir", "/tmp/p", "--profile-kind", "host"]
+    assert parse_args(args).profile_kind == "host"
+    with pytest.raises(ValueError):
+        EngineSettings(model="tiny", socket="@x", profile_kind="perf")
 
 
 def test_bad_arguments(tmp_path: Path) -> None:
