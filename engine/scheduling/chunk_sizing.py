@@ -50,14 +50,19 @@ class SlackChunkPolicy:
 
 
 def request_chunk_frames(r: RequestState, now_ns: int, slack: SlackChunkPolicy,
-                         chunks: ChunkPolicy | None = None, paced: bool = False) -> int:
+                         chunks: ChunkPolicy | None = None, paced: bool = False, deadline_ns: int | None = None) -> int:
     """Frames of `r` to decode in its next chunk at `now_ns` (0: wait), by `chunks` when given, else `slack`.
     It drains what is pending on a flush, once generation is over, while the talker waits for text, or
-    while pacing holds generation back (`paced`): no frame is coming soon, so none is worth waiting for."""
-    deadline = r.effective_deadline_ns()
-    buffered_ms = 0.0 if deadline is None or r.first_audio_ns is None else (deadline - now_ns) / 1e6
-    starved = r.phase is Phase.WAITING_TEXT  # the talker waits for text: hand the listener what exists
-    drain = r.flush_pending or starved or r.generation_finished or paced
+    while pacing holds generation back (`paced`): no frame is coming soon, so none is worth waiting for.
+    `deadline_ns`: `r.effective_deadline_ns()` when the caller has it already (only read once r has audio)."""
+    if r.first_audio_ns is None:
+        buffered_ms = 0.0
+    else:
+        deadline = r.effective_deadline_ns() if deadline_ns is None else deadline_ns
+        buffered_ms = 0.0 if deadline is None else (deadline - now_ns) / 1e6
+    phase = r.phase
+    starved = phase is Phase.WAITING_TEXT  # the talker waits for text: hand the listener what exists
+    drain = r.flush_pending or starved or phase >= Phase.FINISHING or paced  # FINISHING or ended: generation is over
     if chunks is not None:
         buffered = None if r.first_audio_ns is None else max(buffered_ms, 0.0)
         return chunks.next_chunk_frames(r.frames_decoded, r.frames_pending, buffered, r.text_ended, drain)

@@ -380,45 +380,45 @@ class Scheduler:
         generation_open, codec_open = Lane.GENERATION in lanes, Lane.CODEC in lanes  # (Lane hashes in Python)
         first_chunk_lane = Lane.GENERATION if cfg.first_chunk_lane else Lane.CODEC
         first_chunk_open = generation_open if cfg.first_chunk_lane else codec_open
+        fill, largest_chunk, last_row = cfg.codec_fill_frames, cfg.codec_chunk_sizes[-1], len(codec_ms) - 1
+        slack_chunks, chunks, key, append = self.slack_chunks, self.chunks, self._key, items.append
         for r in self._requests.values():
-            gen_kind = None if r.generation_busy or not generation_open else PHASE_KIND.get(r.phase)
+            phase = r.phase
+            gen_kind = None if r.generation_busy or not generation_open else PHASE_KIND.get(phase)
             newcomer = r.first_audio_ns is None
             offer_codec = first_chunk_open if newcomer else codec_open  # if not, its chunk still sets its slack
-            if gen_kind is None and (r.codec_busy or r.frames_generated == r.frames_decoded or not offer_codec):
+            pending = r.frames_generated - r.frames_decoded
+            no_chunk = r.codec_busy or pending == 0
+            if gen_kind is None and (no_chunk or not offer_codec):
                 continue  # nothing to offer on an open lane (also every ended request)
-            paced = pacing and r.max_lead_ms > 0 and r.phase in PHASE_KIND  # else pace_of says FREE
+            paced = pacing and r.max_lead_ms > 0 and phase in PHASE_KIND  # else pace_of says FREE
             pace = pace_of(r, now_ns)[0] if paced else Pace.FREE
             if pace is Pace.HELD:
                 gen_kind = None  # far enough ahead of its listener: leave the GPU to others for now
-            no_chunk = r.codec_busy or r.frames_generated == r.frames_decoded
-            chunk = 0 if no_chunk else request_chunk_frames(r, now_ns, self.slack_chunks, self.chunks,
-                                                            paced=pace is not Pace.FREE)
-            early = (chunk == 0 and cfg.codec_fill_frames > 0 and not r.codec_busy and r.first_audio_ns is not None
-                     and r.frames_pending >= cfg.codec_fill_frames)
+            deadline = None if newcomer else r.effective_deadline_ns()
+            chunk = 0 if no_chunk else request_chunk_frames(r, now_ns, slack_chunks, chunks, pace is not Pace.FREE,
+                                                            deadline)  # fmt: skip
+            early = chunk == 0 and fill > 0 and not r.codec_busy and not newcomer and pending >= fill
             if gen_kind is None and not (offer_codec and (chunk or early)):
                 continue
             # Slack: buffered audio minus the time to produce the next audio (decode the pending frames,
             # or first generate one more frame).
             slack = 0.0
-            if r.first_audio_ns is not None:
-                deadline = r.effective_deadline_ns()
-                assert deadline is not None
-                slack = (deadline - now_ns) / 1e6 - codec_ms[min(max(chunk, 1), len(codec_ms) - 1)]
-                if r.frames_generated == r.frames_decoded:
-                    slack -= cp_ms + (decode_ms if r.phase is Phase.TALKER_DECODE else 0.0)
+            if deadline is not None:  # it has first audio
+                slack = (deadline - now_ns) / 1e6 - codec_ms[min(max(chunk, 1), last_row)]
+                if pending == 0:
+                    slack -= cp_ms + (decode_ms if phase is Phase.TALKER_DECODE else 0.0)
             if gen_kind is not None:
-                prefill = gen_kind is WorkKind.TALKER_PREFILL
-                shape = bucket(cfg.prefill_token_buckets, r.prefill_len) if prefill else 0
-                items.append(_Item(r, gen_kind, self._key(r, gen_kind, slack), shape, pace is Pace.FILLER))
+                shape = bucket(cfg.prefill_token_buckets, r.prefill_len) if gen_kind is WorkKind.TALKER_PREFILL else 0
+                append(_Item(r, gen_kind, key(r, gen_kind, slack), shape, pace is Pace.FILLER))
             if not offer_codec:
                 continue
             if chunk:
-                items.append(_Item(r, WorkKind.CODEC_CHUNK, self._key(r, WorkKind.CODEC_CHUNK, slack), chunk,
-                                   lane=first_chunk_lane if newcomer else Lane.CODEC))
+                append(_Item(r, WorkKind.CODEC_CHUNK, key(r, WorkKind.CODEC_CHUNK, slack), chunk,
+                             lane=first_chunk_lane if newcomer else Lane.CODEC))
             elif early:  # joins a codec-lane batch that runs anyway with what it has; never starts one
-                ready = min(r.frames_pending, cfg.codec_chunk_sizes[-1])  # its shape: the frames it has
-                items.append(_Item(r, WorkKind.CODEC_CHUNK, self._key(r, WorkKind.CODEC_CHUNK, slack), ready,
-                                   filler=True, lane=Lane.CODEC, early=True))
+                append(_Item(r, WorkKind.CODEC_CHUNK, key(r, WorkKind.CODEC_CHUNK, slack),
+                             min(pending, largest_chunk), filler=True, lane=Lane.CODEC, early=True))  # its shape: what it has
         return items
 
     def _key(self, r: RequestState, kind: WorkKind, slack: float) -> tuple[float, ...]:
