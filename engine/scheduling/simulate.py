@@ -7,7 +7,10 @@ speaking `ceil(12.5 * chars / 14)` frames (the random-weight length model) with 
 the text sent whole or streamed word by word. Plans run on the engine's two lanes, generation and codec,
 one plan at a time on each, sharing the device while both are busy (`engine.scheduling.simdevice`;
 `--one-lane` runs everything in one queue); a plan's standalone time is the cost model's. Inbound events
-that arrive meanwhile are applied before the next plan, as in the engine loop.
+that arrive meanwhile are applied before the next plan, as in the engine loop. Planning is free unless
+`--host` (or any `--host-*` cost) puts the engine's host in the loop (`engine.scheduling.simhost`: a
+scheduler call and a launch cost host time, lanes queue launched plans); its rows then end with the host's
+busy share.
 
 The simulator plays the gateway's part for deadlines: each client starts playing when its first
 audio arrives (plus `--client-buffer-ms`), plays continuously, and resumes as soon as audio arrives
@@ -45,6 +48,7 @@ from engine.request import (
 from engine.scheduling.costmodel import DEFAULT_COSTS, CostModel
 from engine.scheduling.scheduler import Outcome, Policy, Scheduler, SchedulerConfig
 from engine.scheduling.simdevice import DEFAULT_OVERLAP_RATE, MS, Running, SimDevice
+from engine.scheduling.simhost import H200_HOST, HostCosts, simulate_with_host
 
 PROMPTS = Path(__file__).resolve().parents[2] / "loadtest" / "data" / "seed-tts-eval-en.jsonl"
 CHARS_PER_TOKEN = 4.5
@@ -100,6 +104,7 @@ class SimResult:
     frames_decoded: int = 0  # every row's frames, all plans
     busy_by_kind: dict[WorkKind, float] = field(default_factory=lambda: defaultdict(float))  # standalone ms
     codec_event_ms: float = 0.0  # codec plans' start-to-end time on their lane (the engine's CUDA-event time)
+    host_ms: float = 0.0  # the host's planning and launching (the host model only, `engine.scheduling.simhost`)
     wall_s: float = 0.0
 
     def percentile(self, q: float) -> float:
@@ -183,7 +188,10 @@ def chunk_policy(name: str, config: SchedulerConfig) -> ChunkPolicy | None:
 
 
 def simulate(load: Workload, config: SchedulerConfig, costs: CostModel, prompts: list[str],
-             chunks: ChunkPolicy | None = None) -> SimResult:
+             chunks: ChunkPolicy | None = None, host: HostCosts | None = None) -> SimResult:
+    """One RPS. `host`: put the engine's host in the loop (`engine.scheduling.simhost`); None: planning is free."""
+    if host is not None:
+        return simulate_with_host(load, config, costs, prompts, chunks, host)
     started = time.perf_counter()
     config = replace(config, length_model=True)
     scheduler = Scheduler(config, costs, chunks)
@@ -338,6 +346,19 @@ def main(argv: list[str] | None = None) -> None:
                         help="run every plan in one queue (the model before the codec lane)")
     parser.add_argument("--overlap-rate", type=float, default=DEFAULT_OVERLAP_RATE,
                         help="each lane's speed while both run, as a share of its standalone speed")
+    parser.add_argument("--host", action="store_true",
+                        help="put the engine's host in the loop with the H200's measured costs (engine.scheduling.simhost)")
+    parser.add_argument("--host-plan-us", type=float, default=None,
+                        help="host model: a scheduler call's cost per active request, in us (implies --host)")
+    parser.add_argument("--host-launch-ms", type=float, nargs=4, default=None,
+                        metavar=("PREFILL", "CP", "DECODE", "CODEC"),
+                        help="host model: a plan's launch cost by kind, in ms (implies --host)")
+    parser.add_argument("--host-finish-ms", type=float, default=None,
+                        help="host model: an ended codec plan's host part, in ms (implies --host)")
+    parser.add_argument("--max-in-flight", type=int, default=H200_HOST.max_in_flight,
+                        help="host model: generation plans queued on the device")
+    parser.add_argument("--codec-in-flight", type=int, default=H200_HOST.codec_in_flight,
+                        help="host model: codec-lane plans queued on the device")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prompts", type=Path, default=PROMPTS)
     args = parser.parse_args(argv)
@@ -352,6 +373,7 @@ def main(argv: list[str] | None = None) -> None:
                              saturated_step_ms=args.saturated_step_ms, ragged_codec=args.ragged_codec,
                              codec_join_ratio=args.codec_join_ratio, codec_fill_frames=args.codec_fill_frames,
                              codec_gather_ms=args.codec_gather_ms, codec_fill_ms=args.codec_fill_ms)
+    host = _host_costs(args)
     prompts = load_prompts(args.prompts)
     mean_frames = sum(length_model_frames(len(p)) for p in prompts) / len(prompts)
     layout = Layout.STREAMING if args.layout == "streaming" else Layout.NON_STREAMING
@@ -359,11 +381,34 @@ def main(argv: list[str] | None = None) -> None:
           f"max lead {args.max_lead_ms or 'unpaced'} | "
           f"{len(prompts)} prompts, mean {mean_frames:.1f} frames | capacity "
           f"{capacity_rps(config, costs, mean_frames):.0f} rps | duration {args.duration:g} s | seed {args.seed}")
-    print(HEADER)
+    if host is not None:
+        launch = " / ".join(f"{host.launch_ms[k]:g}" for k in HOST_KINDS)
+        print(f"host: plan {host.plan_us:g} us per active request, launch {launch} ms (prefill / CP / decode / "
+              f"codec), codec finish {host.finish_ms:g} ms, in flight {host.max_in_flight} + {host.codec_in_flight}")
+    print(HEADER + (f" {'host':>5}" if host is not None else ""))
     for rps in args.rps:
         load = Workload(rps, args.duration, args.seed, args.text, args.words_per_s, args.client_buffer_ms,
                         layout, args.jitter, args.max_lead_ms, not args.one_lane, args.overlap_rate)
-        print(format_row(simulate(load, config, costs, prompts, chunk_policy(args.chunks, config))), flush=True)
+        result = simulate(load, config, costs, prompts, chunk_policy(args.chunks, config), host)
+        busy = f" {result.host_ms / result.sim_ms:>5.0%}" if host is not None and result.sim_ms else ""
+        print(format_row(result) + busy, flush=True)
+
+
+HOST_KINDS = (WorkKind.TALKER_PREFILL, WorkKind.CODE_PREDICT, WorkKind.TALKER_DECODE, WorkKind.CODEC_CHUNK)
+
+
+def _host_costs(args: argparse.Namespace) -> HostCosts | None:
+    """The host model the flags ask for (None: planning is free, the plain simulator)."""
+    if not (args.host or args.host_plan_us is not None or args.host_launch_ms or args.host_finish_ms is not None):
+        return None
+    host = replace(H200_HOST, max_in_flight=args.max_in_flight, codec_in_flight=args.codec_in_flight)
+    if args.host_plan_us is not None:
+        host = replace(host, plan_us=args.host_plan_us)
+    if args.host_launch_ms:
+        host = replace(host, launch_ms=dict(zip(HOST_KINDS, args.host_launch_ms, strict=True)))
+    if args.host_finish_ms is not None:
+        host = replace(host, finish_ms=args.host_finish_ms)
+    return host
 
 
 if __name__ == "__main__":
