@@ -192,9 +192,11 @@ def simulate_with_host(load: Workload, config: SchedulerConfig, costs: CostModel
                     run_device(now + int(host.finish_ms * MS))
                 _complete(q, now, scheduler, listeners, result, load)
         lanes = device.open_lanes(host)
+        wake = None
         if lanes:  # 2. plan
             scan_ns = int(host.plan_us * scheduler.active_count * 1000)
             plan = scheduler.plan(now, lanes)
+            wake = None if plan is not None else scheduler.next_wake_ns(now)  # before the scan's time passes
             host_ns += scan_ns
             run_device(now + scan_ns)
             if plan is not None:  # 3. launch
@@ -209,10 +211,12 @@ def simulate_with_host(load: Workload, config: SchedulerConfig, costs: CostModel
                     scheduler.complete(plan, Outcome(), now)
                     _after_completion(scheduler, listeners, result, load, now)
                 continue
+        if ended:
+            continue  # plans ended while the host planned: poll them first
         # Nothing launched: block on the device while plans are in flight (arrivals wait), else sleep.
         wakes = [device.next_end_ns(now)]
         if not len(device):
-            wakes += [events[0][0] if events else None, scheduler.next_wake_ns(now)]
+            wakes += [events[0][0] if events else None, wake, scheduler.next_wake_ns(now)]
         wakes = [t for t in wakes if t is not None]
         if not wakes:
             assert scheduler.active_count == 0, "simulation stuck: requests wait for input that never comes"
