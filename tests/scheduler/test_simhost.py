@@ -75,3 +75,13 @@ def test_the_host_model_runs_from_the_command_line_and_prints_its_share():
     lines = out.strip().splitlines()
     assert lines[1].startswith("host: plan 5 us per active request") and lines[2].split()[-1] == "host"
     assert lines[3].split()[0] == "4" and lines[3].split()[-1].endswith("%")
+
+
+def test_a_codec_lane_that_gathers_rows_never_stalls_the_simulated_host():
+    # A slow scheduler call outlasts the codec lane's gathering window: the host must still come back for the
+    # rows it held, with the device idle and no arrival left to wake it.
+    config, costs, prompts = SchedulerConfig(codec_gather_ms=30), CostModel.load(), load_prompts()
+    for seed in (0, 1):
+        load = Workload(1.0, duration_s=3.0, seed=seed)
+        result = simulate(load, config, costs, prompts, host=replace(H200_HOST, plan_us=5000.0))
+        assert result.offered > 0 and result.completed == result.offered
