@@ -190,8 +190,8 @@ class HostProfiler(StepProfiler):
     where the host's time goes function by function (the scheduler's planning, the executors' launches, the
     publishing), which the torch profiler shows only as gaps between torch ops. Writes `host_profile.txt`
     (the top functions by self time and by cumulative time) and `host_profile.json` (the same rows, written
-    last: its presence means complete). cProfile slows every Python call while it records (roughly 1.5-2x), so
-    its absolute times are inflated; the shares are what it is for. Constructor as `StepProfiler` (`summarize`
+    last: its presence means complete). cProfile slows every Python call while it records, so its absolute
+    times are inflated; the shares are what it is for. Constructor as `StepProfiler` (`summarize`
     and `keep_trace` do not apply: the tables are written at once, in the loop's thread)."""
 
     def _start(self, now_s: float) -> None:

@@ -59,8 +59,9 @@ class WorkKind(IntEnum):
 
 
 class Phase(IntEnum):
-    # Declaration order is relied on: the generation phases are PREFILL..TALKER_DECODE, and every phase from
-    # FINISHING on has finished generating (the scheduler checks these on every request hundreds of times a second).
+    # Declaration order is relied on: every phase from FINISHING on has finished generating, and every one from DONE
+    # on has ended (`generation_finished` and `is_ended` compare, as the scheduler asks them of every request on
+    # every plan call).
     WAITING_TEXT = auto()
     PREFILL = auto()
     CODE_PREDICT = auto()
