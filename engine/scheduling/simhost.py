@@ -1,8 +1,8 @@
 """The simulator with the engine's host in it: plans cost host time, and lanes hold queues of launched plans.
 
 The plain simulator (`engine.scheduling.simulate`) plans for free the moment a lane frees. On the H200 the
-engine loop is host-bound under load (fifteenth session: at 100 RPS it spent 13.9 of 20 s planning and launching
-and 2.7 s waiting for the GPU), and the simulator's p95 TTFA was half the server's. This variant runs the loop
+engine loop's host is busy most of the time under load (fifteenth session: at 100 RPS it spent 13.9 of 20 s
+planning and launching and 2.7 s waiting for the GPU), and the simulator's p95 TTFA was half the server's. This variant runs the loop
 the way `engine.loop.EngineLoop` does:
 
     host   [poll][plan ~ us x active requests][launch ~ ms by kind] [poll][plan][launch] ... [wait oldest]
