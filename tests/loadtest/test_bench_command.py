@@ -53,6 +53,9 @@ vivace_engine_gpu_seconds_total{engine="0",kind="codec_chunk"} 3.0
 vivace_engine_gpu_seconds_total{engine="0",kind="talker_decode"} 1.5
 # TYPE vivace_engine_host_seconds_total counter
 vivace_engine_host_seconds_total{activity="gc",engine="0"} 0.1625
+vivace_engine_host_seconds_total{activity="plan",engine="0"} 2.5
+vivace_engine_host_seconds_total{activity="launch",engine="0"} 4.0
+vivace_engine_host_seconds_total{activity="wait_gpu",engine="0"} 1.25
 # TYPE vivace_gateway_gc_pause_seconds_total counter
 vivace_gateway_gc_pause_seconds_total 0.004
 """
@@ -174,8 +177,8 @@ def test_table_shows_gpu_seconds_by_kind_when_exported() -> None:
     text = table([point, skipped]).splitlines()
     assert "SM active %" in text[0] and "engine GPU s/s by kind" in text[0]
     assert "30.0 / 40.0 / 50.0" in text[2] and "codec_chunk 0.30 talker_decode 0.15" in text[2]
-    assert text[0].endswith("codec frames per event-s | GC pause ms engine / gateway |")
-    assert text[2].endswith("| 7.5k | 162 / 4 |")  # 180 audio s/s x 12.5 frames / 0.30 codec GPU s/s
+    assert text[0].endswith("codec frames per event-s | GC pause ms engine / gateway | engine host s/s: plan / launch / wait |")
+    assert text[2].endswith("| 7.5k | 162 / 4 | 0.25 / 0.40 / 0.12 |")  # 180 audio s/s x 12.5 frames / 0.30 codec GPU s/s
     assert "skipped: budget" in text[3]
 
 

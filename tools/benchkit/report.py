@@ -2,7 +2,8 @@
 
 Engine GPU time per work kind appears as a column when the server exports
 `vivace_engine_gpu_seconds_total{engine,kind}`: GPU seconds per second of window, by kind; garbage-collection
-pauses of the engine and the gateway over the window (engine/gc_watch.py) when either exports them.
+pauses of the engine and the gateway over the window (engine/gc_watch.py) when either exports them; the engine
+loop's host time (planning, launching, blocked on the GPU) per second of window when it exports them.
 """
 
 from __future__ import annotations
@@ -55,6 +56,20 @@ def gc_pause_ms(point: dict[str, Any]) -> tuple[float, float] | None:
     return (engine or 0.0) * 1000, (gateway or 0.0) * 1000
 
 
+HOST_ACTIVITIES = ("plan", "launch", "wait_gpu")
+
+
+def host_share(point: dict[str, Any]) -> dict[str, float]:
+    """The engine loop's host seconds per second of window: the scheduler's plan, the launches, the waits on the
+    GPU (empty when not exported; engines before the fifteenth session counted launches under plan)."""
+    metrics = point.get("metrics") or {}
+    interval = metrics.get("interval_s") or 0.0
+    if interval <= 0:
+        return {}
+    seconds = label_values(metrics.get("counters", {}), HOST_SECONDS, "activity")
+    return {a: seconds[a] / interval for a in HOST_ACTIVITIES if a in seconds}
+
+
 def table(points: list[dict[str, Any]]) -> str:
     with_kinds = any(gpu_share_by_kind(p) for p in points)
     with_sm = any((p.get("gpu") or {}).get("gpm") for p in points)
@@ -64,6 +79,8 @@ def table(points: list[dict[str, Any]]) -> str:
     head += ["engine GPU s/s by kind", "codec frames per event-s"] if with_kinds else []
     with_gc = any(gc_pause_ms(p) for p in points)
     head += ["GC pause ms engine / gateway"] if with_gc else []
+    with_host = any(host_share(p) for p in points)
+    head += ["engine host s/s: plan / launch / wait"] if with_host else []
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for p in points:
         if p.get("status") != "ok":
@@ -89,5 +106,8 @@ def table(points: list[dict[str, Any]]) -> str:
         if with_gc:
             pauses = gc_pause_ms(p)
             cells.append("–" if pauses is None else f"{pauses[0]:.0f} / {pauses[1]:.0f}")
+        if with_host:
+            host = host_share(p)
+            cells.append(" / ".join(_fmt(host.get(a), 2) for a in HOST_ACTIVITIES))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
