@@ -24,7 +24,7 @@ from engine.codec.config import codec_preset
 from engine.codec.stream import CodecStatePool, decode_incremental
 from engine.codec.weights import random_codec
 from engine.fast.codec_fast import FastCodecDecoder
-from engine.fast.kernels.conv_snake import conv_snake, conv_snake_reference, conv_taps
+from engine.fast.kernels.conv_snake import ConvTile, conv_snake, conv_snake_reference, conv_taps
 from engine.fast.kernels.snake import snake_params
 from tests.codec.helpers import random_codes, relative_l2
 
@@ -48,17 +48,19 @@ for dtype in (torch.float32, torch.bfloat16):
         for with_residual in (False, True):
             outs = []
             original = channels_last(batch, c_out, length + 4, dtype)  # out: a view after a 4-sample history
-            for fn in (conv_snake, conv_snake_reference):
+            small = ConvTile(block_m=16, block_n=16, block_k=16, num_warps=2, num_stages=2)  # tiles a sweep may pick
+            for fn in (conv_snake, lambda *a, **kw: conv_snake(*a, tile=small, **kw), conv_snake_reference):
                 buffer = original.transpose(1, 2).clone().transpose(1, 2)  # the same values and memory order
                 total = channels_last(batch, c_out, length, dtype) if with_residual else None
                 got = fn(x, taps, dilation, alpha, inv_beta, bias=bias, residual=residual if with_residual else None,
                          out=buffer[..., 4:], sum_out=total)
                 assert got.data_ptr() == buffer[..., 4:].data_ptr()
                 outs.append((buffer.clone(), total))
-            (ours, our_sum), (theirs, their_sum) = outs
+            (ours, our_sum), (small_tiles, small_sum), (theirs, their_sum) = outs
             result["kernel"].append({
                 "dtype": str(dtype), "k": k, "residual": with_residual,
                 "out_rel": relative_l2(ours[..., 4:], theirs[..., 4:]),
+                "small_tile_rel": relative_l2(small_tiles[..., 4:], theirs[..., 4:]),
                 "history_untouched": torch.equal(ours[..., :4], original[..., :4]),
                 "sum_rel": relative_l2(our_sum, their_sum) if with_residual else 0.0,
             })
@@ -88,7 +90,7 @@ def test_the_conv_and_snakebeta_kernel_matches_its_twin_in_the_triton_interprete
     for case in result["kernel"]:
         # fp32: the conv's summation order only; bf16: plus a last-bit flip of the rounded conv output, carried on
         bound = 1e-5 if case["dtype"] == "torch.float32" else 2e-2
-        assert case["out_rel"] < bound, case
+        assert case["out_rel"] < bound and case["small_tile_rel"] < bound, case
         assert case["sum_rel"] < bound, case
         assert case["history_untouched"], case
     assert result["decode"]["torch.float32"]["wave_rel"] < 1e-5, result["decode"]

@@ -22,6 +22,8 @@ SnakeBeta kernel's, rounding for rounding; only the conv's summation order diffe
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -81,6 +83,22 @@ if HAVE_TRITON:
         tl.store(out_ptr + b[:, None] * so_b + t[:, None] * so_t + n[None, :], y.to(DTYPE), mask=mask)
 
 
+@dataclass(frozen=True, slots=True)
+class ConvTile:
+    """One program's tile: rows of the flattened (b, t) (`block_m`), output channels (`block_n`, at most; fewer for
+    narrow convs), input channels a step (`block_k`; None: 64 for 16-bit activations, 32 for fp32), warps and
+    software-pipelining stages. `tools/conv_snake_bench.py` sweeps these at the vocoder's shapes."""
+
+    block_m: int = 64
+    block_n: int = 128
+    block_k: int | None = None
+    num_warps: int = 4
+    num_stages: int = 3
+
+
+DEFAULT_TILE = ConvTile()  # a first guess, not yet tuned (fifteenth session: slower than cuDNN + SnakeBeta)
+
+
 def conv_taps(weight: Tensor) -> Tensor:
     """A Conv1d weight [C_out, C_in, k] as the kernel reads it: [k, C_in, C_out], contiguous."""
     return weight.detach().permute(2, 1, 0).contiguous()
@@ -98,7 +116,7 @@ def conv_snake_reference(
 def conv_snake(
     x: Tensor, taps: Tensor, dilation: int, alpha: Tensor, inv_beta: Tensor, *, bias: Tensor | None = None,
     residual: Tensor | None = None, out: Tensor | None = None, sum_out: Tensor | None = None,
-    tf32: bool = True,
+    tf32: bool = True, tile: ConvTile = DEFAULT_TILE,
 ) -> Tensor:  # fmt: skip
     """Conv (module docstring) + [bias] + [residual] + SnakeBeta into `out` (new, channels-last, if None); returns
     `out`. `sum_out` receives the pre-activation sum. `tf32`: fp32 activations multiply in 3xTF32 (else exactly):
@@ -122,9 +140,10 @@ def conv_snake(
     if not taps.is_contiguous():
         raise ValueError("conv_snake: taps must be contiguous [k, C_in, C_out] (conv_taps)")
     rows = batch * length
-    block_m = 64
-    block_n = min(128, max(16, triton.next_power_of_2(c_out)))
-    block_k = min(64 if x.dtype != torch.float32 else 32, max(16, triton.next_power_of_2(c_in)))
+    block_m = tile.block_m
+    block_n = min(tile.block_n, max(16, triton.next_power_of_2(c_out)))
+    block_k = tile.block_k or (64 if x.dtype != torch.float32 else 32)
+    block_k = min(block_k, max(16, triton.next_power_of_2(c_in)))
     grid = (triton.cdiv(rows, block_m), triton.cdiv(c_out, block_n))
     _conv_snake_kernel[grid](
         x, taps, bias if bias is not None else alpha, res_t, sum_t, out, alpha, inv_beta,
@@ -135,6 +154,6 @@ def conv_snake(
         PRECISE_SIN=not INTERPRET, HW_ROUND=not INTERPRET, DTYPE=TRITON_DTYPES[x.dtype],
         DOT_PRECISION=("tf32x3" if tf32 else "ieee") if x.dtype == torch.float32 else "tf32",
         UPCAST_DOT=INTERPRET and x.dtype != torch.float32,
-        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=4, num_stages=3,
+        BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=tile.num_warps, num_stages=tile.num_stages,
     )  # fmt: skip
     return out
