@@ -154,6 +154,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for text in args.shapes:
         batch, frames = (int(v) for v in text.split("x"))
         shapes.append(sweep_shape(fused, plain, batch, frames, device, args.repeats))
+        s = shapes[-1]
+        print(f"{batch} x {frames}: default {s['default_ms']:.3f} ms, best tile {s['best_single']} "
+              f"{s['best_single_ms']:.3f}, per call {s['best_per_call_ms']:.3f}, baseline {s['baseline_ms']:.3f}",
+              flush=True)  # fmt: skip
     overall = [sum(s["tile_total_ms"][i] for s in shapes) for i in range(len(TILES))]
     best = min(range(len(TILES)), key=lambda i: overall[i])
     return {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "precision": args.precision,
