@@ -69,3 +69,51 @@ def test_top_k_above_the_static_cap_is_refused_before_anything_runs(model: Qwen3
     with pytest.raises(ValueError, match="cap of 64"):
         fast.predict([0, 1], [0, 1], [0, 0])
     assert fast.steps.eager_runs == 0
+
+
+@pytest.mark.parametrize("ahead", [1, 2, 3])
+def test_every_kernel_prefetches_the_weights_of_the_products_that_run_next(
+    model: Qwen3TTS, ahead: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With `prefetch_ahead` A, each kernel of a frame asks L2 for exactly the next A products' weights in the
+    order they then run (the sampler for the next step's first ones; nothing past the frame's last product)."""
+    import engine.fast.code_predictor_graph as graph_module
+    from engine.fast.code_predictor_graph import FrameKernels
+
+    events: list[tuple[str, object]] = []  # ("run", weight) per product, ("ask", [weights]) per kernel
+
+    class Recorded:
+        def __init__(self, tensors: list[torch.Tensor]) -> None:
+            self.tensors = list(tensors)
+
+    def of(tensors: list[torch.Tensor]) -> Recorded:
+        return Recorded(tensors)
+
+    def recording(name: str, real):  # noqa: ANN001, ANN202
+        def call(*args, prefetch=None, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+            if name == "gemv":  # a product's own kernel asks for the ones after it
+                events.append(("run", args[1]))
+            events.append(("ask", prefetch.tensors if prefetch is not None else []))
+            return real(*args, **kwargs)
+
+        return call
+
+    monkeypatch.setattr(graph_module.Prefetch, "of", staticmethod(of))
+    for name in ("gemv", "cp_attention", "sample"):
+        monkeypatch.setattr(graph_module, name, recording(name, getattr(graph_module, name)))
+    slots = _slots(model, 2)
+    fast = CodePredictorGraphs(model, slots, new_code_buffer(2, 2, model.device), (2,),
+                               kernels=FrameKernels(prefetch_ahead=ahead))  # fmt: skip
+    fast.predict([0, 1], [0, 1], [0, 0])
+
+    runs = [weight for kind, weight in events if kind == "run"]
+    groups = model.config.code_predictor.num_code_groups
+    assert len(runs) == (groups - 1) * (4 * model.config.code_predictor.num_layers + 2)  # proj, 4 a layer, head
+    asks = 0
+    for i, (kind, asked) in enumerate(events):
+        if kind != "ask":
+            continue
+        asks += 1
+        later = [weight for k, weight in events[i + 1 :] if k == "run"][:ahead]
+        assert len(asked) == len(later) and all(a is b for a, b in zip(asked, later, strict=True)), f"kernel {asks}"
+    assert asks == len(runs) + (groups - 1) * (model.config.code_predictor.num_layers + 1)  # + attentions, samplers
