@@ -35,8 +35,6 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    _CHUNK = tl.constexpr(CHUNK)
-
     @triton.jit
     def _prefetch_range(address, nbytes, CHUNK_BYTES: tl.constexpr):
         """This program's share of [address, address + nbytes) requested into L2 by its thread 0."""
@@ -60,8 +58,8 @@ if HAVE_TRITON:
     def prefetch_l2(address0, nbytes0, address1, nbytes1, ENABLED: tl.constexpr):
         """Both ranges (address: int64 byte address; nbytes 0 skips one), shared over the grid's programs."""
         if ENABLED:
-            _prefetch_range(address0, nbytes0, _CHUNK)
-            _prefetch_range(address1, nbytes1, _CHUNK)
+            _prefetch_range(address0, nbytes0, CHUNK)
+            _prefetch_range(address1, nbytes1, CHUNK)
 
 
 @cache
