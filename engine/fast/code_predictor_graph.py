@@ -37,7 +37,6 @@ from engine.fast.kernels import INTERPRET, use_triton
 from engine.fast.kernels.cp_attention import cp_attention
 from engine.fast.kernels.decode_attention import decode_attention
 from engine.fast.kernels.gemv import STREAM_TILE, GemvConfig, gemv
-from engine.fast.kernels.l2_prefetch import Prefetch
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.sampler import sample
 from engine.fast.kernels.silu_mul import silu_mul as swiglu
@@ -70,10 +69,6 @@ class FrameKernels:
     # the row limit). Off by default: in the whole server, 1 RPS p95 TTFA was 16.7 and 29.6 ms in two runs with
     # it against 13.0 and 13.9 without (docs/benchmarks.md, ninth session), a tail not yet explained.
     pdl: bool = False
-    # L2 prefetch (`kernels.l2_prefetch`): every Triton kernel of a step requests the weights of the next
-    # `prefetch_ahead` products into L2 as it starts (the sampler: the next step's first ones), so a product's
-    # weights stream from L2 instead of cold HBM. 0: off. Same values bit for bit either way.
-    prefetch_ahead: int = 0
 
 
 class CodePredictorGraphs:
@@ -139,23 +134,13 @@ class CodePredictorGraphs:
         logits = self.step_logits(torch.stack((s.hidden[index], first), dim=1).view(2 * n, -1), None, 0, 2)
         k = self.kernels
         sample(logits, *settings, 1, out=frame[:, 1], table=self.tables[0], acc=embed_sum, radix_bits=k.radix_bits,
-               num_warps=k.sampler_warps, pdl=self._pdl(2 * n), prefetch=self._ahead(self.step_weights(2)))  # fmt: skip
+               num_warps=k.sampler_warps, pdl=self._pdl(2 * n))  # fmt: skip
         for group in range(2, c.num_code_groups):
             logits = self.step_logits(self.tables[group - 2], frame[:, group - 1], group, 1)
             sample(logits, *settings, group, out=frame[:, group], table=self.tables[group - 1], acc=embed_sum,
-                   radix_bits=k.radix_bits, num_warps=k.sampler_warps, pdl=self._pdl(n),
-                   prefetch=self._ahead(self.step_weights(group + 1)))  # fmt: skip
+                   radix_bits=k.radix_bits, num_warps=k.sampler_warps, pdl=self._pdl(n))  # fmt: skip
         self.codes[self.inputs["stream"][:n], frames] = frame
         s.frame_embed[index] = embed_sum.to(s.frame_embed.dtype)
-
-    def step_weights(self, group: int) -> list[Tensor]:
-        """The weights of a step of this group's products, in the order they run ([] past the last group)."""
-        if not 1 <= group < self.config.num_code_groups:
-            return []
-        order = [self.projection[0]] if self.projection is not None else []
-        for layer in self.layers:
-            order += [layer.qkv, layer.o, layer.gate_up, layer.down]
-        return order + [self.heads[group - 1]]
 
     def step_logits(self, x: Tensor, index: Tensor | None, start: int, tokens: int) -> Tensor:
         """One step of the fused frame: token rows x[index[r]] (or x [n*T,H] when index is None; row b*T + t
@@ -163,50 +148,38 @@ class CodePredictorGraphs:
         activation dtype (as the plain head computes them before its fp32 cast). Group = max(1, start)."""
         c, layers = self.config, self.layers
         eps = layers[0].eps
-        group = max(1, start)
-        order = self.step_weights(group) + self.step_weights(group + 1)  # what the L2 prefetches look ahead into
-        at = 0  # index in `order` of the next product
         if self.projection is not None:
-            hidden, _ = self._product("proj", x, self.projection[0], order[1:], index=index, bias=self.projection[1])
-            at = 1
+            hidden, _ = self._product("proj", x, self.projection[0], index=index, bias=self.projection[1])
         else:
             hidden = x[index] if index is not None else x
         residual: Tensor | None = None
         for number, layer in enumerate(layers):
-            qkv, residual = self._product("qkv", hidden, layer.qkv, order[at + 1 :], residual=residual,
-                                          norm=layer.input_norm, eps=eps)  # fmt: skip
+            qkv, residual = self._product("qkv", hidden, layer.qkv, residual=residual, norm=layer.input_norm,
+                                          eps=eps)  # fmt: skip
             k_cache, v_cache = self.cache.layer(number)
             attended = cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, eps, k_cache, v_cache,
                                     start, tokens, layer.num_heads, layer.num_kv_heads,
-                                    num_warps=self.kernels.attention_warps, pdl=self._pdl(qkv.shape[0]),
-                                    prefetch=self._ahead(order[at + 1 :]))  # fmt: skip
-            hidden, _ = self._product("o", attended, layer.o, order[at + 2 :])
-            act, residual = self._product("gate_up", hidden, layer.gate_up, order[at + 3 :], residual=residual,
+                                    num_warps=self.kernels.attention_warps, pdl=self._pdl(qkv.shape[0]))  # fmt: skip
+            hidden, _ = self._product("o", attended, layer.o)
+            act, residual = self._product("gate_up", hidden, layer.gate_up, residual=residual,
                                           norm=layer.post_norm, eps=eps, silu_mul=True)  # fmt: skip
-            hidden, _ = self._product("down", act, layer.down, order[at + 4 :])
-            at += 4
+            hidden, _ = self._product("down", act, layer.down)
         rows = hidden.shape[0] // tokens
         last = (rows, tokens, c.hidden_size)
         hidden, residual = hidden.view(last)[:, -1], residual.view(last)[:, -1]  # type: ignore[union-attr]
         norm = self.predictor.model.norm
-        logits, _ = self._product("head", hidden, self.heads[group - 1], order[at + 1 :], residual=residual,
+        logits, _ = self._product("head", hidden, self.heads[max(1, start) - 1], residual=residual,
                                   norm=norm.weight, eps=norm.eps)  # fmt: skip
         return logits
-
-    def _ahead(self, weights: list[Tensor]) -> Prefetch:
-        """The L2 prefetch of the first `prefetch_ahead` of these weights (none when off)."""
-        return Prefetch.of(weights[: self.kernels.prefetch_ahead])
 
     def _pdl(self, token_rows: int) -> bool:
         """Whether a kernel of a step with this many token rows launches as a programmatic dependent."""
         return self.kernels.pdl and token_rows <= self.kernels.gemv_max_rows
 
-    def _product(self, name: str, x: Tensor, weight: Tensor, following: list[Tensor], *,
-                 index: Tensor | None = None, residual: Tensor | None = None, norm: Tensor | None = None,
-                 eps: float = 1e-6, bias: Tensor | None = None,
-                 silu_mul: bool = False) -> tuple[Tensor, Tensor | None]:  # fmt: skip
-        """One product with its norm prologue and epilogue -> (y, the residual stream after the norm's add).
-        `following`: the weights of the products after this one, for the L2 prefetches."""
+    def _product(self, name: str, x: Tensor, weight: Tensor, *, index: Tensor | None = None,
+                 residual: Tensor | None = None, norm: Tensor | None = None, eps: float = 1e-6,
+                 bias: Tensor | None = None, silu_mul: bool = False) -> tuple[Tensor, Tensor | None]:  # fmt: skip
+        """One product with its norm prologue and epilogue -> (y, the residual stream after the norm's add)."""
         k = self.kernels
         rows = index.shape[0] if index is not None else x.shape[0]
         small = rows <= k.gemv_max_rows
@@ -217,20 +190,18 @@ class CodePredictorGraphs:
             config = replace(config, block_n=max(config.block_n, 1 << (columns - 1).bit_length()))
         if not use_triton(x) or (small and (norm is None or rows <= k.prologue_max_rows)):
             y, total = gemv(x, weight, index=index, residual=residual, norm_weight=norm, eps=eps, bias=bias,
-                            silu_mul=silu_mul, config=config, pdl=self._pdl(rows),
-                            prefetch=self._ahead(following))  # fmt: skip
+                            silu_mul=silu_mul, config=config, pdl=self._pdl(rows))  # fmt: skip
             return y, (x if total is None else total) if norm is not None else None
         if index is not None:
             x = x[index]
         total = None
-        if norm is not None:  # its kernel runs before the product: it prefetches the product's own weight too
-            x, total = rms_norm(x.contiguous(), norm, eps, residual, prefetch=self._ahead([weight, *following]))
+        if norm is not None:
+            x, total = rms_norm(x.contiguous(), norm, eps, residual)
         if small:
-            y, _ = gemv(x, weight, bias=bias, silu_mul=silu_mul, config=config, pdl=self._pdl(rows),
-                        prefetch=self._ahead(following))  # fmt: skip
+            y, _ = gemv(x, weight, bias=bias, silu_mul=silu_mul, config=config, pdl=self._pdl(rows))
         else:
             y = F.linear(x, weight, bias)
-            y = swiglu(y, prefetch=self._ahead(following)) if silu_mul else y
+            y = swiglu(y) if silu_mul else y
         return y, total
 
     def _frame_layers(self, n: int) -> None:

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from engine.fast.kernels.l2_prefetch import Prefetch
 from engine.fast.kernels.qk_norm_rope import qk_norm_rope
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.silu_mul import silu_mul
@@ -78,27 +77,18 @@ Attend = Callable[[int, Tensor], Tensor]
 
 def run_layers(
     layers: list[FusedLayer], x: Tensor, final_norm: Tensor, cos: Tensor, sin: Tensor,
-    caches: list[tuple[Tensor, Tensor]], slot: Tensor, position: Tensor, attend: Attend, prefetch_ahead: int = 0,
+    caches: list[tuple[Tensor, Tensor]], slot: Tensor, position: Tensor, attend: Attend,
 ) -> Tensor:  # fmt: skip
-    """x [R,Hd] at rows (slot[r], position[r]) of the caches; cos/sin [R,D] -> final-norm hidden [R,Hd].
-    `prefetch_ahead` A > 0: the kernel before each GEMM (norm, q/k norm, SwiGLU) asks L2 for the weights of
-    that GEMM and the A - 1 after it (`kernels.l2_prefetch`); the same values either way."""
-    order = [w for layer in layers for w in (layer.qkv, layer.o, layer.gate_up, layer.down)]
-
-    def ahead(product: int) -> Prefetch | None:  # the prefetch of the kernel before order[product]
-        return Prefetch.of(order[product : product + prefetch_ahead]) if prefetch_ahead else None
-
+    """x [R,Hd] at rows (slot[r], position[r]) of the caches; cos/sin [R,D] -> final-norm hidden [R,Hd]."""
     residual: Tensor | None = None
     for index, layer in enumerate(layers):
-        first = 4 * index  # this layer's qkv in `order`
-        normed, residual = rms_norm(x, layer.input_norm, layer.eps, residual, prefetch=ahead(first))
+        normed, residual = rms_norm(x, layer.input_norm, layer.eps, residual)  # residual: the layer input
         k_cache, v_cache = caches[index]
         q = qk_norm_rope(normed @ layer.qkv.T, cos, sin, layer.q_norm, layer.k_norm, layer.eps,
-                         k_cache, v_cache, slot, position, layer.num_heads, layer.num_kv_heads,
-                         prefetch=ahead(first + 1))  # [R,H,D]  # fmt: skip
+                         k_cache, v_cache, slot, position, layer.num_heads, layer.num_kv_heads)  # [R,H,D]
         x = attend(index, q) @ layer.o.T  # [R,Hd]
-        normed, residual = rms_norm(x, layer.post_norm, layer.eps, residual, prefetch=ahead(first + 2))
-        x = silu_mul(normed @ layer.gate_up.T, prefetch=ahead(first + 3)) @ layer.down.T  # [R,Hd]
+        normed, residual = rms_norm(x, layer.post_norm, layer.eps, residual)  # residual: h = x + attn
+        x = silu_mul(normed @ layer.gate_up.T) @ layer.down.T  # [R,Hd]
     return rms_norm(x, final_norm, layers[0].eps, residual)[0]
 
 

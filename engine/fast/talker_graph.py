@@ -40,10 +40,8 @@ CAPTURE_SAFE_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
 class TalkerGraphs:
     def __init__(self, model: Qwen3TTS, slots: GenerationSlots, cache: TalkerKVCache, capture_sizes: Sequence[int],
                  *, prefill_sizes: Sequence[int] = (), prefill_buckets: Sequence[int] = (),
-                 use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP,
-                 prefetch_ahead: int = 0) -> None:  # fmt: skip
+                 use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP) -> None:  # fmt: skip
         self.model = model
-        self.prefetch_ahead = prefetch_ahead  # decode steps' L2 prefetch of the next GEMMs' weights (`run_layers`)
         self.talker = model.talker
         self.config = model.config.talker
         self.slots = slots
@@ -138,7 +136,7 @@ class TalkerGraphs:
             return decode_attention(q, k_cache, v_cache, index, lengths).view(n, -1)
 
         hidden = run_layers(self.layers, x, self.talker.model.norm.weight, cos, sin, self.caches, index,
-                            positions, attend, self.prefetch_ahead)  # fmt: skip
+                            positions, attend)  # fmt: skip
         self._draw(hidden, index, self.inputs["frame"][:n] + 1, self.inputs["eos_never"][:n].bool())
 
     def _prefill(self, key: tuple[int, int]) -> None:

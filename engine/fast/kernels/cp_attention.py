@@ -25,7 +25,6 @@ from torch import Tensor
 
 from engine.fast.kernels import HAVE_TRITON, use_triton
 from engine.fast.kernels.decode_attention import decode_attention_reference
-from engine.fast.kernels.l2_prefetch import Prefetch
 from engine.fast.kernels.pdl import enabled as pdl_enabled
 from engine.fast.kernels.pdl import launch_options
 from engine.fast.kernels.qk_norm_rope import qk_norm_rope_reference
@@ -34,7 +33,6 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from engine.fast.kernels.l2_prefetch import prefetch_l2
     from engine.fast.kernels.pdl import wait_for_producer
     from engine.fast.kernels.snake import TRITON_DTYPES, round_to
 
@@ -57,11 +55,10 @@ if HAVE_TRITON:
     @triton.jit
     def _cp_attention_kernel(
         qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
-        start, eps, scale, stride_s, stride_k, stride_l, pf0, pf_bytes0, pf1, pf_bytes1,
+        start, eps, scale, stride_s, stride_k, stride_l,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
-        D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+        D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
-        prefetch_l2(pf0, pf_bytes0, pf1, pf_bytes1, PREFETCH)  # the next products' weights (fire and forget)
         b = tl.program_id(0)
         j = tl.program_id(1)
         width: tl.constexpr = (H + 2 * K) * D
@@ -134,12 +131,12 @@ def cp_attention_reference(
 def cp_attention(
     qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float,
     k_cache: Tensor, v_cache: Tensor, start: int, tokens: int, num_heads: int, num_kv_heads: int,
-    out: Tensor | None = None, num_warps: int = 4, pdl: bool = False, prefetch: Prefetch | None = None,
+    out: Tensor | None = None, num_warps: int = 4, pdl: bool = False,
 ) -> Tensor:  # fmt: skip
     """qkv [B*T,(H+2K)D] contiguous, cos/sin [L,D], caches [S>=B,K,L,D]; tokens T at positions start..start+T-1
     -> attention output [B*T, H*D] (into `out`, contiguous, when given); the new keys and values are written
     into the caches in place. `num_warps` of each (frame row, kv head) program. `pdl`: launched as a programmatic
-    dependent of the kernel before it (`kernels.pdl`). `prefetch`: ranges requested into L2 (`kernels.l2_prefetch`)."""
+    dependent of the kernel before it (`kernels.pdl`)."""
     if not use_triton(qkv):
         result = cp_attention_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, start, tokens,
                                         num_heads, num_kv_heads)  # fmt: skip
@@ -152,12 +149,11 @@ def cp_attention(
         out = torch.empty(rows, num_heads * d, dtype=qkv.dtype, device=qkv.device)
     assert out.shape == (rows, num_heads * d) and out.is_contiguous()
     group = num_heads // num_kv_heads
-    prefetch = prefetch or Prefetch.none()
     _cp_attention_kernel[(rows // tokens, num_kv_heads)](
         qkv, cos, sin, q_weight, k_weight, k_cache, v_cache, out, start, eps, 1.0 / math.sqrt(d),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), *prefetch.args(),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         T=tokens, H=num_heads, K=num_kv_heads, G=group, GP=triton.next_power_of_2(group), D=d,
         BLOCK_L=triton.next_power_of_2(k_cache.shape[2]), DTYPE=TRITON_DTYPES[qkv.dtype], PDL=pdl_enabled(pdl),
-        PREFETCH=prefetch.enabled, num_warps=num_warps, **launch_options(pdl),
+        num_warps=num_warps, **launch_options(pdl),
     )  # fmt: skip
     return out

@@ -34,7 +34,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.fast.kernels import HAVE_TRITON, use_triton
-from engine.fast.kernels.l2_prefetch import Prefetch
 from engine.fast.kernels.pdl import enabled as pdl_enabled
 from engine.fast.kernels.pdl import launch_options
 from engine.fast.kernels.rmsnorm import rms_norm_reference
@@ -44,7 +43,6 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from engine.fast.kernels.l2_prefetch import prefetch_l2
     from engine.fast.kernels.pdl import wait_for_producer
     from engine.fast.kernels.snake import TRITON_DTYPES, round_to
 
@@ -58,13 +56,12 @@ if HAVE_TRITON:
     @triton.jit
     def _gemv_kernel(
         x_ptr, index_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, sum_ptr,
-        rows, n_out, stride_x, stride_index, stride_res, stride_out, eps, pf0, pf_bytes0, pf1, pf_bytes1,
+        rows, n_out, stride_x, stride_index, stride_res, stride_out, eps,
         K: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
         HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, USE_DOT: tl.constexpr, DTYPE: tl.constexpr,
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+        ONE_CHUNK: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
-        prefetch_l2(pf0, pf_bytes0, pf1, pf_bytes1, PREFETCH)  # the next products' weights (fire and forget)
         pid = tl.program_id(0)
         r = tl.arange(0, BLOCK_R)
         r_mask = r < rows
@@ -200,14 +197,13 @@ def gemv(
     x: Tensor, weight: Tensor, *, index: Tensor | None = None, residual: Tensor | None = None,
     norm_weight: Tensor | None = None, eps: float = 1e-6, bias: Tensor | None = None, silu_mul: bool = False,
     config: GemvConfig | None = None, out: Tensor | None = None, sum_out: Tensor | None = None,
-    pdl: bool = False, prefetch: Prefetch | None = None,
+    pdl: bool = False,
 ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
     """x [X,K] (last dim contiguous, any row stride; rows index[r] when index [R] int64 is given, else all
     X rows), weight [N,K] (or [2N,K] = [gate; up] with silu_mul) contiguous, residual [R,K] (last dim
     contiguous), norm_weight [K], bias [N] -> (y [R,N], residual + x [R,K] when a residual is given, else
     None). `out` / `sum_out` (last dim contiguous) receive them when given. `pdl`: launched as a programmatic
-    dependent of the kernel before it (`kernels.pdl`), its first weight tile fetched before waiting for it.
-    `prefetch`: ranges (the next products' weights) requested into L2 as the kernel starts (`kernels.l2_prefetch`)."""
+    dependent of the kernel before it (`kernels.pdl`), its first weight tile fetched before waiting for it."""
     if residual is not None and norm_weight is None:
         raise ValueError("gemv: a residual is only added in the norm prologue")
     if bias is not None and silu_mul:
@@ -240,16 +236,15 @@ def gemv(
         block_k = max(16, min(block_k, 64 * 32 * config.num_warps // block_r))
     else:  # the broadcast product holds BR*BN*BK values: keep it near 64 per thread
         block_k = max(16, min(block_k, 64 * 32 * config.num_warps // (block_r * block_n)))
-    prefetch = prefetch or Prefetch.none()
     _gemv_kernel[(triton.cdiv(n_out, block_n),)](
         x, index if index is not None else x, residual if residual is not None else x,
         norm_weight if norm_weight is not None else x, weight, bias if bias is not None else x, out,
         s if s is not None else out, rows, n_out, x.stride(0), index.stride(0) if index is not None else 0,
-        residual.stride(0) if residual is not None else 0, out.stride(0), eps, *prefetch.args(),
+        residual.stride(0) if residual is not None else 0, out.stride(0), eps,
         K=k, HAS_INDEX=index is not None, HAS_NORM=norm_weight is not None, HAS_RESIDUAL=residual is not None,
         HAS_BIAS=bias is not None, SILU_MUL=silu_mul, USE_DOT=use_dot, DTYPE=TRITON_DTYPES[x.dtype],
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
         BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=block_k >= k, PDL=pdl_enabled(pdl),
-        PREFETCH=prefetch.enabled, num_warps=config.num_warps, **launch_options(pdl),
+        num_warps=config.num_warps, **launch_options(pdl),
     )  # fmt: skip
     return out, s

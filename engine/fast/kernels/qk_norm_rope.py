@@ -14,22 +14,18 @@ import torch
 from torch import Tensor
 
 from engine.fast.kernels import HAVE_TRITON, use_triton
-from engine.fast.kernels.l2_prefetch import Prefetch
 from engine.model.layers import apply_rope
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from engine.fast.kernels.l2_prefetch import prefetch_l2
-
     @triton.jit
     def _qk_norm_rope_kernel(
         qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, q_out_ptr, k_cache_ptr, v_cache_ptr, slot_ptr, pos_ptr,
-        eps, stride_s, stride_k, stride_l, pf0, pf_bytes0, pf1, pf_bytes1,
-        H: tl.constexpr, K: tl.constexpr, D: tl.constexpr, PREFETCH: tl.constexpr,
+        eps, stride_s, stride_k, stride_l,
+        H: tl.constexpr, K: tl.constexpr, D: tl.constexpr,
     ):  # fmt: skip
-        prefetch_l2(pf0, pf_bytes0, pf1, pf_bytes1, PREFETCH)  # the next products' weights (fire and forget)
         r = tl.program_id(0)
         h = tl.program_id(1)  # 0..H-1: a query head; H..H+K-1: a key head (and its value head)
         dtype = q_out_ptr.dtype.element_ty
@@ -83,11 +79,9 @@ def qk_norm_rope_reference(
 def qk_norm_rope(
     qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float,
     k_cache: Tensor, v_cache: Tensor, slot: Tensor, position: Tensor, num_heads: int, num_kv_heads: int,
-    *, prefetch: Prefetch | None = None,
 ) -> Tensor:  # fmt: skip
     """qkv [R,(H+2K)D], cos/sin [R,D], caches [S,K,L,D] (last dim contiguous), slot/position [R] int64
-    -> rotated queries [R,H,D]; keys and values written into the caches in place. `prefetch`: ranges
-    requested into L2 as the kernel starts (`kernels.l2_prefetch`)."""
+    -> rotated queries [R,H,D]; keys and values written into the caches in place."""
     if not use_triton(qkv):
         return qk_norm_rope_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, slot, position,
                                       num_heads, num_kv_heads)  # fmt: skip
@@ -97,10 +91,9 @@ def qk_norm_rope(
     # `rows[:, None].expand(1, T).reshape(-1)`) must be materialised, or it reads past its end.
     qkv, cos, sin, slot, position = (t.contiguous() for t in (qkv, cos, sin, slot, position))
     q = torch.empty(rows, num_heads, d, dtype=qkv.dtype, device=qkv.device)
-    prefetch = prefetch or Prefetch.none()
     _qk_norm_rope_kernel[(rows, num_heads + num_kv_heads)](
         qkv, cos, sin, q_weight, k_weight, q, k_cache, v_cache, slot, position, eps,
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), *prefetch.args(),
-        H=num_heads, K=num_kv_heads, D=d, PREFETCH=prefetch.enabled, num_warps=1 if d <= 64 else 2,
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        H=num_heads, K=num_kv_heads, D=d, num_warps=1 if d <= 64 else 2,
     )  # fmt: skip
     return q

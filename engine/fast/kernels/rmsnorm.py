@@ -12,18 +12,14 @@ import torch
 from torch import Tensor
 
 from engine.fast.kernels import HAVE_TRITON, use_triton
-from engine.fast.kernels.l2_prefetch import Prefetch
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from engine.fast.kernels.l2_prefetch import prefetch_l2
-
     @triton.jit
-    def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n, eps, pf0, pf_bytes0, pf1, pf_bytes1,
-                         HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, PREFETCH: tl.constexpr):  # fmt: skip
-        prefetch_l2(pf0, pf_bytes0, pf1, pf_bytes1, PREFETCH)  # the next products' weights (fire and forget)
+    def _rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, sum_ptr, n, eps,
+                         HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr):  # fmt: skip
         row = tl.program_id(0)
         cols = tl.arange(0, BLOCK)
         mask = cols < n
@@ -46,10 +42,8 @@ def rms_norm_reference(x: Tensor, weight: Tensor, eps: float, residual: Tensor |
     return weight * normed, s
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = None, *,
-             prefetch: Prefetch | None = None) -> tuple[Tensor, Tensor]:  # fmt: skip
-    """x, residual [R,N] contiguous, weight [N] -> (normed [R,N], residual + x [R,N]). `prefetch`: ranges
-    requested into L2 as the kernel starts (`kernels.l2_prefetch`)."""
+def rms_norm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """x, residual [R,N] contiguous, weight [N] -> (normed [R,N], residual + x [R,N])."""
     if not use_triton(x):
         return rms_norm_reference(x, weight, eps, residual)
     x = x.contiguous()
@@ -57,10 +51,8 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float, residual: Tensor | None = No
     rows, n = x.shape
     out = torch.empty_like(x)
     s = torch.empty_like(x) if residual is not None else x
-    prefetch = prefetch or Prefetch.none()
     _rms_norm_kernel[(rows,)](
-        x, residual if residual is not None else x, weight, out, s, n, eps, *prefetch.args(),
-        HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(n), PREFETCH=prefetch.enabled,
-        num_warps=8 if n >= 2048 else 4,
+        x, residual if residual is not None else x, weight, out, s, n, eps,
+        HAS_RESIDUAL=residual is not None, BLOCK=triton.next_power_of_2(n), num_warps=8 if n >= 2048 else 4,
     )  # fmt: skip
     return out, s

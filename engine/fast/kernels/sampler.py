@@ -25,7 +25,6 @@ import torch
 from torch import Tensor
 
 from engine.fast.kernels import HAVE_TRITON, INTERPRET, use_triton
-from engine.fast.kernels.l2_prefetch import Prefetch
 from engine.fast.kernels.pdl import enabled as pdl_enabled
 from engine.fast.kernels.pdl import launch_options
 from engine.fast.sampling import sample_tokens
@@ -36,7 +35,6 @@ if HAVE_TRITON:
     import triton.language as tl
     from triton.language.extra.cuda import libdevice
 
-    from engine.fast.kernels.l2_prefetch import prefetch_l2
     from engine.fast.kernels.pdl import wait_for_producer
 
     @triton.jit
@@ -49,12 +47,10 @@ if HAVE_TRITON:
     @triton.jit(do_not_specialize=["group"])  # one compiled kernel for every group
     def _sample_kernel(
         scores_ptr, greedy_ptr, temp_ptr, topk_ptr, seeds_ptr, frames_ptr, out_ptr, table_ptr, acc_ptr,
-        vocab, hidden, stride_scores, stride_temp, stride_out, group, pf0, pf_bytes0, pf1, pf_bytes1,
+        vocab, hidden, stride_scores, stride_temp, stride_out, group,
         CAP: tl.constexpr, GROUPS: tl.constexpr, RADIX_BITS: tl.constexpr, ACCUMULATE: tl.constexpr,
         PRECISE: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr,
-        PREFETCH: tl.constexpr,
     ):  # fmt: skip
-        prefetch_l2(pf0, pf_bytes0, pf1, pf_bytes1, PREFETCH)  # the next step's first weights (fire and forget)
         b = tl.program_id(0)
         wait_for_producer(PDL)
         v = tl.arange(0, BLOCK_V)
@@ -142,13 +138,12 @@ def sample(
     scores: Tensor, greedy: Tensor, temperature: Tensor, top_k: Tensor, cap: int, seeds: Tensor,
     frames: Tensor, group: int, *, out: Tensor | None = None, table: Tensor | None = None,
     acc: Tensor | None = None, radix_bits: int = 2, num_warps: int | None = None, pdl: bool = False,
-    prefetch: Prefetch | None = None,
 ) -> Tensor:  # fmt: skip
     """scores [B,V] (last dim contiguous), greedy [B] bool, temperature [B,1] fp32, top_k/seeds/frames [B]
     int64 -> tokens [B] int64 (written into `out` [B] int64, any stride, when given). With `table` [V',H]
     and `acc` [B,H] fp32 contiguous, acc[b] += table[token[b]]. `num_warps` of a row's program (None: 8 for a
     vocabulary of 2048 or more, else 4). `pdl`: launched as a programmatic dependent of
-    the kernel before it (`kernels.pdl`). `prefetch`: ranges requested into L2 (`kernels.l2_prefetch`)."""
+    the kernel before it (`kernels.pdl`)."""
     if (table is None) != (acc is None):
         raise ValueError("sample: table and acc come together")
     if not use_triton(scores):
@@ -160,13 +155,12 @@ def sample(
         out = torch.empty(rows, dtype=torch.int64, device=scores.device)
     greedy, top_k, seeds, frames = (t.contiguous() for t in (greedy, top_k, seeds, frames))
     hidden = table.shape[1] if table is not None else 1
-    prefetch = prefetch or Prefetch.none()
     _sample_kernel[(rows,)](
         scores, greedy, temperature, top_k, seeds, frames, out,
         table if table is not None else scores, acc if acc is not None else scores,
-        vocab, hidden, scores.stride(0), temperature.stride(0), out.stride(0), group, *prefetch.args(),
+        vocab, hidden, scores.stride(0), temperature.stride(0), out.stride(0), group,
         CAP=cap, GROUPS=GROUPS_PER_FRAME, RADIX_BITS=radix_bits, ACCUMULATE=table is not None, PRECISE=not INTERPRET,
         BLOCK_V=triton.next_power_of_2(vocab), BLOCK_H=triton.next_power_of_2(hidden), PDL=pdl_enabled(pdl),
-        PREFETCH=prefetch.enabled, num_warps=num_warps or (8 if vocab >= 2048 else 4), **launch_options(pdl),
+        num_warps=num_warps or (8 if vocab >= 2048 else 4), **launch_options(pdl),
     )  # fmt: skip
     return out

@@ -11,18 +11,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.fast.kernels import HAVE_TRITON, use_triton
-from engine.fast.kernels.l2_prefetch import Prefetch
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from engine.fast.kernels.l2_prefetch import prefetch_l2
-
     @triton.jit
-    def _silu_mul_kernel(x_ptr, out_ptr, inter, pf0, pf_bytes0, pf1, pf_bytes1, BLOCK: tl.constexpr,
-                         PREFETCH: tl.constexpr):  # fmt: skip
-        prefetch_l2(pf0, pf_bytes0, pf1, pf_bytes1, PREFETCH)  # the next products' weights (fire and forget)
+    def _silu_mul_kernel(x_ptr, out_ptr, inter, BLOCK: tl.constexpr):
         row = tl.program_id(0)
         cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         mask = cols < inter
@@ -37,8 +32,8 @@ def silu_mul_reference(gate_up: Tensor) -> Tensor:
     return F.silu(gate) * up
 
 
-def silu_mul(gate_up: Tensor, *, prefetch: Prefetch | None = None) -> Tensor:
-    """gate_up [R, 2I] contiguous -> [R, I]. `prefetch`: ranges requested into L2 (`kernels.l2_prefetch`)."""
+def silu_mul(gate_up: Tensor) -> Tensor:
+    """gate_up [R, 2I] contiguous -> [R, I]."""
     if not use_triton(gate_up):
         return silu_mul_reference(gate_up)
     gate_up = gate_up.contiguous()
@@ -46,8 +41,5 @@ def silu_mul(gate_up: Tensor, *, prefetch: Prefetch | None = None) -> Tensor:
     inter = width // 2
     out = torch.empty(rows, inter, dtype=gate_up.dtype, device=gate_up.device)
     block = 1024
-    prefetch = prefetch or Prefetch.none()
-    _silu_mul_kernel[(rows, triton.cdiv(inter, block))](
-        gate_up, out, inter, *prefetch.args(), BLOCK=block, PREFETCH=prefetch.enabled, num_warps=4
-    )
+    _silu_mul_kernel[(rows, triton.cdiv(inter, block))](gate_up, out, inter, BLOCK=block, num_warps=4)
     return out
