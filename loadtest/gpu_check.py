@@ -77,7 +77,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 
         precompile_frames(model.config.talker, model.config.code_predictor, DTYPE, BATCHES, kernels,
                           DEFAULT_TOP_K_CAP, default_workers())  # fmt: skip
-    fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256))
+    fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256),
+                               gemv_max_rows=args.talker_gemv_rows)  # fmt: skip
     # The code-predictor path the engine serves with (--cp-kernels); tools/cp_kernels_check.py compares them.
     fast_cp = CodePredictorGraphs(model, slots, codes, BATCHES, kernels=kernels)
     fast_talker.decode_steps.capture()
@@ -400,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny model: correctness only, no timings")
     p.add_argument("--cp-kernels", default=EngineSettings("1.7b", "").cp_kernels, choices=("layers", "fused"),
                    help="the code-predictor fast path to check and time (default: the engine's)")
+    p.add_argument("--talker-gemv-rows", type=int, default=EngineSettings("1.7b", "").talker_gemv_rows,
+                   choices=(0, 1, 2), help="the fast talker's decode steps of up to this many rows in `gemv` "
+                                           "(default: the engine's)")
     args = p.parse_args(argv)
     if args.dry_run:
         return dry_run(args)

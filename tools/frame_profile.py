@@ -20,6 +20,8 @@ the second variant built measured 5-10 % slower in the talker, whose graphs it h
     previous   the 1-2 row tiles before 2026-12-02: 8-32 columns and K 512 a 4-warp program
     attn_warps2, attn_warps1  `cp_attention` programs of 2 or 1 warps (defaults: 4)
     sampler_warps4  sampler programs of 4 warps (defaults: 8 for the 2048-wide vocabulary)
+    talker_gemv  the talker's 1-2 row decode steps with their products in `gemv` (`TalkerGraphs.gemv_max_rows`,
+               engine `--talker-gemv-rows 2`); the code predictor as `defaults`
 
 The sampler's search finds the exact k-th value whatever its radix, so `radix4` must draw bitwise the same codes
 as `defaults`, and `pdl` changes only when kernels start (checked over three frame steps; exit status 1 if either
@@ -46,7 +48,7 @@ from engine.fast.measure import cuda_median_ms  # noqa: E402
 from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
 VARIANTS = ("defaults", "pdl", "norms_apart", "wide_prologues", "radix4", "warps4", "narrow", "previous",
-            "attn_warps2", "attn_warps1", "sampler_warps4")
+            "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -81,6 +83,11 @@ def frame_kernels(variant: str) -> Any:
     return kernels
 
 
+def talker_gemv_rows(variant: str) -> int:
+    """The talker decode's `gemv_max_rows` in this variant."""
+    return 2 if variant == "talker_gemv" else 0
+
+
 def build(model: Any, variants: list[str], batches: list[int]) -> dict[str, Any]:
     """One talker graph set and one code-predictor graph set per variant, all over the same slots and caches,
     all captured before anything is timed (so no variant is timed on a device that has aged differently)."""
@@ -92,13 +99,15 @@ def build(model: Any, variants: list[str], batches: list[int]) -> dict[str, Any]
     slots = GenerationSlots(max(batches), c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
     cache = model.talker.new_cache(max(batches), CONTEXT + 8)
     codes = new_code_buffer(max(batches), 64, model.device)
-    talker = TalkerGraphs(model, slots, cache, batches)
-    talker.decode_steps.capture()
+    talkers = {}  # one graph set per talker configuration the variants use
+    for rows in sorted({talker_gemv_rows(v) for v in variants}):
+        talkers[rows] = TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows)
+        talkers[rows].decode_steps.capture()
     predictors = {}
     for variant in variants:
         predictors[variant] = CodePredictorGraphs(model, slots, codes, batches, kernels=frame_kernels(variant))
         predictors[variant].capture()
-    return dict(model=model, slots=slots, cache=cache, codes=codes, talker=talker, predictors=predictors)
+    return dict(model=model, slots=slots, cache=cache, codes=codes, talkers=talkers, predictors=predictors)
 
 
 def load(env: dict[str, Any], variant: str, b: int, lengths: list[int]) -> None:
@@ -106,7 +115,7 @@ def load(env: dict[str, Any], variant: str, b: int, lengths: list[int]) -> None:
 
     fill_state(env, lengths + [0] * (env["slots"].hidden.shape[0] - b))
     rows = list(range(b))
-    env["talker"].inputs.load(
+    env["talkers"][talker_gemv_rows(variant)].inputs.load(
         b, kv_slot=rows, position=lengths, text=[1000] * b, frame=[2] * b, eos_never=[1] * b
     )
     env["predictors"][variant].inputs.load(b, kv_slot=rows, stream=rows, frame=[0] * b)
@@ -117,7 +126,7 @@ def outputs(env: dict[str, Any], variant: str, b: int, lengths: list[int]) -> li
     load(env, variant, b, lengths)
     seen = []
     for _ in range(3):
-        env["talker"].decode_steps.replay(b)
+        env["talkers"][talker_gemv_rows(variant)].decode_steps.replay(b)
         env["predictors"][variant].steps.replay(b)
         seen += [
             env["slots"].hidden[:b].clone(),
@@ -157,7 +166,6 @@ def main(argv: list[str] | None = None) -> int:
     }
     with torch.inference_mode():
         env = build(model, args.variants, args.batches)
-        talker = env["talker"]
         seen = {name: {b: outputs(env, name, b, contexts[b]) for b in args.batches} for name in args.variants}
         # Round-robin timing: every round times the talker and each variant's frame once per batch size, so a
         # device that slows as it warms weighs on every variant alike; the medians of the rounds are reported.
@@ -166,15 +174,15 @@ def main(argv: list[str] | None = None) -> int:
         }
         for _ in range(ROUNDS):
             for name in args.variants:
-                predictor = env["predictors"][name]
+                predictor, talker = env["predictors"][name], env["talkers"][talker_gemv_rows(name)]
                 for b in args.batches:
                     load(env, name, b, contexts[b])
                     times[name][b]["talker_ms"].append(
-                        cuda_median_ms(lambda b=b: talker.decode_steps.replay(b), repeats=20, warmup=3))
+                        cuda_median_ms(lambda b=b, t=talker: t.decode_steps.replay(b), repeats=20, warmup=3))
                     times[name][b]["cp_ms"].append(
                         cuda_median_ms(lambda b=b, c=predictor: c.steps.replay(b), repeats=20, warmup=3))
         for name in args.variants:
-            predictor = env["predictors"][name]
+            predictor, talker = env["predictors"][name], env["talkers"][talker_gemv_rows(name)]
             result: dict[str, Any] = {}
             for b in args.batches:
                 talker_ms, cp_ms = (statistics.median(times[name][b][k]) for k in ("talker_ms", "cp_ms"))
@@ -182,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
             profiles = {}
             for b in args.batches:
                 load(env, name, b, contexts[b])
-                profiles[f"talker_{b}"] = kernel_table(lambda b=b: talker.decode_steps.replay(b))
+                profiles[f"talker_{b}"] = kernel_table(lambda b=b, t=talker: t.decode_steps.replay(b))
                 profiles[f"cp_{b}"] = kernel_table(lambda b=b, c=predictor: c.steps.replay(b))
                 for key, kind in ((f"talker_{b}", "talker_ms"), (f"cp_{b}", "cp_ms")):
                     profiles[key]["span_us"] = result[b][kind] * 1000

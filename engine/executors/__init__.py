@@ -100,7 +100,8 @@ class Executors:
                  max_batch: int, silence: SilenceConfig, fast: FastPath = FastPath(),  # noqa: B008
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
                  top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True,
-                 cp_kernels: str = "layers", cp_pdl: bool = False, precompile_workers: int = 0,
+                 cp_kernels: str = "layers", cp_pdl: bool = False, talker_gemv_rows: int = 0,
+                 precompile_workers: int = 0,
                  voices: VoiceBank | None = None, ragged_codec: bool = False,
                  codec_kernels: str = "fused", codec_layout: str = "channels-last") -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
@@ -108,6 +109,7 @@ class Executors:
         `codec_stream`: on CUDA, codec chunks run on a stream of their own, beside the generation steps;
         `cp_kernels`: the code predictor's fast path, "layers" or "fused" (engine/fast/code_predictor_graph.py);
         `cp_pdl`: the fused frame's 1-2 row steps' kernels as programmatic dependent launches (`FrameKernels.pdl`);
+        `talker_gemv_rows`: the fast talker's decode steps of up to this many rows in `gemv` (`TalkerGraphs`);
         `precompile_workers`: child processes that compile the fused frame's Triton kernels before capture
         (engine/fast/precompile.py; 0: the capture compiles them one by one);
         `voices`: where a Base model's saved voices come from (None: a bank without a store);
@@ -152,7 +154,7 @@ class Executors:
             assert shapes is not None
             self.talker = TalkerGraphs(model, self.generation, self.kv_cache, shapes.batch,
                                        prefill_sizes=shapes.prefill_batch, prefill_buckets=shapes.prefill_buckets,
-                                       top_k_cap=top_k_cap)  # fmt: skip
+                                       top_k_cap=top_k_cap, gemv_max_rows=talker_gemv_rows)  # fmt: skip
         else:
             self.talker = TalkerExecutor(model, self.generation, self.kv_cache)
         if fast.code_predictor:

@@ -2,6 +2,10 @@
 
 Per layer:  rms_norm(+residual) -> qkv GEMM -> qk_norm_rope (writes K/V into the cache) -> attention
             -> o GEMM -> rms_norm(+residual) -> gate|up GEMM -> silu_mul -> down GEMM.
+For one or two token rows (`run_layers_streamed`), six:
+            qkv gemv(norm prologue) -> qk_norm_rope -> attention -> o gemv -> gate|up gemv(norm prologue,
+            SwiGLU epilogue) -> down gemv,
+where each product streams its weight once at full width (`kernels.gemv`, tiles per shape in `StreamTiles`).
 The arithmetic is the plain `engine.model.layers` arithmetic, rounded at the same places; only GEMM
 shapes change (q|k|v and gate|up as one product), so bf16 results match the plain twin within GEMM
 rounding. `fuse_layers` concatenates the projection weights once and re-points the plain modules'
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from engine.fast.kernels.gemv import GemvConfig, gemv
 from engine.fast.kernels.qk_norm_rope import qk_norm_rope
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.silu_mul import silu_mul
@@ -89,6 +94,46 @@ def run_layers(
         x = attend(index, q) @ layer.o.T  # [R,Hd]
         normed, residual = rms_norm(x, layer.post_norm, layer.eps, residual)  # residual: h = x + attn
         x = silu_mul(normed @ layer.gate_up.T) @ layer.down.T  # [R,Hd]
+    return rms_norm(x, final_norm, layers[0].eps, residual)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamTiles:
+    """`gemv` tiles of the talker's four products at 1-2 token rows: the best of `tools/gemv_bench.py`'s grid of a
+    plain weight-streaming kernel at one row on the H200 (2026-12-04, weights from HBM; per call against cuBLAS:
+    qkv 6.21 / 6.98 us, o 4.33 / 6.16, gate|up 15.07 / 16.77, down 8.52 / 11.72; raw
+    docs/bench/gemv-bench-2026-12-04-s16-talker.json), as `gemv` runs them: a runtime K loop (the unrolled one
+    spills at K = 6144: ptxas put 4.8 KB a thread on the stack), gate|up's 8 columns as 8 gate and 8 up rows.
+    Whether `gemv` with its prologues reaches those times is not yet measured."""
+
+    qkv: GemvConfig = GemvConfig(block_n=8, block_k=512, num_warps=8, loop_stages=1)
+    o: GemvConfig = GemvConfig(block_n=4, block_k=1024, num_warps=4, loop_stages=1)
+    gate_up: GemvConfig = GemvConfig(block_n=8, block_k=256, num_warps=4, loop_stages=1)
+    down: GemvConfig = GemvConfig(block_n=8, block_k=1024, num_warps=4, loop_stages=3)
+
+
+def run_layers_streamed(
+    layers: list[FusedLayer], x: Tensor, final_norm: Tensor, cos: Tensor, sin: Tensor,
+    caches: list[tuple[Tensor, Tensor]], slot: Tensor, position: Tensor, attend: Attend,
+    tiles: StreamTiles | None = None,
+) -> Tensor:  # fmt: skip
+    """`run_layers` for a few token rows with every product in `gemv`: the RMSNorms (and their residual adds) in
+    the qkv and gate|up products' prologues, SwiGLU in gate|up's epilogue. Same arithmetic and roundings as
+    `run_layers`; the products accumulate in fp32 in another order than cuBLAS, so bf16 results agree within
+    GEMM rounding (on the CPU both run the same PyTorch twins)."""
+    tiles = tiles or StreamTiles()
+    residual: Tensor | None = None
+    for index, layer in enumerate(layers):
+        qkv, total = gemv(x, layer.qkv, residual=residual, norm_weight=layer.input_norm, eps=layer.eps,
+                          config=tiles.qkv)  # fmt: skip
+        residual = x if total is None else total  # the layer input
+        k_cache, v_cache = caches[index]
+        q = qk_norm_rope(qkv, cos, sin, layer.q_norm, layer.k_norm, layer.eps, k_cache, v_cache, slot, position,
+                         layer.num_heads, layer.num_kv_heads)  # [R,H,D]  # fmt: skip
+        x, _ = gemv(attend(index, q), layer.o, config=tiles.o)  # [R,Hd]
+        act, residual = gemv(x, layer.gate_up, residual=residual, norm_weight=layer.post_norm, eps=layer.eps,
+                             silu_mul=True, config=tiles.gate_up)  # residual: h = x + attn  # fmt: skip
+        x, _ = gemv(act, layer.down, config=tiles.down)  # [R,Hd]
     return rms_norm(x, final_norm, layers[0].eps, residual)[0]
 
 

@@ -23,7 +23,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engine.executors.slots import GenerationSlots
-from engine.fast.decoder import fuse_layers, rope_tables, run_layers
+from engine.fast.decoder import fuse_layers, rope_tables, run_layers, run_layers_streamed
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
 from engine.fast.kernels.decode_attention import decode_attention
 from engine.fast.kernels.sampler import sample
@@ -40,8 +40,12 @@ CAPTURE_SAFE_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
 class TalkerGraphs:
     def __init__(self, model: Qwen3TTS, slots: GenerationSlots, cache: TalkerKVCache, capture_sizes: Sequence[int],
                  *, prefill_sizes: Sequence[int] = (), prefill_buckets: Sequence[int] = (),
-                 use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP) -> None:  # fmt: skip
+                 use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP,
+                 gemv_max_rows: int = 0) -> None:  # fmt: skip
+        """`gemv_max_rows`: decode steps of up to this many rows run `run_layers_streamed` (products as weight
+        streams in `gemv`, norms and SwiGLU folded in); above it, and at 0, cuBLAS products (`run_layers`)."""
         self.model = model
+        self.gemv_max_rows = gemv_max_rows
         self.talker = model.talker
         self.config = model.config.talker
         self.slots = slots
@@ -135,8 +139,8 @@ class TalkerGraphs:
             k_cache, v_cache = self.caches[layer]
             return decode_attention(q, k_cache, v_cache, index, lengths).view(n, -1)
 
-        hidden = run_layers(self.layers, x, self.talker.model.norm.weight, cos, sin, self.caches, index,
-                            positions, attend)  # fmt: skip
+        stack = run_layers_streamed if n <= self.gemv_max_rows else run_layers
+        hidden = stack(self.layers, x, self.talker.model.norm.weight, cos, sin, self.caches, index, positions, attend)
         self._draw(hidden, index, self.inputs["frame"][:n] + 1, self.inputs["eos_never"][:n].bool())
 
     def _prefill(self, key: tuple[int, int]) -> None:

@@ -19,7 +19,9 @@ from engine.fast.kernels.cp_selfcheck import check_cp_kernels
 from engine.fast.kernels.gemv import GemvConfig
 assert use_triton(torch.zeros(1)), "interpreter mode not active"
 configs = {"qkv": GemvConfig(block_n=8, block_k=32), "down": GemvConfig(block_n=16, block_k=64, use_dot=True),
-           "o": GemvConfig(block_n=4, block_k=16, use_dot=False)}
+           "o": GemvConfig(block_n=4, block_k=16, use_dot=False),
+           "gate_up": GemvConfig(block_n=8, block_k=16, loop_stages=2),  # the runtime K loop: prologue + SwiGLU
+           "head": GemvConfig(block_n=8, block_k=16, loop_stages=1)}
 print(json.dumps(check_cp_kernels("cpu", torch.float32, hidden=32, input_size=48, heads=4, kv_heads=2,
                                   head_dim=16, inter=80, vocab=300, rows=(1, 3, 17), configs=configs)))
 """

@@ -54,13 +54,27 @@ if HAVE_TRITON:
         return v
 
     @triton.jit
+    def _x_tile(x_rows, res_rows, norm_ptr, kk, r_mask, rstd, K: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+                HAS_NORM: tl.constexpr, DTYPE: tl.constexpr):  # fmt: skip
+        """The prologue's x tile [BR, BK] at columns kk, from memory: x (+ residual), normed, as fp32."""
+        k_mask = kk < K
+        mask = r_mask[:, None] & k_mask[None, :]
+        x = tl.load(x_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32)
+        if HAS_RESIDUAL:
+            x = _rounded(x + tl.load(res_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32), DTYPE)
+        if HAS_NORM:
+            weight = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
+            x = _rounded(weight[None, :] * _rounded(x * rstd[:, None], DTYPE), DTYPE)
+        return x
+
+    @triton.jit
     def _gemv_kernel(
         x_ptr, index_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, sum_ptr,
         rows, n_out, stride_x, stride_index, stride_res, stride_out, eps,
         K: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
         HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, USE_DOT: tl.constexpr, DTYPE: tl.constexpr,
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        ONE_CHUNK: tl.constexpr, PDL: tl.constexpr,
+        ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         r = tl.arange(0, BLOCK_R)
@@ -74,9 +88,10 @@ if HAVE_TRITON:
         # adding up (nothing the norm pass writes aliases W).
         k_first = tl.arange(0, BLOCK_K)
         w_first_mask = n_mask[:, None] & (k_first < K)[None, :]
-        w_first = tl.load(w_rows + k_first[None, :], mask=w_first_mask, other=0.0)
-        if SILU_MUL:
-            w_up_first = tl.load(w_rows + n_out * K + k_first[None, :], mask=w_first_mask, other=0.0)
+        if LOOP_STAGES == 0:  # (the pipelined loop loads every tile in its turn)
+            w_first = tl.load(w_rows + k_first[None, :], mask=w_first_mask, other=0.0)
+            if SILU_MUL:
+                w_up_first = tl.load(w_rows + n_out * K + k_first[None, :], mask=w_first_mask, other=0.0)
         wait_for_producer(PDL)  # everything below reads or writes activations
         if HAS_INDEX:  # noqa: SIM108 (a constexpr branch: no load is emitted without an index)
             source = tl.load(index_ptr + r * stride_index, mask=r_mask, other=0)
@@ -109,39 +124,57 @@ if HAVE_TRITON:
         else:  # CUDA cores: the tile products accumulate elementwise, summed over K once after the loop
             acc3 = tl.zeros([BLOCK_R, BLOCK_N, BLOCK_K], dtype=tl.float32)
             acc3_up = tl.zeros([BLOCK_R, BLOCK_N, BLOCK_K], dtype=tl.float32)
-        for k0 in tl.static_range(0, K, BLOCK_K):
-            kk = k0 + tl.arange(0, BLOCK_K)
-            k_mask = kk < K
-            mask = r_mask[:, None] & k_mask[None, :]
-            if HAS_NORM and ONE_CHUNK:  # x + residual and the norm weight are already in registers
-                x = _rounded(norm_first[None, :] * _rounded(s_first * rstd[:, None], DTYPE), DTYPE)
-            else:
-                x = tl.load(x_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32)
-                if HAS_RESIDUAL:
-                    x = _rounded(x + tl.load(res_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32), DTYPE)
-                if HAS_NORM:
-                    weight = tl.load(norm_ptr + kk, mask=k_mask, other=0.0).to(tl.float32)
-                    x = _rounded(weight[None, :] * _rounded(x * rstd[:, None], DTYPE), DTYPE)
-            if k0 == 0:
-                w = w_first
-                if SILU_MUL:
-                    w_up = w_up_first
-            else:
-                w_mask = n_mask[:, None] & k_mask[None, :]
+        if not HAS_NORM:
+            rstd = tl.zeros([BLOCK_R], dtype=tl.float32)  # (unused: the prologue has no norm)
+        if LOOP_STAGES > 0:
+            # A runtime loop, software-pipelined over LOOP_STAGES tiles: for long K the unrolled loop below keeps
+            # every tile's loads in flight at once and spills (ptxas: a 6144-wide K at 8 x 1024 tiles put 4.8 KB
+            # a thread on the stack).
+            for k0 in tl.range(0, K, BLOCK_K, num_stages=LOOP_STAGES):
+                kk = k0 + tl.arange(0, BLOCK_K)
+                x = _x_tile(x_rows, res_rows, norm_ptr, kk, r_mask, rstd, K, HAS_RESIDUAL, HAS_NORM, DTYPE)
+                w_mask = n_mask[:, None] & (kk < K)[None, :]
                 w = tl.load(w_rows + kk[None, :], mask=w_mask, other=0.0)
                 if SILU_MUL:
                     w_up = tl.load(w_rows + n_out * K + kk[None, :], mask=w_mask, other=0.0)
-            if USE_DOT:  # x holds values exact in DTYPE: the cast back is lossless
-                acc += tl.dot(
-                    x.to(DTYPE), tl.trans(w.to(DTYPE)), out_dtype=tl.float32, input_precision=PRECISION
-                )
-                if SILU_MUL:
-                    acc_up += tl.dot(x.to(DTYPE), tl.trans(w_up.to(DTYPE)), out_dtype=tl.float32,
-                                     input_precision=PRECISION)  # fmt: skip
-            else:
-                acc3 += x[:, None, :] * w.to(tl.float32)[None, :, :]
-                if SILU_MUL:
-                    acc3_up += x[:, None, :] * w_up.to(tl.float32)[None, :, :]
+                if USE_DOT:
+                    acc += tl.dot(x.to(DTYPE), tl.trans(w.to(DTYPE)), out_dtype=tl.float32,
+                                  input_precision=PRECISION)  # fmt: skip
+                    if SILU_MUL:
+                        acc_up += tl.dot(x.to(DTYPE), tl.trans(w_up.to(DTYPE)), out_dtype=tl.float32,
+                                         input_precision=PRECISION)  # fmt: skip
+                else:
+                    acc3 += x[:, None, :] * w.to(tl.float32)[None, :, :]
+                    if SILU_MUL:
+                        acc3_up += x[:, None, :] * w_up.to(tl.float32)[None, :, :]
+        else:  # unrolled
+            for k0 in tl.static_range(0, K, BLOCK_K):
+                kk = k0 + tl.arange(0, BLOCK_K)
+                k_mask = kk < K
+                if HAS_NORM and ONE_CHUNK:  # x + residual and the norm weight are already in registers
+                    x = _rounded(norm_first[None, :] * _rounded(s_first * rstd[:, None], DTYPE), DTYPE)
+                else:
+                    x = _x_tile(x_rows, res_rows, norm_ptr, kk, r_mask, rstd, K, HAS_RESIDUAL, HAS_NORM, DTYPE)
+                if k0 == 0:
+                    w = w_first
+                    if SILU_MUL:
+                        w_up = w_up_first
+                else:
+                    w_mask = n_mask[:, None] & k_mask[None, :]
+                    w = tl.load(w_rows + kk[None, :], mask=w_mask, other=0.0)
+                    if SILU_MUL:
+                        w_up = tl.load(w_rows + n_out * K + kk[None, :], mask=w_mask, other=0.0)
+                if USE_DOT:  # x holds values exact in DTYPE: the cast back is lossless
+                    acc += tl.dot(
+                        x.to(DTYPE), tl.trans(w.to(DTYPE)), out_dtype=tl.float32, input_precision=PRECISION
+                    )
+                    if SILU_MUL:
+                        acc_up += tl.dot(x.to(DTYPE), tl.trans(w_up.to(DTYPE)), out_dtype=tl.float32,
+                                         input_precision=PRECISION)  # fmt: skip
+                else:
+                    acc3 += x[:, None, :] * w.to(tl.float32)[None, :, :]
+                    if SILU_MUL:
+                        acc3_up += x[:, None, :] * w_up.to(tl.float32)[None, :, :]
         if not USE_DOT:
             acc = tl.sum(acc3, axis=2)
             acc_up = tl.sum(acc3_up, axis=2)
@@ -162,12 +195,15 @@ if HAVE_TRITON:
 @dataclass(frozen=True, slots=True)
 class GemvConfig:
     """Tile shape of one product: output columns per program, K per load, warps per program, and whether
-    the rows multiply on tensor cores (None: from 16 rows up; `tl.dot` needs 16 rows and 16 columns)."""
+    the rows multiply on tensor cores (None: from 16 rows up; `tl.dot` needs 16 rows and 16 columns).
+    `loop_stages` 0: the K loop unrolled, the first weight tile requested before the norm pass; n > 0: a runtime
+    K loop software-pipelined over n tiles (for long K, where the unrolled loop runs out of registers)."""
 
     block_n: int = 16
     block_k: int = 512
     num_warps: int = 4
     use_dot: bool | None = None
+    loop_stages: int = 0
 
 
 # The tile for 1-2 rows: 4 output columns and the whole K (up to 1024) a program of 8 warps, so a product is
@@ -244,7 +280,8 @@ def gemv(
         K=k, HAS_INDEX=index is not None, HAS_NORM=norm_weight is not None, HAS_RESIDUAL=residual is not None,
         HAS_BIAS=bias is not None, SILU_MUL=silu_mul, USE_DOT=use_dot, DTYPE=TRITON_DTYPES[x.dtype],
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
-        BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=block_k >= k, PDL=pdl_enabled(pdl),
+        BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=block_k >= k and not config.loop_stages,
+        PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages,
         num_warps=config.num_warps, **launch_options(pdl),
     )  # fmt: skip
     return out, s
