@@ -110,7 +110,7 @@ def build(settings: EngineSettings) -> EngineLoop:
                           max_batch=settings.max_batch, silence=settings.silence_config(), fast=fast,
                           shapes=settings.capture_shapes, codec_precision=codec_precision,
                           codec_stream=settings.codec_stream, cp_kernels=settings.cp_kernels, cp_pdl=settings.cp_pdl,
-                          talker_gemv_rows=settings.talker_gemv_rows,
+                          talker_gemv_rows=settings.talker_gemv_rows, talker_fused_rope=settings.talker_fused_rope,
                           precompile_workers=settings.resolved_precompile_workers, voices=voices,
                           ragged_codec=settings.ragged_codec, codec_kernels=settings.codec_kernels,
                           codec_layout=settings.codec_layout)

@@ -117,6 +117,7 @@ class EngineSettings:
     cp_kernels: str = "fused"  # code-predictor fast path: fused (frame kernels) | layers (fused layer stack)
     cp_pdl: bool = False  # cp_kernels fused: its 1-2 row steps' Triton kernels as programmatic dependent launches
     talker_gemv_rows: int = 0  # fast talker: decode steps of up to this many rows with its products in `gemv`
+    talker_fused_rope: bool = False  # fast talker: q/k norm and RoPE inside the decode attention's split kernel
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
     rescue_slack_ms: float = SchedulerConfig().rescue_slack_ms  # a playing stream this near running dry goes first
@@ -442,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "with the RMSNorms and SwiGLU folded in (6 kernels a layer instead of 9); 0 (default): cuBLAS "
                         "products at every batch size. Per product it beat cuBLAS on the H200 at one row (docs/"
                         "benchmarks.md, sixteenth session); the whole step is not yet measured")
+    p.add_argument("--talker-fused-rope", action=argparse.BooleanOptionalAction, default=d.talker_fused_rope,
+                   help="fast talker: norm and rotate q and k inside the decode attention's split kernel instead of a "
+                        "kernel of their own (28 fewer launches a decode step; same roundings; not yet measured)")
     p.add_argument("--precompile-workers", type=int, default=d.precompile_workers,
                    help="with --cp-kernels fused: child processes that compile its Triton kernels in parallel before "
                         "capture (-1: one per CPU core, at most 8; 0: the capture compiles them one by one)")

@@ -78,7 +78,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         precompile_frames(model.config.talker, model.config.code_predictor, DTYPE, BATCHES, kernels,
                           DEFAULT_TOP_K_CAP, default_workers())  # fmt: skip
     fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256),
-                               gemv_max_rows=args.talker_gemv_rows)  # fmt: skip
+                               gemv_max_rows=args.talker_gemv_rows, fused_rope=args.talker_fused_rope)  # fmt: skip
     # The code-predictor path the engine serves with (--cp-kernels); tools/cp_kernels_check.py compares them.
     fast_cp = CodePredictorGraphs(model, slots, codes, BATCHES, kernels=kernels)
     fast_talker.decode_steps.capture()
@@ -404,6 +404,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--talker-gemv-rows", type=int, default=EngineSettings("1.7b", "").talker_gemv_rows,
                    choices=(0, 1, 2), help="the fast talker's decode steps of up to this many rows in `gemv` "
                                            "(default: the engine's)")
+    p.add_argument("--talker-fused-rope", action=argparse.BooleanOptionalAction,
+                   default=EngineSettings("1.7b", "").talker_fused_rope,
+                   help="the fast talker's q/k norm and RoPE inside its decode attention (default: the engine's)")
     args = p.parse_args(argv)
     if args.dry_run:
         return dry_run(args)

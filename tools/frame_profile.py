@@ -22,6 +22,9 @@ the second variant built measured 5-10 % slower in the talker, whose graphs it h
     sampler_warps4  sampler programs of 4 warps (defaults: 8 for the 2048-wide vocabulary)
     talker_gemv  the talker's 1-2 row decode steps with their products in `gemv` (`TalkerGraphs.gemv_max_rows`,
                engine `--talker-gemv-rows 2`); the code predictor as `defaults`
+    talker_rope  the talker's q/k norm and RoPE inside its decode attention (`TalkerGraphs.fused_rope`, engine
+               `--talker-fused-rope`; the same roundings, the norms' sums perhaps in another order)
+    talker_gemv_rope  both
 
 The sampler's search finds the exact k-th value whatever its radix, so `radix4` must draw bitwise the same codes
 as `defaults`, and `pdl` changes only when kernels start (checked over three frame steps; exit status 1 if either
@@ -48,7 +51,8 @@ from engine.fast.measure import cuda_median_ms  # noqa: E402
 from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
 VARIANTS = ("defaults", "pdl", "norms_apart", "wide_prologues", "radix4", "warps4", "narrow", "previous",
-            "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv")
+            "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv",
+            "talker_rope", "talker_gemv_rope")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -83,9 +87,9 @@ def frame_kernels(variant: str) -> Any:
     return kernels
 
 
-def talker_gemv_rows(variant: str) -> int:
-    """The talker decode's `gemv_max_rows` in this variant."""
-    return 2 if variant == "talker_gemv" else 0
+def talker_options(variant: str) -> tuple[int, bool]:
+    """The talker decode's (`gemv_max_rows`, `fused_rope`) in this variant."""
+    return (2 if variant.startswith("talker_gemv") else 0, variant.endswith("rope"))
 
 
 def build(model: Any, variants: list[str], batches: list[int]) -> dict[str, Any]:
@@ -100,9 +104,9 @@ def build(model: Any, variants: list[str], batches: list[int]) -> dict[str, Any]
     cache = model.talker.new_cache(max(batches), CONTEXT + 8)
     codes = new_code_buffer(max(batches), 64, model.device)
     talkers = {}  # one graph set per talker configuration the variants use
-    for rows in sorted({talker_gemv_rows(v) for v in variants}):
-        talkers[rows] = TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows)
-        talkers[rows].decode_steps.capture()
+    for rows, rope in sorted({talker_options(v) for v in variants}):
+        talkers[rows, rope] = TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows, fused_rope=rope)
+        talkers[rows, rope].decode_steps.capture()
     predictors = {}
     for variant in variants:
         predictors[variant] = CodePredictorGraphs(model, slots, codes, batches, kernels=frame_kernels(variant))
@@ -115,7 +119,7 @@ def load(env: dict[str, Any], variant: str, b: int, lengths: list[int]) -> None:
 
     fill_state(env, lengths + [0] * (env["slots"].hidden.shape[0] - b))
     rows = list(range(b))
-    env["talkers"][talker_gemv_rows(variant)].inputs.load(
+    env["talkers"][talker_options(variant)].inputs.load(
         b, kv_slot=rows, position=lengths, text=[1000] * b, frame=[2] * b, eos_never=[1] * b
     )
     env["predictors"][variant].inputs.load(b, kv_slot=rows, stream=rows, frame=[0] * b)
@@ -126,7 +130,7 @@ def outputs(env: dict[str, Any], variant: str, b: int, lengths: list[int]) -> li
     load(env, variant, b, lengths)
     seen = []
     for _ in range(3):
-        env["talkers"][talker_gemv_rows(variant)].decode_steps.replay(b)
+        env["talkers"][talker_options(variant)].decode_steps.replay(b)
         env["predictors"][variant].steps.replay(b)
         seen += [
             env["slots"].hidden[:b].clone(),
@@ -174,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         for _ in range(ROUNDS):
             for name in args.variants:
-                predictor, talker = env["predictors"][name], env["talkers"][talker_gemv_rows(name)]
+                predictor, talker = env["predictors"][name], env["talkers"][talker_options(name)]
                 for b in args.batches:
                     load(env, name, b, contexts[b])
                     times[name][b]["talker_ms"].append(
@@ -182,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
                     times[name][b]["cp_ms"].append(
                         cuda_median_ms(lambda b=b, c=predictor: c.steps.replay(b), repeats=20, warmup=3))
         for name in args.variants:
-            predictor, talker = env["predictors"][name], env["talkers"][talker_gemv_rows(name)]
+            predictor, talker = env["predictors"][name], env["talkers"][talker_options(name)]
             result: dict[str, Any] = {}
             for b in args.batches:
                 talker_ms, cp_ms = (statistics.median(times[name][b][k]) for k in ("talker_ms", "cp_ms"))

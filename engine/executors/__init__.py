@@ -101,7 +101,7 @@ class Executors:
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
                  top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True,
                  cp_kernels: str = "layers", cp_pdl: bool = False, talker_gemv_rows: int = 0,
-                 precompile_workers: int = 0,
+                 talker_fused_rope: bool = False, precompile_workers: int = 0,
                  voices: VoiceBank | None = None, ragged_codec: bool = False,
                  codec_kernels: str = "fused", codec_layout: str = "channels-last") -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
@@ -110,6 +110,7 @@ class Executors:
         `cp_kernels`: the code predictor's fast path, "layers" or "fused" (engine/fast/code_predictor_graph.py);
         `cp_pdl`: the fused frame's 1-2 row steps' kernels as programmatic dependent launches (`FrameKernels.pdl`);
         `talker_gemv_rows`: the fast talker's decode steps of up to this many rows in `gemv` (`TalkerGraphs`);
+        `talker_fused_rope`: the fast talker's q/k norm and RoPE inside its decode attention (`TalkerGraphs`);
         `precompile_workers`: child processes that compile the fused frame's Triton kernels before capture
         (engine/fast/precompile.py; 0: the capture compiles them one by one);
         `voices`: where a Base model's saved voices come from (None: a bank without a store);
@@ -154,7 +155,8 @@ class Executors:
             assert shapes is not None
             self.talker = TalkerGraphs(model, self.generation, self.kv_cache, shapes.batch,
                                        prefill_sizes=shapes.prefill_batch, prefill_buckets=shapes.prefill_buckets,
-                                       top_k_cap=top_k_cap, gemv_max_rows=talker_gemv_rows)  # fmt: skip
+                                       top_k_cap=top_k_cap, gemv_max_rows=talker_gemv_rows,
+                                       fused_rope=talker_fused_rope)  # fmt: skip
         else:
             self.talker = TalkerExecutor(model, self.generation, self.kv_cache)
         if fast.code_predictor:

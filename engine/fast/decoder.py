@@ -83,18 +83,31 @@ Attend = Callable[[int, Tensor], Tensor]
 def run_layers(
     layers: list[FusedLayer], x: Tensor, final_norm: Tensor, cos: Tensor, sin: Tensor,
     caches: list[tuple[Tensor, Tensor]], slot: Tensor, position: Tensor, attend: Attend,
+    attend_qkv: Attend | None = None,
 ) -> Tensor:  # fmt: skip
-    """x [R,Hd] at rows (slot[r], position[r]) of the caches; cos/sin [R,D] -> final-norm hidden [R,Hd]."""
+    """x [R,Hd] at rows (slot[r], position[r]) of the caches; cos/sin [R,D] -> final-norm hidden [R,Hd].
+    `attend_qkv(layer, qkv [R,(H+2K)D]) -> [R,H*D]`, when given, replaces `qk_norm_rope` + `attend`: it norms and
+    rotates q and k and writes the cache itself."""
     residual: Tensor | None = None
     for index, layer in enumerate(layers):
         normed, residual = rms_norm(x, layer.input_norm, layer.eps, residual)  # residual: the layer input
-        k_cache, v_cache = caches[index]
-        q = qk_norm_rope(normed @ layer.qkv.T, cos, sin, layer.q_norm, layer.k_norm, layer.eps,
-                         k_cache, v_cache, slot, position, layer.num_heads, layer.num_kv_heads)  # [R,H,D]
-        x = attend(index, q) @ layer.o.T  # [R,Hd]
+        x = _attention(layer, index, normed @ layer.qkv.T, cos, sin, caches, slot, position, attend, attend_qkv)
+        x = x @ layer.o.T  # [R,Hd]
         normed, residual = rms_norm(x, layer.post_norm, layer.eps, residual)  # residual: h = x + attn
         x = silu_mul(normed @ layer.gate_up.T) @ layer.down.T  # [R,Hd]
     return rms_norm(x, final_norm, layers[0].eps, residual)[0]
+
+
+def _attention(layer: FusedLayer, index: int, qkv: Tensor, cos: Tensor, sin: Tensor,
+               caches: list[tuple[Tensor, Tensor]], slot: Tensor, position: Tensor, attend: Attend,
+               attend_qkv: Attend | None) -> Tensor:  # fmt: skip
+    """qkv [R,(H+2K)D] -> attention output [R,H*D], the new keys and values written into the layer's cache."""
+    if attend_qkv is not None:
+        return attend_qkv(index, qkv)
+    k_cache, v_cache = caches[index]
+    q = qk_norm_rope(qkv, cos, sin, layer.q_norm, layer.k_norm, layer.eps, k_cache, v_cache, slot, position,
+                     layer.num_heads, layer.num_kv_heads)  # [R,H,D]  # fmt: skip
+    return attend(index, q)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +128,7 @@ class StreamTiles:
 def run_layers_streamed(
     layers: list[FusedLayer], x: Tensor, final_norm: Tensor, cos: Tensor, sin: Tensor,
     caches: list[tuple[Tensor, Tensor]], slot: Tensor, position: Tensor, attend: Attend,
-    tiles: StreamTiles | None = None,
+    attend_qkv: Attend | None = None, tiles: StreamTiles | None = None,
 ) -> Tensor:  # fmt: skip
     """`run_layers` for a few token rows with every product in `gemv`: the RMSNorms (and their residual adds) in
     the qkv and gate|up products' prologues, SwiGLU in gate|up's epilogue. Same arithmetic and roundings as
@@ -127,10 +140,8 @@ def run_layers_streamed(
         qkv, total = gemv(x, layer.qkv, residual=residual, norm_weight=layer.input_norm, eps=layer.eps,
                           config=tiles.qkv)  # fmt: skip
         residual = x if total is None else total  # the layer input
-        k_cache, v_cache = caches[index]
-        q = qk_norm_rope(qkv, cos, sin, layer.q_norm, layer.k_norm, layer.eps, k_cache, v_cache, slot, position,
-                         layer.num_heads, layer.num_kv_heads)  # [R,H,D]  # fmt: skip
-        x, _ = gemv(attend(index, q), layer.o, config=tiles.o)  # [R,Hd]
+        attended = _attention(layer, index, qkv, cos, sin, caches, slot, position, attend, attend_qkv)
+        x, _ = gemv(attended, layer.o, config=tiles.o)  # [R,Hd]
         act, residual = gemv(x, layer.gate_up, residual=residual, norm_weight=layer.post_norm, eps=layer.eps,
                              silu_mul=True, config=tiles.gate_up)  # residual: h = x + attn  # fmt: skip
         x, _ = gemv(act, layer.down, config=tiles.down)  # [R,Hd]

@@ -291,7 +291,7 @@ def test_cp_pdl_reaches_the_fused_frame_and_leaves_its_results_unchanged(fast_mo
     assert torch.equal(frames[True], frames[False])
 
 
-def test_talker_gemv_rows_reaches_the_fast_talker(fast_model: Qwen3TTS) -> None:
+def test_the_talker_kernel_options_reach_the_fast_talker(fast_model: Qwen3TTS) -> None:
     settings = parse_args(["--model", "tiny", "--socket", "@x", "--talker-gemv-rows", "2"])
     assert settings.talker_gemv_rows == 2 and EngineSettings(model="tiny", socket="@x").talker_gemv_rows == 0
     with pytest.raises(SystemExit):  # only the 1-2 row steps the tiles were chosen for
@@ -302,6 +302,12 @@ def test_talker_gemv_rows_reaches_the_fast_talker(fast_model: Qwen3TTS) -> None:
                           silence=settings.silence_config(), fast=FastPath(talker=True), shapes=shapes,
                           talker_gemv_rows=settings.talker_gemv_rows)  # fmt: skip
     assert isinstance(executors.talker, TalkerGraphs) and executors.talker.gemv_max_rows == 2
+    assert not executors.talker.fused_rope and not EngineSettings(model="tiny", socket="@x").talker_fused_rope
+    rope = parse_args(["--model", "tiny", "--socket", "@x", "--talker-fused-rope"])
+    executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
+                          silence=rope.silence_config(), fast=FastPath(talker=True), shapes=shapes,
+                          talker_fused_rope=rope.talker_fused_rope)  # fmt: skip
+    assert isinstance(executors.talker, TalkerGraphs) and executors.talker.fused_rope
 
 
 def test_codec_precision_must_match_the_loaded_codec(tiny_model: Qwen3TTS) -> None:

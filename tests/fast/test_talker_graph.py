@@ -27,13 +27,14 @@ def model() -> Qwen3TTS:
     return load_model("tiny")
 
 
-def _pair(model: Qwen3TTS, sizes: tuple[int, ...], gemv_rows: int = 0) -> tuple[TalkerExecutor, TalkerGraphs]:
+def _pair(model: Qwen3TTS, sizes: tuple[int, ...], gemv_rows: int = 0,
+          fused_rope: bool = False) -> tuple[TalkerExecutor, TalkerGraphs]:  # fmt: skip
     c = model.config.talker
     plain_slots = GenerationSlots(6, c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
     fast_slots = copy.deepcopy(plain_slots)
     plain_cache, fast_cache = model.talker.new_cache(6, 64), model.talker.new_cache(6, 64)
     fast = TalkerGraphs(model, fast_slots, fast_cache, sizes, prefill_sizes=(1, 2), prefill_buckets=(8, 16),
-                        gemv_max_rows=gemv_rows)  # fmt: skip
+                        gemv_max_rows=gemv_rows, fused_rope=fused_rope)  # fmt: skip
     return TalkerExecutor(model, plain_slots, plain_cache), fast
 
 
@@ -53,11 +54,14 @@ def _assert_same_state(plain: TalkerExecutor, fast: TalkerGraphs, kv_slots: list
                                    rtol=1e-4, atol=1e-4)  # fmt: skip
 
 
-@pytest.mark.parametrize(("sizes", "gemv_rows"), [((1, 2), 0), ((4,), 0), ((1, 2), 2)],
-                         ids=["split", "padded", "streamed"])  # streamed: 1-2 row decode steps in `gemv`
-def test_prefill_and_decode_steps_equal_the_plain_executor(model: Qwen3TTS, sizes: tuple[int, ...],
-                                                           gemv_rows: int) -> None:  # fmt: skip
-    plain, fast = _pair(model, sizes, gemv_rows)
+@pytest.mark.parametrize(("sizes", "gemv_rows", "fused_rope"),
+                         [((1, 2), 0, False), ((4,), 0, False), ((1, 2), 2, False), ((1, 2, 4), 2, True)],
+                         ids=["split", "padded", "streamed", "fused-rope"])  # fmt: skip
+def test_prefill_and_decode_steps_equal_the_plain_executor(model: Qwen3TTS, sizes: tuple[int, ...], gemv_rows: int,
+                                                           fused_rope: bool) -> None:  # fmt: skip
+    """streamed: 1-2 row decode steps with their products in `gemv`; fused-rope: q/k norm and RoPE in the
+    attention's split kernel (with 4-row steps in cuBLAS and 1-2 row steps in `gemv`)."""
+    plain, fast = _pair(model, sizes, gemv_rows, fused_rope)
     kv_slots = [3, 0, 5, 1]
     samplings = [SAMPLINGS[i % len(SAMPLINGS)] for i in range(4)]
     seeds = [7, 8, 9, 10]

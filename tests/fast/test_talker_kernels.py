@@ -67,3 +67,43 @@ def test_decode_attention_over_several_splits_reads_each_row_up_to_its_length_on
     block = config.get("block_n", 64)
     assert result["splits"] >= 4 and result["chunk"] % block == 0  # several splits of whole blocks
     assert result["error"] < 1e-5, result
+
+
+ROPE_SCRIPT = """
+import json, torch
+from engine.fast.kernels import use_triton
+from engine.fast.kernels.decode_attention import SplitConfig, decode_attention_reference, decode_attention_rope
+from engine.fast.kernels.qk_norm_rope import qk_norm_rope_reference
+assert use_triton(torch.zeros(1)), "interpreter mode not active"
+torch.manual_seed(0)
+max_len, kv_heads, heads, d = 300, 2, 4, 16
+lengths = torch.tensor([1, 2, 64, 65, 128, 129, 200, 300, 65])  # the last row repeats the fourth: a padded row
+rows = len(lengths)
+slots = torch.tensor([5, 0, 3, 7, 1, 2, 6, 4, 7])
+qkv = torch.randn(rows, (heads + 2 * kv_heads) * d)
+cos, sin = torch.randn(rows, d), torch.randn(rows, d)
+qkv[-1], cos[-1], sin[-1] = qkv[3], cos[3], sin[3]  # padding repeats a row whole
+q_w, k_w = 1 + 0.1 * torch.randn(d), 1 + 0.1 * torch.randn(d)
+k_ref, v_ref = torch.randn(8, kv_heads, max_len, d), torch.randn(8, kv_heads, max_len, d)
+k, v = k_ref.clone(), v_ref.clone()
+for b in range(rows):  # the new position and everything after it: nothing may read them before writing
+    k[slots[b], :, int(lengths[b]) - 1:] = float("nan")
+    v[slots[b], :, int(lengths[b]) - 1:] = float("nan")
+q = qk_norm_rope_reference(qkv, cos, sin, q_w, k_w, 1e-6, k_ref, v_ref, slots, lengths - 1, heads, kv_heads)
+theirs = decode_attention_reference(q, k_ref, v_ref, slots, lengths)
+ours = decode_attention_rope(qkv, cos, sin, q_w, k_w, 1e-6, k, v, slots, lengths, heads, kv_heads,
+                             SplitConfig(keys_per_split=64))
+written = torch.stack([torch.stack((k[s, :, n - 1], v[s, :, n - 1])) for s, n in zip(slots, lengths.tolist())])
+expected = torch.stack([torch.stack((k_ref[s, :, n - 1], v_ref[s, :, n - 1])) for s, n in zip(slots, lengths.tolist())])
+print(json.dumps({"error": float((ours - theirs).norm() / theirs.norm()),
+                  "cache_error": float((written - expected).norm() / expected.norm()),
+                  "finite": bool(ours.isfinite().all())}))
+"""
+
+
+def test_attention_with_the_qk_norm_and_rope_folded_in_equals_the_two_kernels_it_replaces() -> None:
+    """Every row's new key and value reach the cache (poisoned there before the call) as `qk_norm_rope` writes
+    them, and attention over chunks that end at, before and after split boundaries reads them."""
+    result = run_interpreted(ROPE_SCRIPT)
+    assert result["finite"], result
+    assert result["error"] < 1e-5 and result["cache_error"] < 1e-6, result

@@ -12,6 +12,14 @@ chunks only add partials to merge. (Before programs returned early, 64-key chunk
 made 30 of 32 programs per (row, kv head) do masked work: at 80 RPS this kernel was 12 % of all GPU time.)
 
     q [B,H,D]   k_cache, v_cache [S,K,L,D]   slots [B] int64   lengths [B] int64   -> out [B,H,D]
+
+`decode_attention_rope` does `qk_norm_rope`'s work in the split programs instead of a kernel of its own: each
+program norms and rotates its G query heads straight from the qkv row, and the one program whose chunk holds the
+new position (lengths[b] - 1) norms and rotates the new key, writes key and value into the cache and reads them
+back after a block barrier; the same roundings as `qk_norm_rope` then `decode_attention` (the norms' sums of
+squares may add up in another order across threads).
+
+    qkv [B,(H+2K)D]   cos, sin [B,D]   (then as above)   -> out [B,H,D]
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ import torch
 from torch import Tensor
 
 from engine.fast.kernels import HAVE_TRITON, use_triton
+from engine.fast.kernels.qk_norm_rope import qk_norm_rope_reference
 from engine.model.layers import attend
 
 BLOCK_N = 64  # keys per inner step
@@ -80,6 +89,80 @@ if HAVE_TRITON:
             l_sum = tl.zeros([GP], tl.float32)
             acc = tl.zeros([GP, D], tl.float32)
             base = slot * stride_s + j * stride_k
+            for start in range(lo, hi, BLOCK):  # stops at the row's length; the last block's tail is masked
+                n = start + tl.arange(0, BLOCK)
+                k_mask = n < hi
+                offsets = base + n[:, None] * stride_l + d[None, :]
+                k = tl.load(k_ptr + offsets, mask=k_mask[:, None], other=0.0)  # [BLOCK,D]
+                s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [GP,BLOCK] fp32
+                s = tl.where(k_mask[None, :], s, float("-inf"))
+                m_new = tl.maximum(m, tl.max(s, axis=1))  # every block holds at least one key: finite
+                alpha = tl.exp(m - m_new)
+                p = tl.exp(s - m_new[:, None])
+                l_sum = l_sum * alpha + tl.sum(p, axis=1)
+                v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+                m = m_new
+            part = (b * H + heads) * SPLITS + sp  # [GP]
+            tl.store(m_ptr + part, m, mask=q_mask)
+            tl.store(l_ptr + part, l_sum, mask=q_mask)
+            tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=q_mask[:, None])
+
+    @triton.jit
+    def _norm_rope_rows(x, x_rot, w, w_rot, c, s, eps, d, D: tl.constexpr, DTYPE: tl.constexpr):
+        """Heads [GP, D] (and their rotate-half partners) -> RMS-normed, rotated heads in DTYPE, rounded step by
+        step as `qk_norm_rope` rounds them."""
+        rstd = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)  # rsqrtf, as torch.rsqrt
+        n = (w[None, :] * (x * rstd[:, None]).to(DTYPE).to(tl.float32)).to(DTYPE).to(tl.float32)
+        n_rot = (w_rot[None, :] * (x_rot * rstd[:, None]).to(DTYPE).to(tl.float32)).to(DTYPE).to(tl.float32)
+        n_rot = tl.where(d[None, :] < D // 2, -n_rot, n_rot)  # rotate_half: [-x2, x1]
+        return ((n * c[None, :]).to(DTYPE).to(tl.float32) + (n_rot * s[None, :]).to(DTYPE).to(tl.float32)).to(DTYPE)
+
+    @triton.jit
+    def _split_rope_kernel(
+        qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, m_ptr, l_ptr, acc_ptr,
+        scale, eps, stride_s, stride_k, stride_l,
+        H: tl.constexpr, KV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
+        SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
+    ):  # fmt: skip
+        b = tl.program_id(0)
+        j = tl.program_id(1)
+        sp = tl.program_id(2)
+        length = tl.load(lengths_ptr + b)
+        lo = sp * CHUNK
+        if lo < length:  # else: nothing to attend; the merge reads only the splits a row has
+            hi = tl.minimum(lo + CHUNK, length)
+            slot = tl.load(slots_ptr + b)
+            dtype = k_ptr.dtype.element_ty
+            g = tl.arange(0, GP)
+            d = tl.arange(0, D)
+            d_rot = (d + D // 2) % D
+            heads = j * G + g  # [GP]: the query heads of kv head j
+            q_mask = g < G
+            row = qkv_ptr + b * (H + 2 * KV) * D
+            c = tl.load(cos_ptr + b * D + d).to(tl.float32)
+            s_ = tl.load(sin_ptr + b * D + d).to(tl.float32)
+            x = tl.load(row + heads[:, None] * D + d[None, :], mask=q_mask[:, None], other=0.0).to(tl.float32)
+            x_rot = tl.load(row + heads[:, None] * D + d_rot[None, :], mask=q_mask[:, None], other=0.0)
+            qw = tl.load(qw_ptr + d).to(tl.float32)
+            qw_rot = tl.load(qw_ptr + d_rot).to(tl.float32)
+            q = _norm_rope_rows(x, x_rot.to(tl.float32), qw, qw_rot, c, s_, eps, d, D, dtype)  # [GP, D]
+            base = slot * stride_s + j * stride_k
+            if length - 1 < hi:  # this chunk holds the new position: its key and value go into the cache first
+                one = tl.arange(0, 1)
+                head = row + (H + j + one[:, None]) * D  # [1, D]
+                kw = tl.load(kw_ptr + d).to(tl.float32)
+                kw_rot = tl.load(kw_ptr + d_rot).to(tl.float32)
+                k_new = _norm_rope_rows(tl.load(head + d[None, :]).to(tl.float32),
+                                        tl.load(head + d_rot[None, :]).to(tl.float32), kw, kw_rot, c, s_, eps, d, D,
+                                        dtype)  # fmt: skip
+                new = base + (length - 1) * stride_l + one[:, None] * 0 + d[None, :]
+                tl.store(k_ptr + new, k_new)
+                tl.store(v_ptr + new, tl.load(row + (H + KV + j + one[:, None]) * D + d[None, :]))
+                tl.debug_barrier()  # the block's threads read those cache rows below
+            m = tl.full([GP], float("-inf"), tl.float32)
+            l_sum = tl.zeros([GP], tl.float32)
+            acc = tl.zeros([GP, D], tl.float32)
             for start in range(lo, hi, BLOCK):  # stops at the row's length; the last block's tail is masked
                 n = start + tl.arange(0, BLOCK)
                 k_mask = n < hi
@@ -159,4 +242,39 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
     out = torch.empty_like(q)
     _merge_kernel[(rows * heads,)](m, l_sum, acc, lengths, out, H=heads, SPLITS=splits, CHUNK=chunk, D=d,
                                    num_warps=4)  # fmt: skip
+    return out
+
+
+def decode_attention_rope(
+    qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float, k_cache: Tensor,
+    v_cache: Tensor, slots: Tensor, lengths: Tensor, num_heads: int, num_kv_heads: int,
+    config: SplitConfig | None = None,
+) -> Tensor:  # fmt: skip
+    """`qk_norm_rope` (at positions lengths - 1) then `decode_attention`, in the split kernel: qkv [B,(H+2K)D]
+    contiguous, cos/sin [B,D] -> [B,H,D] in qkv's dtype; the new keys and values are written into the caches."""
+    rows, d = qkv.shape[0], cos.shape[-1]
+    if not use_triton(qkv):
+        q = qk_norm_rope_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, slots, lengths - 1,
+                                   num_heads, num_kv_heads)  # fmt: skip
+        return decode_attention_reference(q, k_cache, v_cache, slots, lengths)
+    assert k_cache.stride() == v_cache.stride() and k_cache.stride(-1) == 1
+    assert qkv.shape[1] == (num_heads + 2 * num_kv_heads) * d and k_cache.shape[1] == num_kv_heads
+    qkv, cos, sin, slots, lengths = (t.contiguous() for t in (qkv, cos, sin, slots, lengths))
+    group = num_heads // num_kv_heads
+    config = config or default_split_config(rows)
+    splits, chunk = split_layout(k_cache.shape[2], config)
+    m = torch.empty(rows, num_heads, splits, dtype=torch.float32, device=qkv.device)
+    l_sum = torch.empty_like(m)
+    acc = torch.empty(rows, num_heads, splits, d, dtype=torch.float32, device=qkv.device)
+    _split_rope_kernel[(rows, num_kv_heads, splits)](
+        qkv, cos, sin, q_weight, k_weight, k_cache, v_cache, slots, lengths, m, l_sum, acc, 1.0 / math.sqrt(d), eps,
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        H=num_heads, KV=num_kv_heads, G=group, GP=max(16, triton.next_power_of_2(group)), D=d,
+        SPLITS=splits, CHUNK=chunk, BLOCK=config.block_n,
+        PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
+        num_warps=config.num_warps, **({} if config.num_stages is None else {"num_stages": config.num_stages}),
+    )  # fmt: skip
+    out = torch.empty(rows, num_heads, d, dtype=qkv.dtype, device=qkv.device)
+    _merge_kernel[(rows * num_heads,)](m, l_sum, acc, lengths, out, H=num_heads, SPLITS=splits, CHUNK=chunk, D=d,
+                                       num_warps=4)  # fmt: skip
     return out
