@@ -1,10 +1,13 @@
 """How many frames each request's next codec chunk decodes (0: wait), chosen from its buffer and pace.
 
 `SlackChunkPolicy` is the scheduler's default; any `engine.codec.chunking.ChunkPolicy` plugs in instead,
-and `request_chunk_frames` feeds either one from a request's state. Plain Python, no clock reads.
+and `request_chunk_frames` feeds either one from a request's state (the scheduler inlines it for the default
+policy, as it runs per request per plan call). Plain Python, no clock reads.
 """
 
 from __future__ import annotations
+
+from itertools import pairwise
 
 from engine.codec.chunking import ChunkPolicy
 from engine.request import Phase, RequestState, WorkKind
@@ -31,6 +34,16 @@ class SlackChunkPolicy:
         self.margin_ms = margin_ms
         # Largest first, with the time to decode that chunk alone (the policy runs per request per step).
         self._largest_first = [(n, costs.ms(WorkKind.CODEC_CHUNK, 1, n)) for n in reversed(sizes)]
+        # The sizes that may be worth waiting for with p frames pending (p below the largest size): every size
+        # above p, or only the next one up when decoding more frames never costs less: its wait is the shortest
+        # and its decode the cheapest, so if any wait is affordable, that one is. Waiting is the answer of most
+        # calls (per request per plan call), so this saves a loop each time; the answers are the same.
+        by_frames = sorted(self._largest_first)
+        monotone = all(a[1] <= b[1] for a, b in pairwise(by_frames))
+        self._waits: list[list[tuple[int, float]]] = []
+        for p in range(sizes[-1]):
+            above = [(n, ms) for n, ms in self._largest_first if n > p]
+            self._waits.append([min(above)] if monotone else above)
 
     def next_chunk_frames(self, frames_decoded: int, frames_available: int, buffered_ms: float,
                           flush: bool, frame_interval_ms: float | None) -> int:
@@ -42,9 +55,13 @@ class SlackChunkPolicy:
         if frames_decoded == 0 or frame_interval_ms is None:
             return self.first_chunk_frames if pending >= self.first_chunk_frames else 0
         budget = buffered_ms - self.margin_ms
-        for n, decode_ms in self._largest_first:
-            if max(0, n - pending) * frame_interval_ms + decode_ms <= budget:
-                return n if pending >= n else 0
+        if pending < self.sizes[-1]:  # a larger chunk is worth waiting for: wait for its frames, then decode it
+            for n, decode_ms in self._waits[pending]:
+                if (n - pending) * frame_interval_ms + decode_ms <= budget:
+                    return 0
+        for n, decode_ms in self._largest_first:  # else the largest chunk of what is ready that is out in time
+            if n <= pending and decode_ms <= budget:
+                return n
         # The buffer is nearly dry: hand over what exists, in an allowed size.
         return max((n for n in self.sizes if n <= pending), default=pending)
 
@@ -55,16 +72,13 @@ def request_chunk_frames(r: RequestState, now_ns: int, slack: SlackChunkPolicy,
     It drains what is pending on a flush, once generation is over, while the talker waits for text, or
     while pacing holds generation back (`paced`): no frame is coming soon, so none is worth waiting for.
     `deadline_ns`: `r.effective_deadline_ns()` when the caller has it already (only read once r has audio)."""
-    if r.first_audio_ns is None:
-        buffered_ms = 0.0
-    else:
-        deadline = r.effective_deadline_ns() if deadline_ns is None else deadline_ns
-        buffered_ms = 0.0 if deadline is None else (deadline - now_ns) / 1e6
     phase = r.phase
     starved = phase is Phase.WAITING_TEXT  # the talker waits for text: hand the listener what exists
     drain = r.flush_pending or starved or phase >= Phase.FINISHING or paced  # FINISHING or ended: generation is over
+    buffered: float | None = None  # unknown before first audio
+    if r.first_audio_ns is not None:
+        deadline = r.effective_deadline_ns() if deadline_ns is None else deadline_ns
+        buffered = 0.0 if deadline is None or deadline <= now_ns else (deadline - now_ns) / 1e6
     if chunks is not None:
-        buffered = None if r.first_audio_ns is None else max(buffered_ms, 0.0)
         return chunks.next_chunk_frames(r.frames_decoded, r.frames_pending, buffered, r.text_ended, drain)
-    return slack.next_chunk_frames(r.frames_decoded, r.frames_generated, max(buffered_ms, 0.0),
-                                   drain, r.frame_interval_ms)
+    return slack.next_chunk_frames(r.frames_decoded, r.frames_generated, buffered or 0.0, drain, r.frame_interval_ms)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from engine.request import TEXT_PAD, WorkKind
 
@@ -22,11 +23,14 @@ class Lane(Enum):
 ALL_LANES = frozenset(Lane)
 
 
-@dataclass(frozen=True, slots=True)
-class PlanRow:
+class PlanRow(NamedTuple):
     """One request's part of a batch. `frame_index`: prefill 0; code predictor: the frame it completes;
     talker decode: the frame whose codes it feeds (it samples codebook 0 of frame_index + 1);
-    codec: the first frame it decodes. `position` is the talker position of the row's first new token."""
+    codec: the first frame it decodes. `position` is the talker position of the row's first new token.
+
+    A NamedTuple rather than a frozen dataclass (immutable either way, same fields and repr): the scheduler
+    builds one per row of every plan, up to 128 a plan and hundreds of plans a second, and a frozen
+    dataclass's __init__ (one object.__setattr__ per field) costs about four times a tuple's."""
 
     request_id: int
     kv_slot: int | None

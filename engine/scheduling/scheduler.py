@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from operator import attrgetter
 
 from engine.codec.chunking import ChunkPolicy
 from engine.ipc.messages import Layout
@@ -72,6 +73,7 @@ GENERATION_PHASES = frozenset({Phase.PREFILL, Phase.CODE_PREDICT, Phase.TALKER_D
 # Order of a request's own items when it is the anchor: audio out first, then the pipeline front.
 STAGE_RANK = {WorkKind.CODEC_CHUNK: 0, WorkKind.TALKER_PREFILL: 1, WorkKind.CODE_PREDICT: 2,
               WorkKind.TALKER_DECODE: 3}
+CODEC_RANK = STAGE_RANK[WorkKind.CODEC_CHUNK]
 # Tiers of the DEADLINE policy's keys (first element; smaller goes first). Rescue and urgent are both playing
 # streams near their deadlines (they count as rescue work for admission's pressure and keep their codec budget);
 # only rescue goes before newcomers' startup work.
@@ -91,6 +93,9 @@ class _Item:
     filler: bool = False  # may join a batch, never anchor one (a paced stream within its lead)
     lane: Lane = Lane.GENERATION  # codec items: CODEC, or GENERATION for a first chunk (`first_chunk_lane`)
     early: bool = False  # a codec row its chunk policy would still hold back, offered to join (`codec_fill_frames`)
+
+
+BY_KEY = attrgetter("key")  # sort and min items by key: a C getter, not a Python lambda per item
 
 
 # ---------------------------------------------------------------- scheduler
@@ -293,8 +298,9 @@ class Scheduler:
             anchor = self._anchor(anchors)
         ragged = self.config.ragged_codec
         ratio = self.config.codec_join_ratio
-        cohort = sorted((i for i in items if i.kind is anchor.kind and i.lane is anchor.lane and not i.early
-                         and _fits(anchor, i, ragged, ratio)), key=lambda i: i.key)  # fmt: skip
+        kind, lane = anchor.kind, anchor.lane
+        cohort = sorted((i for i in items if i.kind is kind and i.lane is lane and not i.early
+                         and _fits(anchor, i, ragged, ratio)), key=BY_KEY)  # fmt: skip
         cohort.remove(anchor)
         cohort.insert(0, anchor)
         self._plans += 1
@@ -369,7 +375,8 @@ class Scheduler:
     def _ready_items(self, now_ns: int, lanes: frozenset[Lane] = ALL_LANES) -> list[_Item]:
         """Every request's next work item on `lanes`, with its key. The engine loop calls this before each plan
         (hundreds of times a second over every active request), so requests with nothing to offer on an open lane
-        are passed over before anything is computed for them."""
+        are passed over before anything is computed for them, and what is the same for every request (config,
+        costs, enum members) is read once per call, into locals, not once per request."""
         cfg, costs = self.config, self.costs
         generating = sum(1 for r in self._requests.values() if r.phase in GENERATION_PHASES)
         batch = next_size(cfg.capture_sizes, min(max(generating, 1), cfg.capture_sizes[-1]))
@@ -378,10 +385,15 @@ class Scheduler:
         items: list[_Item] = []
         pacing = self.pacing_allowed
         generation_open, codec_open = Lane.GENERATION in lanes, Lane.CODEC in lanes  # (Lane hashes in Python)
-        first_chunk_lane = Lane.GENERATION if cfg.first_chunk_lane else Lane.CODEC
+        codec_lane = Lane.CODEC
+        first_chunk_lane = Lane.GENERATION if cfg.first_chunk_lane else codec_lane
         first_chunk_open = generation_open if cfg.first_chunk_lane else codec_open
         fill, largest_chunk, last_row = cfg.codec_fill_frames, cfg.codec_chunk_sizes[-1], len(codec_ms) - 1
-        slack_chunks, chunks, key, append = self.slack_chunks, self.chunks, self._key, items.append
+        slack_chunks, chunks, append = self.slack_chunks, self.chunks, items.append
+        by_deadline, rescue_ms, urgent_ms = cfg.policy is Policy.DEADLINE, cfg.rescue_slack_ms, cfg.urgent_slack_ms
+        codec, prefill, talker_decode = WorkKind.CODEC_CHUNK, WorkKind.TALKER_PREFILL, Phase.TALKER_DECODE
+        free, held, filler = Pace.FREE, Pace.HELD, Pace.FILLER
+        slack_chunk, waiting_text, finishing = slack_chunks.next_chunk_frames, Phase.WAITING_TEXT, Phase.FINISHING
         for r in self._requests.values():
             phase = r.phase
             gen_kind = None if r.generation_busy or not generation_open else PHASE_KIND.get(phase)
@@ -392,53 +404,62 @@ class Scheduler:
             if gen_kind is None and (no_chunk or not offer_codec):
                 continue  # nothing to offer on an open lane (also every ended request)
             paced = pacing and r.max_lead_ms > 0 and phase in PHASE_KIND  # else pace_of says FREE
-            pace = pace_of(r, now_ns)[0] if paced else Pace.FREE
-            if pace is Pace.HELD:
+            pace = pace_of(r, now_ns)[0] if paced else free
+            if pace is held:
                 gen_kind = None  # far enough ahead of its listener: leave the GPU to others for now
-            deadline = None if newcomer else r.effective_deadline_ns()
-            chunk = 0 if no_chunk else request_chunk_frames(r, now_ns, slack_chunks, chunks, pace is not Pace.FREE,
-                                                            deadline)  # fmt: skip
+            # The gateway's deadline when it sent one, else `effective_deadline_ns`'s first-audio assumption (its
+            # own first answer, read here without a method call per request).
+            deadline = None if newcomer else r.deadline_ns or r.effective_deadline_ns()
+            if no_chunk:
+                chunk = 0
+            elif chunks is None:
+                # `request_chunk_frames` for the default policy, inlined (one call per request instead of two;
+                # tests/scheduler/test_chunk_sizing.py holds them equal):
+                # drain on a flush, while the talker waits for text, once generation is over, or while paced.
+                drain = r.flush_pending or phase is waiting_text or phase >= finishing or pace is not free
+                buffered_ms = 0.0 if newcomer or deadline <= now_ns else (deadline - now_ns) / 1e6
+                chunk = slack_chunk(r.frames_decoded, r.frames_generated, buffered_ms, drain, r.frame_interval_ms)
+            else:
+                chunk = request_chunk_frames(r, now_ns, slack_chunks, chunks, pace is not free, deadline)
             early = chunk == 0 and fill > 0 and not r.codec_busy and not newcomer and pending >= fill
             if gen_kind is None and not (offer_codec and (chunk or early)):
                 continue
-            # Slack: buffered audio minus the time to produce the next audio (decode the pending frames,
-            # or first generate one more frame).
-            slack = 0.0
-            if deadline is not None:  # it has first audio
-                slack = (deadline - now_ns) / 1e6 - codec_ms[min(max(chunk, 1), last_row)]
+            # Keys, smaller is more pressing (`_anchor`, cohorts): FIFO anchors by age, ROUND_ROBIN picks the kind
+            # first; DEADLINE puts newcomers' startup work by stage and age, playing streams by tier and slack.
+            # Built here rather than by a method: this runs for every item of every plan call.
+            gen_rank = 0 if gen_kind is None else STAGE_RANK[gen_kind]
+            if not by_deadline:
+                gen_key, codec_key = (r.arrival_ns, gen_rank), (r.arrival_ns, CODEC_RANK)
+            elif newcomer:
+                gen_key, codec_key = (STARTUP, gen_rank, r.arrival_ns), (STARTUP, CODEC_RANK, r.arrival_ns)
+            else:
+                # Slack: buffered audio minus the time to produce the next audio (decode the pending frames,
+                # or first generate one more frame). codec_ms[0] is one frame's time: a chunk of 0 (waiting)
+                # decodes at least its next frame.
+                slack = (deadline - now_ns) / 1e6 - codec_ms[chunk if chunk <= last_row else last_row]
                 if pending == 0:
-                    slack -= cp_ms + (decode_ms if phase is Phase.TALKER_DECODE else 0.0)
+                    slack -= cp_ms + (decode_ms if phase is talker_decode else 0.0)
+                tier = RESCUE if slack < rescue_ms else URGENT if slack < urgent_ms else FILLER
+                gen_key, codec_key = (tier, slack, gen_rank), (tier, slack, CODEC_RANK)
             if gen_kind is not None:
-                shape = bucket(cfg.prefill_token_buckets, r.prefill_len) if gen_kind is WorkKind.TALKER_PREFILL else 0
-                append(_Item(r, gen_kind, key(r, gen_kind, slack), shape, pace is Pace.FILLER))
+                shape = bucket(cfg.prefill_token_buckets, r.prefill_len) if gen_kind is prefill else 0
+                append(_Item(r, gen_kind, gen_key, shape, pace is filler))
             if not offer_codec:
                 continue
-            if chunk:
-                append(_Item(r, WorkKind.CODEC_CHUNK, key(r, WorkKind.CODEC_CHUNK, slack), chunk,
-                             lane=first_chunk_lane if newcomer else Lane.CODEC))
+            # (_Item's fields by position: keywords cost a little more, for every item of every plan call.)
+            if chunk:  # not filler, on the first-chunk lane or the codec lane
+                append(_Item(r, codec, codec_key, chunk, False, first_chunk_lane if newcomer else codec_lane))
             elif early:  # joins a codec-lane batch that runs anyway with what it has; never starts one
-                append(_Item(r, WorkKind.CODEC_CHUNK, key(r, WorkKind.CODEC_CHUNK, slack),
-                             min(pending, largest_chunk), filler=True, lane=Lane.CODEC, early=True))  # its shape: what it has
+                # its shape: what it has; filler, on the codec lane, early
+                append(_Item(r, codec, codec_key, min(pending, largest_chunk), True, codec_lane, True))
         return items
-
-    def _key(self, r: RequestState, kind: WorkKind, slack: float) -> tuple[float, ...]:
-        rank = STAGE_RANK[kind]
-        if self.config.policy is not Policy.DEADLINE:
-            return (r.arrival_ns, rank)  # FIFO anchors by age; ROUND_ROBIN picks the kind first
-        if r.first_audio_ns is None:
-            return (STARTUP, rank, r.arrival_ns)
-        if slack < self.config.rescue_slack_ms:
-            return (RESCUE, slack, rank)
-        if slack < self.config.urgent_slack_ms:
-            return (URGENT, slack, rank)
-        return (FILLER, slack, rank)
 
     def _anchor(self, items: list[_Item]) -> _Item:
         if self.config.policy is Policy.ROUND_ROBIN:
             ready = {i.kind for i in items}
             kind = min(ready, key=lambda k: (self._served_at[k], STAGE_RANK[k]))
-            return min((i for i in items if i.kind is kind), key=lambda i: i.key)
-        anchor = min(items, key=lambda i: i.key)
+            return min((i for i in items if i.kind is kind), key=BY_KEY)
+        anchor = min(items, key=BY_KEY)
         if self.config.policy is not Policy.DEADLINE:
             return anchor
         if (anchor.kind is WorkKind.TALKER_PREFILL and anchor.key[0] == STARTUP and self.config.align_startup_rows
@@ -452,7 +473,7 @@ class Scheduler:
             newcomers = sum(1 for i in items if i.kind is WorkKind.TALKER_PREFILL)
             if (len(decodes) >= self.config.align_startup_rows and len(decodes) > predicts
                     and len(decodes) + predicts + newcomers <= self.config.capture_sizes[-1]):
-                return min(decodes, key=lambda i: i.key)
+                return min(decodes, key=BY_KEY)
         if anchor.kind in MERGING_KINDS and self._may_merge(anchor):
             # Streams alternate code predictor and talker decode. When the other phase holds more rows,
             # run it first: its rows then join the anchor's phase and the next step serves everyone at
@@ -460,7 +481,7 @@ class Scheduler:
             other = MERGING_KINDS[anchor.kind]
             others = [i for i in items if i.kind is other]
             if len(others) > sum(1 for i in items if i.kind is anchor.kind):
-                return min(others, key=lambda i: i.key)
+                return min(others, key=BY_KEY)
         return anchor
 
     def _may_merge(self, anchor: _Item) -> bool:
@@ -504,7 +525,7 @@ class Scheduler:
         sizes = cfg.codec_capture_sizes
         padded = next_size(sizes, len(rows))
         rows = list(rows)
-        for item in sorted(early, key=lambda i: i.key):
+        for item in sorted(early, key=BY_KEY):
             if len(rows) == sizes[-1]:
                 break
             if item.shape < frames:
@@ -536,31 +557,40 @@ class Scheduler:
     def _lower(self, kind: WorkKind, shape: int, cohort: list[_Item], first_chunks: bool = False) -> Plan:
         """Turn the cohort into rows and mark its lanes busy (text fed by a talker step counts as
         consumed)."""
-        rows = []
-        for item in cohort:
-            r = item.request
-            if kind is WorkKind.CODEC_CHUNK:
+        rows: list[PlanRow] = []
+        append = rows.append  # (one loop per kind, no per-row kind tests: up to 128 rows a plan)
+        if kind is WorkKind.CODEC_CHUNK:
+            for item in cohort:
+                r = item.request
                 frames = min(item.shape, shape)  # uniform batches: every row decodes `shape` (its chunk >= shape)
                 r.codec_busy = True
                 if r.flush_pending and frames >= r.frames_pending:
                     r.flush_pending = False
                 final = r.generation_finished and frames == r.frames_pending
-                rows.append(PlanRow(r.request_id, r.kv_slot, r.codec_slot, r.frames_decoded,
-                                    codec_frames=frames, final_chunk=final))
-                continue
-            r.generation_busy = True
-            if kind is WorkKind.TALKER_PREFILL:
-                rows.append(PlanRow(r.request_id, r.kv_slot, r.codec_slot, 0, position=0))
+                append(PlanRow(r.request_id, r.kv_slot, r.codec_slot, r.frames_decoded,
+                               codec_frames=frames, final_chunk=final))
+        elif kind is WorkKind.TALKER_PREFILL:
+            for item in cohort:
+                r = item.request
+                r.generation_busy = True
+                append(PlanRow(r.request_id, r.kv_slot, r.codec_slot, 0, position=0))
                 r.text_fed = 1 if r.layout is Layout.STREAMING else len(r.text_ids)
                 r.text_end_fed = r.layout is Layout.NON_STREAMING
-            elif kind is WorkKind.CODE_PREDICT:
-                rows.append(PlanRow(r.request_id, r.kv_slot, r.codec_slot, r.frames_generated))
-            else:
+        elif kind is WorkKind.CODE_PREDICT:
+            for item in cohort:
+                r = item.request
+                r.generation_busy = True
+                append(PlanRow(r.request_id, r.kv_slot, r.codec_slot, r.frames_generated))
+        else:
+            min_frames = self.config.min_frames_before_eos
+            for item in cohort:
+                r = item.request
+                r.generation_busy = True
                 frame = r.frames_generated - 1
                 text_index = r.next_text_input()
-                eos_allowed = r.eos_allowed_next_step(self.config.min_frames_before_eos)
-                rows.append(PlanRow(r.request_id, r.kv_slot, r.codec_slot, frame, r.prefill_len + frame,
-                                    text_index, eos_allowed))
+                eos_allowed = r.eos_allowed_next_step(min_frames)
+                append(PlanRow(r.request_id, r.kv_slot, r.codec_slot, frame, r.prefill_len + frame, text_index,
+                               eos_allowed))
                 r.consume_text_input()
         padded = next_size(capture_sizes(self.config, kind, first_chunks), len(rows))
         return Plan(kind, tuple(rows), padded,
@@ -572,22 +602,25 @@ class Scheduler:
 
     def complete(self, plan: Plan, outcome: Outcome, now_ns: int) -> None:
         """Apply what the executors did. Rows of requests cancelled meanwhile are dropped and released."""
+        kind, requests, failed = plan.kind, self._requests, outcome.failed  # (read once: up to 128 rows a plan)
+        codec = kind is WorkKind.CODEC_CHUNK
         for row in plan.rows:
-            r = self._requests.get(row.request_id)
+            request_id = row.request_id
+            r = requests.get(request_id)
             if r is None:
                 continue
-            if plan.kind is WorkKind.CODEC_CHUNK:
+            if codec:
                 r.codec_busy = False
             else:
                 r.generation_busy = False
             if r.is_ended:
                 self._retire_if_idle(r)
-            elif row.request_id in outcome.failed:
-                self._fail(r, outcome.failed[row.request_id])
-            elif plan.kind is WorkKind.CODEC_CHUNK:
-                self._apply_codec(r, row, outcome.samples.get(row.request_id), now_ns)
+            elif request_id in failed:
+                self._fail(r, failed[request_id])
+            elif codec:
+                self._apply_codec(r, row, outcome.samples.get(request_id), now_ns)
             else:
-                self._apply_generation(r, plan.kind, row, row.request_id in outcome.eos, now_ns)
+                self._apply_generation(r, kind, row, request_id in outcome.eos, now_ns)
 
     def _apply_generation(self, r: RequestState, kind: WorkKind, row: PlanRow, eos: bool,
                           now_ns: int) -> None:
