@@ -9,7 +9,9 @@ For each precision and (streams B, new frames N), on the full-size codec with se
 stream past its attention window: the captured graph's replay time (CUDA-event median), a whole
 `CodecGraphs.decode` call, the kernels per replay and the heaviest of them (torch profiler over 5 replays);
 with `--convs`, each decoder block's first residual unit's convs two ways (k7 in NCL vs channels-last, k1 as
-cuDNN vs a product). At the engine's shapes a step is launch-bound, so the kernel count is the number to cut.
+cuDNN vs a product); with `--launchers PATTERN ...`, the operators (and their input shapes) that launch the
+kernels whose names contain a pattern, from one eager step after the graph's (e.g. `--launchers nchwToNhwc`: which
+convs cuDNN converts the layout of on every step). At the engine's shapes a step is launch-bound, so the kernel count is the number to cut.
 Eager per-stage timings are not reported: launched one by one, a stage's span is the host's launch time.
 Prints a short table last; `--out` writes everything as JSON.
 """
@@ -122,6 +124,23 @@ def kernel_table(fn: Callable[[], object], replays: int) -> tuple[int, list[dict
     return round(count / replays), rows
 
 
+def launcher_table(step: Callable[[], object], patterns: list[str]) -> list[dict[str, Any]]:
+    """One call of `step` (eager, after a warm-up one) under the profiler -> for every kernel whose name contains
+    one of `patterns`: the operator that launched it, that operator's input shapes, the kernel and its us."""
+    step()
+    _sync()
+    with profile(activities=sorted({ProfilerActivity.CPU, *_activities()}, key=str), record_shapes=True) as prof:
+        step()
+        _sync()
+    rows = []
+    for event in prof.events():
+        for kernel in getattr(event, "kernels", []):
+            if any(p in kernel.name for p in patterns):
+                rows.append({"op": event.name, "shapes": [list(s) for s in event.input_shapes if s],
+                             "kernel": kernel.name[:80], "us": round(float(kernel.duration), 1)})  # fmt: skip
+    return rows
+
+
 def conv_table(fast: FastCodecDecoder, batch: int, frames: int) -> list[dict[str, Any]]:
     """Each decoder block at this shape: its transposed conv in NCL, channels-last (cuDNN) and as a product plus
     an overlap-add; its first residual unit's k7 conv in NCL against channels-last (NHWC, input already in that
@@ -170,6 +189,13 @@ def conv_table(fast: FastCodecDecoder, batch: int, frames: int) -> list[dict[str
     return rows
 
 
+def eager_step(fast: FastCodecDecoder, pool: CodecStatePool, slots: list[int], codes: torch.Tensor,
+               restore: Callable[[], None]) -> None:
+    """The captured step's work, launched op by op (so the profiler can say which operator launched what)."""
+    restore()
+    fast.decode_incremental(pool, slots, codes, check_code_values=False)
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     torch.backends.cudnn.benchmark = True
     config = codec_preset("tiny" if args.dry_run else "full")
@@ -201,6 +227,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 "decode_call_ms": round(call_ms, 3), "kernels_per_replay": kernels, "top_kernels": top[: args.top],
                 "convs": conv_table(fast, batch, frames) if args.convs else [],
             }  # fmt: skip
+            if args.launchers:  # eager steps move the streams on: the state goes back before and after
+                restore()
+                result["launchers"] = launcher_table(partial(eager_step, fast, pool, slots[:batch], codes, restore),
+                                                     args.launchers)  # fmt: skip
+                restore()
             report["results"].append(result)
             print(json.dumps(result), flush=True)
         del graphs, pool, fast, decoder
@@ -273,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layouts", nargs="+", default=[DEFAULTS.codec_layout], choices=CODEC_LAYOUTS,
                         help="the engine's --codec-layout variants (with every --kernels variant)")
     parser.add_argument("--convs", action="store_true", help="also time the residual units' convs two ways")
+    parser.add_argument("--launchers", nargs="*", default=[], metavar="PATTERN",
+                        help="name the operators that launch kernels whose names contain these (one eager step)")
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument(
         "--dry-run", action="store_true", help="tiny codec on the CPU: checks the script only"
