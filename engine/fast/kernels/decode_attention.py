@@ -66,6 +66,34 @@ if HAVE_TRITON:
     import triton.language as tl
 
     @triton.jit
+    def _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, m_ptr, l_ptr, acc_ptr, b, heads, sp, d,
+                      q_mask, H: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr,
+                      BLOCK: tl.constexpr, PRECISION: tl.constexpr):  # fmt: skip
+        """Queries q [GP, D] (heads [GP] of row b) over cache keys lo..hi-1 (at `base`, `stride_l` apart) -> split
+        sp's partial (max, sum, weighted values) in fp32, stored in the partial buffers (masked by q_mask)."""
+        m = tl.full([GP], float("-inf"), tl.float32)
+        l_sum = tl.zeros([GP], tl.float32)
+        acc = tl.zeros([GP, D], tl.float32)
+        for start in range(lo, hi, BLOCK):  # stops at the row's length; the last block's tail is masked
+            n = start + tl.arange(0, BLOCK)
+            k_mask = n < hi
+            offsets = base + n[:, None] * stride_l + d[None, :]
+            k = tl.load(k_ptr + offsets, mask=k_mask[:, None], other=0.0)  # [BLOCK,D]
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [GP,BLOCK] fp32
+            s = tl.where(k_mask[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=1))  # every block holds at least one key: finite
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(s - m_new[:, None])
+            l_sum = l_sum * alpha + tl.sum(p, axis=1)
+            v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+            m = m_new
+        part = (b * H + heads) * SPLITS + sp  # [GP]
+        tl.store(m_ptr + part, m, mask=q_mask)
+        tl.store(l_ptr + part, l_sum, mask=q_mask)
+        tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=q_mask[:, None])
+
+    @triton.jit
     def _split_kernel(
         q_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, m_ptr, l_ptr, acc_ptr, scale,
         stride_s, stride_k, stride_l,
@@ -85,28 +113,9 @@ if HAVE_TRITON:
             heads = j * G + g  # [GP]: the query heads of kv head j
             q_mask = g < G
             q = tl.load(q_ptr + (b * H + heads[:, None]) * D + d[None, :], mask=q_mask[:, None], other=0.0)
-            m = tl.full([GP], float("-inf"), tl.float32)
-            l_sum = tl.zeros([GP], tl.float32)
-            acc = tl.zeros([GP, D], tl.float32)
             base = slot * stride_s + j * stride_k
-            for start in range(lo, hi, BLOCK):  # stops at the row's length; the last block's tail is masked
-                n = start + tl.arange(0, BLOCK)
-                k_mask = n < hi
-                offsets = base + n[:, None] * stride_l + d[None, :]
-                k = tl.load(k_ptr + offsets, mask=k_mask[:, None], other=0.0)  # [BLOCK,D]
-                s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [GP,BLOCK] fp32
-                s = tl.where(k_mask[None, :], s, float("-inf"))
-                m_new = tl.maximum(m, tl.max(s, axis=1))  # every block holds at least one key: finite
-                alpha = tl.exp(m - m_new)
-                p = tl.exp(s - m_new[:, None])
-                l_sum = l_sum * alpha + tl.sum(p, axis=1)
-                v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
-                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-                m = m_new
-            part = (b * H + heads) * SPLITS + sp  # [GP]
-            tl.store(m_ptr + part, m, mask=q_mask)
-            tl.store(l_ptr + part, l_sum, mask=q_mask)
-            tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=q_mask[:, None])
+            _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, m_ptr, l_ptr, acc_ptr, b, heads, sp, d,
+                          q_mask, H, GP, D, SPLITS, BLOCK, PRECISION)  # fmt: skip
 
     @triton.jit
     def _norm_rope_rows(x, x_rot, w, w_rot, c, s, eps, d, D: tl.constexpr, DTYPE: tl.constexpr):
@@ -160,27 +169,8 @@ if HAVE_TRITON:
                 tl.store(k_ptr + new, k_new)
                 tl.store(v_ptr + new, tl.load(row + (H + KV + j + one[:, None]) * D + d[None, :]))
                 tl.debug_barrier()  # the block's threads read those cache rows below
-            m = tl.full([GP], float("-inf"), tl.float32)
-            l_sum = tl.zeros([GP], tl.float32)
-            acc = tl.zeros([GP, D], tl.float32)
-            for start in range(lo, hi, BLOCK):  # stops at the row's length; the last block's tail is masked
-                n = start + tl.arange(0, BLOCK)
-                k_mask = n < hi
-                offsets = base + n[:, None] * stride_l + d[None, :]
-                k = tl.load(k_ptr + offsets, mask=k_mask[:, None], other=0.0)  # [BLOCK,D]
-                s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [GP,BLOCK] fp32
-                s = tl.where(k_mask[None, :], s, float("-inf"))
-                m_new = tl.maximum(m, tl.max(s, axis=1))  # every block holds at least one key: finite
-                alpha = tl.exp(m - m_new)
-                p = tl.exp(s - m_new[:, None])
-                l_sum = l_sum * alpha + tl.sum(p, axis=1)
-                v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
-                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-                m = m_new
-            part = (b * H + heads) * SPLITS + sp  # [GP]
-            tl.store(m_ptr + part, m, mask=q_mask)
-            tl.store(l_ptr + part, l_sum, mask=q_mask)
-            tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=q_mask[:, None])
+            _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, m_ptr, l_ptr, acc_ptr, b, heads, sp, d,
+                          q_mask, H, GP, D, SPLITS, BLOCK, PRECISION)  # fmt: skip
 
     @triton.jit
     def _merge_kernel(m_ptr, l_ptr, acc_ptr, lengths_ptr, out_ptr, H: tl.constexpr, SPLITS: tl.constexpr,
@@ -227,19 +217,29 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
     q, slots, lengths = q.contiguous(), slots.contiguous(), lengths.contiguous()  # dense indexing (no stride-0 views)
     group = heads // kv_heads
     config = config or default_split_config(rows)
+    return _split_and_merge(_split_kernel, (q,), rows, heads, kv_heads, d, q.dtype, k_cache, v_cache, slots, lengths,
+                            config, 1.0 / math.sqrt(d), G=group, GP=max(16, triton.next_power_of_2(group)))  # fmt: skip
+
+
+def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: int, heads: int, kv_heads: int,
+                     d: int, dtype: torch.dtype, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor,
+                     config: SplitConfig, *scalars: float, **constexprs: int) -> Tensor:  # fmt: skip
+    """Launch a split kernel over (rows, kv heads, splits) with its partial buffers, then the merge -> [B,H,D].
+    `leading`: the split kernel's arguments before the caches; `scalars`: after the partial buffers."""
     splits, chunk = split_layout(k_cache.shape[2], config)
-    m = torch.empty(rows, heads, splits, dtype=torch.float32, device=q.device)
+    device = k_cache.device
+    m = torch.empty(rows, heads, splits, dtype=torch.float32, device=device)
     l_sum = torch.empty_like(m)
-    acc = torch.empty(rows, heads, splits, d, dtype=torch.float32, device=q.device)
-    _split_kernel[(rows, kv_heads, splits)](
-        q, k_cache, v_cache, slots, lengths, m, l_sum, acc, 1.0 / math.sqrt(d),
+    acc = torch.empty(rows, heads, splits, d, dtype=torch.float32, device=device)
+    split_kernel[(rows, kv_heads, splits)](  # type: ignore[index]
+        *leading, k_cache, v_cache, slots, lengths, m, l_sum, acc, *scalars,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        H=heads, G=group, GP=max(16, triton.next_power_of_2(group)), D=d,
-        SPLITS=splits, CHUNK=chunk, BLOCK=config.block_n,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
+        H=heads, D=d, SPLITS=splits, CHUNK=chunk, BLOCK=config.block_n,
+        PRECISION="ieee" if dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
         num_warps=config.num_warps, **({} if config.num_stages is None else {"num_stages": config.num_stages}),
+        **constexprs,
     )  # fmt: skip
-    out = torch.empty_like(q)
+    out = torch.empty(rows, heads, d, dtype=dtype, device=device)
     _merge_kernel[(rows * heads,)](m, l_sum, acc, lengths, out, H=heads, SPLITS=splits, CHUNK=chunk, D=d,
                                    num_warps=4)  # fmt: skip
     return out
@@ -262,19 +262,6 @@ def decode_attention_rope(
     qkv, cos, sin, slots, lengths = (t.contiguous() for t in (qkv, cos, sin, slots, lengths))
     group = num_heads // num_kv_heads
     config = config or default_split_config(rows)
-    splits, chunk = split_layout(k_cache.shape[2], config)
-    m = torch.empty(rows, num_heads, splits, dtype=torch.float32, device=qkv.device)
-    l_sum = torch.empty_like(m)
-    acc = torch.empty(rows, num_heads, splits, d, dtype=torch.float32, device=qkv.device)
-    _split_rope_kernel[(rows, num_kv_heads, splits)](
-        qkv, cos, sin, q_weight, k_weight, k_cache, v_cache, slots, lengths, m, l_sum, acc, 1.0 / math.sqrt(d), eps,
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        H=num_heads, KV=num_kv_heads, G=group, GP=max(16, triton.next_power_of_2(group)), D=d,
-        SPLITS=splits, CHUNK=chunk, BLOCK=config.block_n,
-        PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
-        num_warps=config.num_warps, **({} if config.num_stages is None else {"num_stages": config.num_stages}),
-    )  # fmt: skip
-    out = torch.empty(rows, num_heads, d, dtype=qkv.dtype, device=qkv.device)
-    _merge_kernel[(rows * num_heads,)](m, l_sum, acc, lengths, out, H=num_heads, SPLITS=splits, CHUNK=chunk, D=d,
-                                       num_warps=4)  # fmt: skip
-    return out
+    return _split_and_merge(_split_rope_kernel, (qkv, cos, sin, q_weight, k_weight), rows, num_heads, num_kv_heads,
+                            d, qkv.dtype, k_cache, v_cache, slots, lengths, config, 1.0 / math.sqrt(d), eps,
+                            KV=num_kv_heads, G=group, GP=max(16, triton.next_power_of_2(group)))  # fmt: skip
