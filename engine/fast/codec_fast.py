@@ -20,7 +20,10 @@ kernels, bias and residual adds, the history concatenations), so that is what ch
 - Dequantizer: entries pre-divided once, one gather-and-sum kernel per codebook group (`kernels/codebook.py`).
 - Pre-transformer: `FastPreTransformer` (codec_transformer.py), ~16 kernels a layer instead of ~47: at the
   engine's shapes the step is launch-bound and the plain layers were over half of its ~650 kernels.
-- The pre-conv and upsampling stages run the plain modules.
+- The pre-conv and upsampling stages: the plain modules in NCL; in channels-last the pre-conv with NHWC weights
+  and the upsampling transposed convs (k = stride: no overlap) as one product each, because cuDNN's bf16 engines
+  for them reformatted their weights to NHWC on every call (~20-50 us a conversion, 80-130 us a step on the
+  H200: docs/benchmarks.md, seventeenth session).
 
 Layout (`channels_last`): the vocoder's activations are [B, C, L] either way, in NCL memory as the plain modules
 (cuDNN's tensor-core convs then convert every input and weight to NHWC and back, ~40 conversion kernels a step),
@@ -259,6 +262,13 @@ class FastCodecDecoder:
             self._final_conv: CausalConv1d = decoder.decoder[rates + 2]
             self._conv0_weight = (conv_taps if triton_convs else layout.weight)(self._conv0.conv.weight)
             self._final_weight = layout.weight(self._final_conv.conv.weight)
+            # Channels-last: the pre-conv with NHWC weights and the k = stride upsampling convs as products, so
+            # no cuDNN conversion kernel reformats their weights on every call (module docstring).
+            self._pre_conv_weight = layout.weight(decoder.pre_conv.conv.weight) if channels_last else None
+            self._upsample_rows = tuple(
+                _stride_rows(transposed) if channels_last and transposed.overlap == 0 else None
+                for transposed, _ in decoder.upsample
+            )
         self._pre_transformer = FastPreTransformer(decoder.pre_transformer, fused_attention)
         self._final_name = f"decoder.{rates + 2}"
 
@@ -308,7 +318,10 @@ class FastCodecDecoder:
         latent = F.conv1d(codebook_sum(self._first_table, codes[:, :1]), self._first_proj) + F.conv1d(
             codebook_sum(self._rest_table, codes[:, 1:]), self._rest_proj
         )  # [B, codebook_dim, N], as the plain quantizer
-        hidden, new["pre_conv"] = d.pre_conv.forward_stream(latent, state["pre_conv"], valid)
+        if self._pre_conv_weight is None:
+            hidden, new["pre_conv"] = d.pre_conv.forward_stream(latent, state["pre_conv"], valid)
+        else:
+            hidden, new["pre_conv"] = self._pre_conv(latent, state["pre_conv"], valid)
         names = [
             (f"pre_transformer.layers.{i}.k", f"pre_transformer.layers.{i}.v")
             for i in range(len(d.pre_transformer.layers))
@@ -321,7 +334,12 @@ class FastCodecDecoder:
         for stage, (transposed, convnext) in enumerate(d.upsample):
             name = f"upsample.{stage}.1.dwconv"
             valid = None if valid is None else valid * transposed.stride
-            hidden, new[name] = convnext.forward_stream(transposed(hidden), state[name], valid)
+            rows = self._upsample_rows[stage]
+            if rows is None:
+                hidden = transposed(hidden)
+            else:
+                hidden = stride_transposed_by_product(hidden, rows, transposed.conv.bias, transposed.stride)
+            hidden, new[name] = convnext.forward_stream(hidden, state[name], valid)
 
         # decoder.0 (k7, bias folded into block 1's SnakeBeta)
         layout = self._layout
@@ -341,6 +359,17 @@ class FastCodecDecoder:
             valid = None if valid is None else valid * block.stride
         # x: the final conv's input buffer [B, 96, 6 + N * 1920], history first
         return layout.conv(x, self._final_weight, self._final_conv.conv.bias).clamp(min=-1, max=1), new
+
+    def _pre_conv(self, latent: Tensor, history: Tensor, valid: Tensor | None) -> tuple[Tensor, Tensor]:
+        """`CausalConv1d.forward_stream` of the pre-conv in channels-last: latent [B, C_in, N] is copied after the
+        carried history into a [B, history + N, C_in] buffer -> ([B, C_out, N] in [B, N, C_out] memory: the
+        pre-transformer's row-major input, as a view), the next history)."""
+        conv = self.decoder.pre_conv
+        size = conv.history
+        padded = self._layout.empty(latent.shape[0], latent.shape[1], size + latent.shape[-1], latent)
+        padded[..., :size].copy_(history)
+        padded[..., size:].copy_(latent)
+        return self._layout.conv(padded, self._pre_conv_weight, conv.conv.bias), _history(padded, size, valid)
 
     def _block(
         self,
@@ -452,6 +481,22 @@ def transposed_by_product(x: Tensor, rows: Tensor, stride: int) -> Tensor:
     torch.add(taps[:, 1:, 0], taps[:, :-1, 1], out=out[:, 1:length])
     out[:, length].copy_(taps[:, length - 1, 1])
     return out.view(batch, (length + 1) * stride, -1).transpose(1, 2)
+
+
+def _stride_rows(transposed: CausalTransposedConv1d) -> Tensor:
+    """A k = stride transposed conv's weight [C_in, C_out, k] as product rows [C_in, k * C_out], tap-major."""
+    weight = transposed.conv.weight.detach()
+    return weight.permute(0, 2, 1).reshape(weight.shape[0], -1).contiguous()
+
+
+def stride_transposed_by_product(x: Tensor, rows: Tensor, bias: Tensor, stride: int) -> Tensor:
+    """A k = stride transposed conv (no overlap, so no state) with its bias: x [B, C_in, L] (its [B, L, C_in] view
+    row-major, as the pre-transformer and the ConvNeXt residual leave it), rows [C_in, stride * C_out] (tap-major)
+    -> [B, C_out, L * stride] in [B, L * stride, C_out] memory. Input t's tap j is sample t * stride + j. The
+    bias is added after the product is rounded, as PyTorch adds a conv's bias after cuDNN's conv."""
+    batch, _, length = x.shape
+    y = torch.matmul(x.transpose(1, 2), rows).view(batch, length * stride, -1)  # [B, L*s, C_out]
+    return torch.add(y, bias).transpose(1, 2)
 
 
 def _zero_padding_into(out: Tensor, x: Tensor, valid: Tensor) -> Tensor:
