@@ -115,9 +115,9 @@ class EngineSettings:
     shutdown_grace_ms: int = 5000
     log_level: str = "info"
     cp_kernels: str = "fused"  # code-predictor fast path: fused (frame kernels) | layers (fused layer stack)
-    cp_pdl: bool = False  # cp_kernels fused: its 1-2 row steps' Triton kernels as programmatic dependent launches
-    talker_gemv_rows: int = 0  # fast talker: decode steps of up to this many rows with its products in `gemv`
-    talker_fused_rope: bool = False  # fast talker: q/k norm and RoPE inside the decode attention's split kernel
+    cp_pdl: bool = True  # cp_kernels fused: its 1-2 row steps' Triton kernels as programmatic dependent launches
+    talker_gemv_rows: int = 2  # fast talker: decode steps of up to this many rows with its products in `gemv`
+    talker_fused_rope: bool = True  # fast talker: q/k norm and RoPE inside the decode attention's split kernel
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
     rescue_slack_ms: float = SchedulerConfig().rescue_slack_ms  # a playing stream this near running dry goes first
@@ -436,16 +436,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=d.cp_pdl,
                    help="with --cp-kernels fused: launch the Triton kernels of the frame's 1-2 row steps as "
                         "programmatic dependents, so each fetches its weights while the one before it finishes "
-                        "(Hopper and later, ignored before; same results; B=1 frame 2.41 -> 2.16 ms on an H200; off "
-                        "by default while the 1 RPS TTFA tail it brought in two server runs is unexplained)")
+                        "(Hopper and later, ignored before; same results; B=1 frame 2.42 -> 2.16 ms on an H200; on by "
+                        "default since the seventeenth session, docs/benchmarks.md: earlier server runs saw a 2-3 ms "
+                        "first-audio tail at 1 RPS with it)")
     p.add_argument("--talker-gemv-rows", type=int, default=d.talker_gemv_rows, choices=(0, 1, 2),
-                   help="fast talker: decode steps of up to this many rows stream each weight once in Triton products "
-                        "with the RMSNorms and SwiGLU folded in (6 kernels a layer instead of 9); 0 (default): cuBLAS "
-                        "products at every batch size. Per product it beat cuBLAS on the H200 at one row (docs/"
-                        "benchmarks.md, sixteenth session); the whole step is not yet measured")
+                   help="fast talker: decode steps of up to this many rows (default 2) stream each weight once in "
+                        "Triton products with the RMSNorms and SwiGLU folded in (6 kernels a layer instead of 9); 0: "
+                        "cuBLAS products at every batch size (docs/benchmarks.md, seventeenth session)")
     p.add_argument("--talker-fused-rope", action=argparse.BooleanOptionalAction, default=d.talker_fused_rope,
                    help="fast talker: norm and rotate q and k inside the decode attention's split kernel instead of a "
-                        "kernel of their own (28 fewer launches a decode step; same roundings; not yet measured)")
+                        "kernel of their own (on by default: 28 fewer launches a decode step, the same roundings)")
     p.add_argument("--precompile-workers", type=int, default=d.precompile_workers,
                    help="with --cp-kernels fused: child processes that compile its Triton kernels in parallel before "
                         "capture (-1: one per CPU core, at most 8; 0: the capture compiles them one by one)")

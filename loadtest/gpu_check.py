@@ -70,7 +70,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     cache = model.talker.new_cache(slots_n, args.context + 8)
     codes = new_code_buffer(slots_n, 64, model.device)
     t0 = time.perf_counter()
-    kernels = FrameKernels(fused=args.cp_kernels == "fused")
+    kernels = FrameKernels(fused=args.cp_kernels == "fused", pdl=args.cp_pdl)
     if kernels.fused and DEVICE == "cuda":  # the frame's Triton kernels compile in parallel children, not serially
         from engine.fast.precompile import default_workers, precompile_frames
         from engine.fast.sampling import DEFAULT_TOP_K_CAP
@@ -407,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--talker-fused-rope", action=argparse.BooleanOptionalAction,
                    default=EngineSettings("1.7b", "").talker_fused_rope,
                    help="the fast talker's q/k norm and RoPE inside its decode attention (default: the engine's)")
+    p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=EngineSettings("1.7b", "").cp_pdl,
+                   help="the fused code predictor's 1-2 row steps as programmatic dependent launches (default: the "
+                        "engine's)")
     args = p.parse_args(argv)
     if args.dry_run:
         return dry_run(args)
@@ -416,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": commit,
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "command": " ".join(sys.argv),
+        "options": {"cp_kernels": args.cp_kernels, "cp_pdl": args.cp_pdl, "talker_gemv_rows": args.talker_gemv_rows,
+                    "talker_fused_rope": args.talker_fused_rope},
     }  # fmt: skip
     try:
         import triton

@@ -6,11 +6,13 @@ On the full-size model with random bf16 weights, the engine's talker graphs and 
 graphs are built at the given batch sizes, all before any timing, then timed round-robin (CUDA-event medians of
 replays in each of five rounds, the median of the rounds; talker contexts drawn from 256..511, as
 `loadtest.gpu_check` does). Building and timing one variant after another biased the later ones: on 2026-12-02
-the second variant built measured 5-10 % slower in the talker, whose graphs it had not changed. Variants change the code predictor's `FrameKernels` only:
+the second variant built measured 5-10 % slower in the talker, whose graphs it had not changed. Variants change the
+code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decode options:
 
-    defaults   the engine's
-    pdl        programmatic dependent launches in the 1-2 row steps (`FrameKernels.pdl`); bitwise the same
-               codes, hidden states and caches as `defaults` or something is wrong
+    defaults   the engine's (its `EngineSettings` defaults: talker and code-predictor options alike)
+    sixteenth  the defaults of the sixteenth session: cuBLAS talker products, a q/k norm + RoPE kernel, no PDL
+    pdl, no_pdl  programmatic dependent launches in the 1-2 row steps (`FrameKernels.pdl`) on / off; bitwise the
+               same codes, hidden states and caches as `defaults` or something is wrong
     norms_apart  every RMSNorm in an `rms_norm` kernel of its own instead of the next product's prologue
     wide_prologues  the products with a norm prologue (qkv, gate_up, head) 16 columns a program: 4x fewer
                programs re-read the row, its residual and the norm weight
@@ -27,7 +29,7 @@ the second variant built measured 5-10 % slower in the talker, whose graphs it h
     talker_gemv_rope  both
 
 The sampler's search finds the exact k-th value whatever its radix, so `radix4` must draw bitwise the same codes
-as `defaults`, and `pdl` changes only when kernels start (checked over three frame steps; exit status 1 if either
+as `defaults`, and `pdl` / `no_pdl` change only when kernels start (checked over three frame steps; exit status 1 if either
 differs; the other variants report whether theirs agree). Then the kernels of
 one replay of each (torch profiler): calls, microseconds, and the replay's span minus its kernels' time (the gaps
 between kernels). Prints a short table last.
@@ -48,9 +50,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.fast.measure import cuda_median_ms  # noqa: E402
+from engine.settings import EngineSettings  # noqa: E402
 from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
-VARIANTS = ("defaults", "pdl", "norms_apart", "wide_prologues", "radix4", "warps4", "narrow", "previous",
+ENGINE_DEFAULTS = EngineSettings("1.7b", "")
+VARIANTS = ("defaults", "sixteenth", "pdl", "no_pdl", "norms_apart", "wide_prologues", "radix4", "warps4", "narrow",
+            "previous",
             "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv",
             "talker_rope", "talker_gemv_rope")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
@@ -62,7 +67,9 @@ def frame_kernels(variant: str) -> Any:
     from engine.fast.code_predictor_graph import FrameKernels
     from engine.fast.kernels.gemv import GemvConfig
 
-    kernels = FrameKernels()
+    kernels = FrameKernels(pdl=ENGINE_DEFAULTS.cp_pdl)
+    if variant in ("no_pdl", "sixteenth"):
+        return replace(kernels, pdl=False)
     if variant == "radix4":
         return replace(kernels, radix_bits=4)
     if variant == "pdl":
@@ -88,8 +95,13 @@ def frame_kernels(variant: str) -> Any:
 
 
 def talker_options(variant: str) -> tuple[int, bool]:
-    """The talker decode's (`gemv_max_rows`, `fused_rope`) in this variant."""
-    return (2 if variant.startswith("talker_gemv") else 0, variant.endswith("rope"))
+    """The talker decode's (`gemv_max_rows`, `fused_rope`) in this variant: the engine's defaults, the sixteenth
+    session's (cuBLAS products, a q/k norm + RoPE kernel), or what a `talker_*` variant names."""
+    if variant.startswith("talker_"):
+        return (2 if variant.startswith("talker_gemv") else 0, variant.endswith("rope"))
+    if variant == "sixteenth":
+        return (0, False)
+    return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope)
 
 
 def build(model: Any, variants: list[str], batches: list[int]) -> dict[str, Any]:
@@ -217,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = "  ".join(f"{result[b]['talker_ms']:6.3f} / {result[b]['cp_ms']:6.3f} / {result[b]['frame_ms']:6.3f}"
                           for b in args.batches)  # fmt: skip
         print(f"{name:<10} {cells}  {result.get('bitwise_equal', '-')}")
-    exact = ("radix4", "pdl")  # variants that must reproduce the defaults bit for bit
+    exact = ("radix4", "pdl", "no_pdl")  # variants that must reproduce the defaults bit for bit
     return 0 if all(report["variants"].get(v, {}).get("bitwise_equal", True) for v in exact) else 1
 
 

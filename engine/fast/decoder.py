@@ -112,16 +112,18 @@ def _attention(layer: FusedLayer, index: int, qkv: Tensor, cos: Tensor, sin: Ten
 
 @dataclass(frozen=True, slots=True)
 class StreamTiles:
-    """`gemv` tiles of the talker's four products at 1-2 token rows: the best of `tools/gemv_bench.py`'s grid of a
-    plain weight-streaming kernel at one row on the H200 (2026-12-04, weights from HBM; per call against cuBLAS:
-    qkv 6.21 / 6.98 us, o 4.33 / 6.16, gate|up 15.07 / 16.77, down 8.52 / 11.72; raw
-    docs/bench/gemv-bench-2026-12-04-s16-talker.json), as `gemv` runs them: a runtime K loop (the unrolled one
-    spills at K = 6144: ptxas put 4.8 KB a thread on the stack), gate|up's 8 columns as 8 gate and 8 up rows.
-    Whether `gemv` with its prologues reaches those times is not yet measured."""
+    """`gemv` tiles of the talker's four products at 1-2 token rows, as `run_layers_streamed` calls them (RMSNorm and
+    residual prologues in qkv and gate|up, SwiGLU epilogue in gate|up): the fastest of a grid of 23-30 tiles per
+    product on the H200 at one row, weights from HBM (2026-12-04, seventeenth session; raw
+    docs/bench/talker-tiles-2026-12-04-s17.json). us per call, against the tiles before and cuBLAS's bare product:
+    qkv 8.43 (9.31; 7.31), o 4.56 (5.18; 6.10), gate|up 19.72 (29.09; 15.97), down 8.79 (8.79; 11.27). The K = 2048
+    products unroll their K loop (2 tiles), which also requests the first weight tile before the norm pass;
+    down's K = 6144 keeps the pipelined runtime loop (unrolled, it spills). gate|up's 4 columns are 4 gate and 4 up
+    rows."""
 
-    qkv: GemvConfig = GemvConfig(block_n=8, block_k=512, num_warps=8, loop_stages=1)
-    o: GemvConfig = GemvConfig(block_n=4, block_k=1024, num_warps=4, loop_stages=1)
-    gate_up: GemvConfig = GemvConfig(block_n=8, block_k=256, num_warps=4, loop_stages=1)
+    qkv: GemvConfig = GemvConfig(block_n=8, block_k=1024, num_warps=8)
+    o: GemvConfig = GemvConfig(block_n=4, block_k=512, num_warps=4, loop_stages=3)
+    gate_up: GemvConfig = GemvConfig(block_n=4, block_k=1024, num_warps=8)
     down: GemvConfig = GemvConfig(block_n=8, block_k=1024, num_warps=4, loop_stages=3)
 
 

@@ -270,8 +270,8 @@ def test_batches_are_captured_up_to_128_streams_but_never_past_the_kv_slots() ->
 
 
 def test_cp_pdl_reaches_the_fused_frame_and_leaves_its_results_unchanged(fast_model: Qwen3TTS) -> None:
-    settings = parse_args(["--model", "tiny", "--socket", "@x", "--cp-pdl"])
-    assert settings.cp_pdl and not EngineSettings(model="tiny", socket="@x").cp_pdl
+    settings = parse_args(["--model", "tiny", "--socket", "@x", "--no-cp-pdl"])
+    assert not settings.cp_pdl and EngineSettings(model="tiny", socket="@x").cp_pdl  # on unless turned off
     shapes = CaptureShapes(batch=(1, 2), prefill_batch=(1,), prefill_buckets=(16,), codec_batch=(1,),
                            codec_frames=(1,))  # fmt: skip
     frames = {}
@@ -292,8 +292,8 @@ def test_cp_pdl_reaches_the_fused_frame_and_leaves_its_results_unchanged(fast_mo
 
 
 def test_the_talker_kernel_options_reach_the_fast_talker(fast_model: Qwen3TTS) -> None:
-    settings = parse_args(["--model", "tiny", "--socket", "@x", "--talker-gemv-rows", "2"])
-    assert settings.talker_gemv_rows == 2 and EngineSettings(model="tiny", socket="@x").talker_gemv_rows == 0
+    settings = parse_args(["--model", "tiny", "--socket", "@x", "--talker-gemv-rows", "1"])
+    assert settings.talker_gemv_rows == 1 and EngineSettings(model="tiny", socket="@x").talker_gemv_rows == 2
     with pytest.raises(SystemExit):  # only the 1-2 row steps the tiles were chosen for
         parse_args(["--model", "tiny", "--socket", "@x", "--talker-gemv-rows", "8"])
     shapes = CaptureShapes(batch=(1, 2), prefill_batch=(1,), prefill_buckets=(16,), codec_batch=(1,),
@@ -301,8 +301,8 @@ def test_the_talker_kernel_options_reach_the_fast_talker(fast_model: Qwen3TTS) -
     executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
                           silence=settings.silence_config(), fast=FastPath(talker=True), shapes=shapes,
                           talker_gemv_rows=settings.talker_gemv_rows)  # fmt: skip
-    assert isinstance(executors.talker, TalkerGraphs) and executors.talker.gemv_max_rows == 2
-    assert not executors.talker.fused_rope and not EngineSettings(model="tiny", socket="@x").talker_fused_rope
+    assert isinstance(executors.talker, TalkerGraphs) and executors.talker.gemv_max_rows == 1
+    assert not executors.talker.fused_rope and EngineSettings(model="tiny", socket="@x").talker_fused_rope
     rope = parse_args(["--model", "tiny", "--socket", "@x", "--talker-fused-rope"])
     executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
                           silence=rope.silence_config(), fast=FastPath(talker=True), shapes=shapes,
