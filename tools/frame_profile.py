@@ -55,9 +55,7 @@ from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
 ENGINE_DEFAULTS = EngineSettings("1.7b", "")
 VARIANTS = ("defaults", "sixteenth", "pdl", "no_pdl", "norms_apart", "wide_prologues", "radix4", "warps4", "narrow",
-            "previous",
-            "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv",
-            "talker_rope", "talker_gemv_rope")
+            "previous", "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv", "talker_rope", "talker_gemv_rope")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5

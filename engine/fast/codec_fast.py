@@ -347,9 +347,7 @@ class FastCodecDecoder:
         if layout is _Ncl:
             padded = torch.cat([state["decoder.0"], hidden], dim=-1)
         else:
-            padded = layout.empty(hidden.shape[0], hidden.shape[1], history0 + hidden.shape[-1], hidden)
-            padded[..., :history0].copy_(state["decoder.0"])
-            padded[..., history0:].copy_(hidden)
+            padded = _after_history(layout, state["decoder.0"], hidden)
         new["decoder.0"] = _history(padded, history0, valid)
         x = self._conv_snake(padded, self._conv0_weight, 1, self._blocks[0].act, bias=self._conv0.conv.bias)
 
@@ -365,11 +363,8 @@ class FastCodecDecoder:
         carried history into a [B, history + N, C_in] buffer -> ([B, C_out, N] in [B, N, C_out] memory: the
         pre-transformer's row-major input, as a view), the next history)."""
         conv = self.decoder.pre_conv
-        size = conv.history
-        padded = self._layout.empty(latent.shape[0], latent.shape[1], size + latent.shape[-1], latent)
-        padded[..., :size].copy_(history)
-        padded[..., size:].copy_(latent)
-        return self._layout.conv(padded, self._pre_conv_weight, conv.conv.bias), _history(padded, size, valid)
+        padded = _after_history(self._layout, history, latent)
+        return self._layout.conv(padded, self._pre_conv_weight, conv.conv.bias), _history(padded, conv.history, valid)
 
     def _block(
         self,
@@ -503,6 +498,15 @@ def _zero_padding_into(out: Tensor, x: Tensor, valid: Tensor) -> Tensor:
     """`zero_padding(x, valid)` written into `out` (a buffer of the layout the next conv reads)."""
     real = torch.arange(x.shape[-1], device=x.device)[None, :] < valid[:, None]  # [B, N]
     return torch.mul(x, real[:, None, :].to(x.dtype), out=out)
+
+
+def _after_history(layout: _Layout, history: Tensor, x: Tensor) -> Tensor:
+    """A conv's input buffer [B, C, H + L] in the layout's memory: the carried history [B, C, H], then x [B, C, L]."""
+    size = history.shape[-1]
+    buffer = layout.empty(x.shape[0], x.shape[1], size + x.shape[-1], x)
+    buffer[..., :size].copy_(history)
+    buffer[..., size:].copy_(x)
+    return buffer
 
 
 def _history(buffer: Tensor, history: int, valid: Tensor | None) -> Tensor:

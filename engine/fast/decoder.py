@@ -118,8 +118,8 @@ class StreamTiles:
     raw docs/bench/talker-tiles-2026-12-04-s17.json). us per call, against the tiles before and cuBLAS's bare product:
     qkv 8.43 (9.31; 7.31), o 4.56 (5.18; 6.10), gate|up 19.72 (29.09; 15.97), down 8.79 (8.79; 11.27). The K = 2048
     products unroll their K loop (2 tiles), which also requests the first weight tile before the norm pass;
-    down's K = 6144 keeps the pipelined runtime loop (unrolled, it spills). gate|up's 4 columns are 4 gate and 4 up
-    rows."""
+    down (K = 6144) keeps the 3-stage pipelined runtime loop, the fastest of its grid. gate|up's 4 columns are 4 gate
+    and 4 up rows."""
 
     qkv: GemvConfig = GemvConfig(block_n=8, block_k=1024, num_warps=8)
     o: GemvConfig = GemvConfig(block_n=4, block_k=512, num_warps=4, loop_stages=3)
