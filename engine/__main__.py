@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 def build(settings: EngineSettings) -> EngineLoop:
     import torch  # imported here, not at the top: --help and argument errors stay instant
 
-    from engine.executors import SERVED_MODEL_TYPES, Executors
+    from engine.executors import HIGH_STREAM_PRIORITY, SERVED_MODEL_TYPES, Executors
     from engine.executors.codec import codec_dtype
     from engine.executors.voices import VoiceBank
     from engine.fast.kernels import HAVE_TRITON
@@ -100,16 +100,17 @@ def build(settings: EngineSettings) -> EngineLoop:
     voices = VoiceBank(store, model_id=settings.model, hidden=config.talker.hidden_size, device=device, dtype=dtype)
     scheduler = Scheduler(settings.scheduler_config(random_weights=config.random_weights, device_kind=device.type),
                           CostModel.load(settings.costs_path(fast), codec_precision), settings.chunk_policy_object())
-    if settings.generation_priority and device.type == "cuda":
+    if settings.stream_priority == "generation" and device.type == "cuda":
         # The executors take the current stream as the generation stream: make it one the GPU's block scheduler
         # serves before the codec stream (default priority) whenever both have blocks waiting for SMs.
         torch.cuda.synchronize(device)  # the weights were written on the default stream
-        torch.cuda.set_stream(torch.cuda.Stream(device, priority=-1))  # lower is higher; 0 the default
+        torch.cuda.set_stream(torch.cuda.Stream(device, priority=HIGH_STREAM_PRIORITY))
     executors = Executors(model, kv_slots=settings.kv_slots, streams=settings.streams,
                           max_context=settings.max_context, max_frames=settings.max_frames,
                           max_batch=settings.max_batch, silence=settings.silence_config(), fast=fast,
                           shapes=settings.capture_shapes, codec_precision=codec_precision,
-                          codec_stream=settings.codec_stream, cp_kernels=settings.cp_kernels, cp_pdl=settings.cp_pdl,
+                          codec_stream=settings.codec_stream, codec_first=settings.stream_priority == "codec",
+                          cp_kernels=settings.cp_kernels, cp_pdl=settings.cp_pdl,
                           talker_gemv_rows=settings.talker_gemv_rows, talker_fused_rope=settings.talker_fused_rope,
                           precompile_workers=settings.resolved_precompile_workers, voices=voices,
                           ragged_codec=settings.ragged_codec, codec_kernels=settings.codec_kernels,

@@ -43,6 +43,7 @@ LOAD_FORMATS = ("auto", "safetensors", "dummy")
 PROFILE_KINDS = ("torch", "host")  # engine/profiling.py: StepProfiler, HostProfiler
 CODEC_KERNELS = ("ops", "fused", "fused-convs")  # (docs/engine.md)
 CODEC_LAYOUTS = ("ncl", "channels-last")  # the fast codec vocoder's activation memory (engine/fast/codec_fast.py)
+STREAM_PRIORITIES = ("equal", "generation", "codec")  # CUDA: the stream served first (docs/engine.md)
 CHUNK_POLICIES = ("slack", "adaptive", "fixed")
 ADMISSION = ("auto", "on", "off")
 FAST_PATHS = ("auto", "on", "off")
@@ -131,7 +132,7 @@ class EngineSettings:
     codec_gather_ms: float = SchedulerConfig().codec_gather_ms  # filler codec-lane plans at most once per this
     codec_fill_frames: int = SchedulerConfig().codec_fill_frames  # codec-lane plans of >= this take rows not yet due
     codec_fill_ms: float = SchedulerConfig().codec_fill_ms  # ... while the plan stays within this
-    generation_priority: bool = False  # CUDA: the generation stream outranks the codec stream
+    stream_priority: str = "equal"  # CUDA: which stream's blocks the GPU schedules first (STREAM_PRIORITIES)
     codec_stream: bool = True  # CUDA: codec chunks on a stream of their own, beside the generation steps
     split_lanes: bool = True  # generation and codec plans in flight bounded apart (False: one shared bound)
     codec_in_flight: int = 1  # codec-lane plans queued on the device at once
@@ -183,6 +184,7 @@ class EngineSettings:
         _check_choice("cp_kernels", self.cp_kernels, ("layers", "fused"))
         _check_choice("codec_kernels", self.codec_kernels, CODEC_KERNELS)
         _check_choice("codec_layout", self.codec_layout, CODEC_LAYOUTS)
+        _check_choice("stream_priority", self.stream_priority, STREAM_PRIORITIES)
         if self.codec_kernels == "fused-convs" and self.codec_layout != "channels-last":
             raise ValueError("codec_kernels fused-convs needs codec_layout channels-last")
         if self.precompile_workers < -1:
@@ -407,9 +409,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "many frames ready but whose own chunk is not due yet (0: off; docs/scheduling.md)")
     p.add_argument("--codec-fill-ms", type=float, default=d.codec_fill_ms,
                    help="... into the batch's padding, and beyond it while the plan is predicted to take at most this")
-    p.add_argument("--generation-priority", action=argparse.BooleanOptionalAction, default=d.generation_priority,
-                   help="CUDA: run the generation steps on a high-priority stream, so the GPU schedules their blocks "
-                        "before the codec stream's when both wait for SMs")
+    p.add_argument("--stream-priority", choices=STREAM_PRIORITIES, default=d.stream_priority,
+                   help="CUDA: the stream whose blocks the GPU schedules first when both wait for SMs: 'generation' "
+                        "(the talker and code predictor steps), 'codec' (the codec lane's plans), or 'equal'")
     p.add_argument("--max-in-flight", type=int, default=d.max_in_flight,
                    help="generation plans queued on the GPU before the host waits for the oldest (host planning of "
                         "step k+1 overlaps the GPU's step k)")

@@ -5,7 +5,8 @@
 On the full-size model with random bf16 weights, the engine's talker graphs and each variant's code-predictor
 graphs are built at the given batch sizes, all before any timing, then timed round-robin (CUDA-event medians of
 replays in each of five rounds, the median of the rounds; talker contexts drawn from 256..511, as
-`loadtest.gpu_check` does). Building and timing one variant after another biased the later ones: on 2026-12-02
+`loadtest.gpu_check` does; `--context N` draws them from N/2..N-1, and `--exact-context` puts every row at N: the
+floors of ../shared/reference/h200-floors.md, against which the frame-step targets are set, are at context 128). Building and timing one variant after another biased the later ones: on 2026-12-02
 the second variant built measured 5-10 % slower in the talker, whose graphs it had not changed. Variants change the
 code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decode options:
 
@@ -102,7 +103,7 @@ def talker_options(variant: str) -> tuple[int, bool]:
     return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope)
 
 
-def build(model: Any, variants: list[str], batches: list[int]) -> dict[str, Any]:
+def build(model: Any, variants: list[str], batches: list[int], context: int) -> dict[str, Any]:
     """One talker graph set and one code-predictor graph set per variant, all over the same slots and caches,
     all captured before anything is timed (so no variant is timed on a device that has aged differently)."""
     from engine.executors.slots import GenerationSlots, new_code_buffer
@@ -111,7 +112,7 @@ def build(model: Any, variants: list[str], batches: list[int]) -> dict[str, Any]
 
     c = model.config.talker
     slots = GenerationSlots(max(batches), c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
-    cache = model.talker.new_cache(max(batches), CONTEXT + 8)
+    cache = model.talker.new_cache(max(batches), context + 8)
     codes = new_code_buffer(max(batches), 64, model.device)
     talkers = {}  # one graph set per talker configuration the variants use
     for rows, rope in sorted({talker_options(v) for v in variants}):
@@ -163,6 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 64])
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    p.add_argument("--context", type=int, default=CONTEXT, help="talker contexts drawn from N/2..N-1")
+    p.add_argument("--exact-context", action="store_true", help="every talker row at exactly --context")
     p.add_argument("--out", default="frame_profile.json")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
@@ -172,14 +175,16 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(0)
     model = load_model("1.7b", device="cuda", dtype=torch.bfloat16)
     gen = torch.Generator().manual_seed(1)
-    contexts = {b: torch.randint(CONTEXT // 2, CONTEXT, (b,), generator=gen).tolist() for b in args.batches}
+    contexts = {b: [args.context] * b if args.exact_context else
+                torch.randint(args.context // 2, args.context, (b,), generator=gen).tolist() for b in args.batches}
     report: dict[str, Any] = {
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
+        "context": args.context if args.exact_context else f"{args.context // 2}..{args.context - 1}",
         "variants": {},
     }
     with torch.inference_mode():
-        env = build(model, args.variants, args.batches)
+        env = build(model, args.variants, args.batches, args.context)
         seen = {name: {b: outputs(env, name, b, contexts[b]) for b in args.batches} for name in args.variants}
         # Round-robin timing: every round times the talker and each variant's frame once per batch size, so a
         # device that slows as it warms weighs on every variant alike; the medians of the rounds are reported.

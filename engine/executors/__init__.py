@@ -75,6 +75,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("engine")
 
 SERVED_MODEL_TYPES = ("custom_voice", "base", "voice_design")  # `tts_model_type`s the executors run
+HIGH_STREAM_PRIORITY = -1  # a CUDA stream priority the block scheduler serves first (lower is higher; 0 the default)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +100,7 @@ class Executors:
     def __init__(self, model: Qwen3TTS, *, kv_slots: int, streams: int, max_context: int, max_frames: int,
                  max_batch: int, silence: SilenceConfig, fast: FastPath = FastPath(),  # noqa: B008
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
-                 top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True,
+                 top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True, codec_first: bool = False,
                  cp_kernels: str = "layers", cp_pdl: bool = False, talker_gemv_rows: int = 0,
                  talker_fused_rope: bool = False, precompile_workers: int = 0,
                  voices: VoiceBank | None = None, ragged_codec: bool = False,
@@ -107,6 +108,9 @@ class Executors:
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
         `codec_precision` must match the dtype the codec was loaded in (`executors.codec.codec_dtype`);
         `codec_stream`: on CUDA, codec chunks run on a stream of their own, beside the generation steps;
+        `codec_first`: that stream has a high priority, so the GPU schedules the codec's blocks before the
+        generation steps' whenever both wait for SMs (graphs replay at the priority of the stream they are
+        launched on);
         `cp_kernels`: the code predictor's fast path, "layers" or "fused" (engine/fast/code_predictor_graph.py);
         `cp_pdl`: the fused frame's 1-2 row steps' kernels as programmatic dependent launches (`FrameKernels.pdl`);
         `talker_gemv_rows`: the fast talker's decode steps of up to this many rows in `gemv` (`TalkerGraphs`);
@@ -143,7 +147,9 @@ class Executors:
         self.codes = new_code_buffer(streams, max_frames, model.device)
         cuda = model.device.type == "cuda"
         self.generation_stream = torch.cuda.current_stream(model.device) if cuda else None
-        self.codec_stream = torch.cuda.Stream(model.device) if cuda and codec_stream else self.generation_stream
+        self.codec_stream = self.generation_stream
+        if cuda and codec_stream:
+            self.codec_stream = torch.cuda.Stream(model.device, priority=HIGH_STREAM_PRIORITY if codec_first else 0)
         # Imported here: engine.fast.talker_graph and code_predictor_graph import engine.executors.slots, so a
         # module-level import would be circular for whoever imports engine.fast first.
         from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels

@@ -114,7 +114,7 @@ def _attention(layer: FusedLayer, index: int, qkv: Tensor, cos: Tensor, sin: Ten
 class StreamTiles:
     """`gemv` tiles of the talker's four products at 1-2 token rows, as `run_layers_streamed` calls them (RMSNorm and
     residual prologues in qkv and gate|up, SwiGLU epilogue in gate|up): the fastest of a grid of 23-30 tiles per
-    product on the H200 at one row, weights from HBM (2026-12-04, seventeenth session; `tools/talker_tiles.py`,
+    product on the H200 at one row, weights from HBM (2026-12-04, seventeenth session; `tools/gemv_tiles.py`,
     raw docs/bench/talker-tiles-2026-12-04-s17.json). us per call, against the tiles before and cuBLAS's bare product:
     qkv 8.43 (9.31; 7.31), o 4.56 (5.18; 6.10), gate|up 19.72 (29.09; 15.97), down 8.79 (8.79; 11.27). The K = 2048
     products unroll their K loop (2 tiles), which also requests the first weight tile before the norm pass;

@@ -213,6 +213,25 @@ class GemvConfig:
 STREAM_TILE = GemvConfig(block_n=4, block_k=1024, num_warps=8)
 
 
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def launch_tile(rows: int, k: int, config: GemvConfig) -> tuple[bool, int, int, int]:
+    """The tile `gemv` launches for `rows` rows of a K-wide product: (tensor cores, BLOCK_R, BLOCK_N, BLOCK_K).
+    `config`'s K per load is capped so a thread holds about 64 x (or product) values: configs that differ only
+    above the cap launch the same kernel."""
+    use_dot = rows >= 16 if config.use_dot is None else config.use_dot
+    block_r = max(16 if use_dot else 1, _next_power_of_2(rows))
+    block_n = max(16, config.block_n) if use_dot else config.block_n
+    block_k = min(config.block_k, _next_power_of_2(k))
+    if use_dot:  # the x tile [BR, BK] is loaded as fp32 before the cast: keep it near 64 values per thread
+        block_k = max(16, min(block_k, 64 * 32 * config.num_warps // block_r))
+    else:  # the broadcast product holds BR*BN*BK values: keep it near 64 per thread
+        block_k = max(16, min(block_k, 64 * 32 * config.num_warps // (block_r * block_n)))
+    return use_dot, block_r, block_n, block_k
+
+
 def gemv_reference(
     x: Tensor, weight: Tensor, *, index: Tensor | None = None, residual: Tensor | None = None,
     norm_weight: Tensor | None = None, eps: float = 1e-6, bias: Tensor | None = None, silu_mul: bool = False,
@@ -264,14 +283,7 @@ def gemv(
     if residual is not None:
         s = torch.empty(rows, k, dtype=x.dtype, device=x.device) if sum_out is None else sum_out
         assert s.shape == (rows, k) and s.is_contiguous()
-    use_dot = rows >= 16 if config.use_dot is None else config.use_dot
-    block_r = max(16 if use_dot else 1, triton.next_power_of_2(rows))
-    block_n = max(16, config.block_n) if use_dot else config.block_n
-    block_k = min(config.block_k, triton.next_power_of_2(k))
-    if use_dot:  # the x tile [BR, BK] is loaded as fp32 before the cast: keep it near 64 values per thread
-        block_k = max(16, min(block_k, 64 * 32 * config.num_warps // block_r))
-    else:  # the broadcast product holds BR*BN*BK values: keep it near 64 per thread
-        block_k = max(16, min(block_k, 64 * 32 * config.num_warps // (block_r * block_n)))
+    use_dot, block_r, block_n, block_k = launch_tile(rows, k, config)
     _gemv_kernel[(triton.cdiv(n_out, block_n),)](
         x, index if index is not None else x, residual if residual is not None else x,
         norm_weight if norm_weight is not None else x, weight, bias if bias is not None else x, out,
