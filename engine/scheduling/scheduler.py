@@ -328,10 +328,23 @@ class Scheduler:
             times += [pace_of(r, now_ns)[1] for r in self._requests.values()
                       if not r.generation_busy and r.phase in PHASE_KIND]
         gathered = self._gather_ends_ns()
-        if gathered is not None and gathered > now_ns and any(
-                r.frames_generated > r.frames_decoded and not r.codec_busy for r in self._requests.values()):
-            times.append(gathered)  # frames wait to be decoded: they may be gathering
+        if gathered is not None and gathered > now_ns:
+            waiting = [r for r in self._requests.values() if r.frames_generated > r.frames_decoded and not r.codec_busy]
+            if waiting:  # frames wait to be decoded: they may be gathering, until the window ends or, sooner, a
+                times.append(gathered)  # row turns urgent (urgent rows never wait; nothing else may wake the loop)
+                # (a row urgent already waits only for a busy codec lane, whose plan's end wakes the loop)
+                times += [t for r in waiting if r.first_audio_ns is not None
+                          and (t := self._urgent_at_ns(r)) is not None and t > now_ns]
         return min((t for t in times if t is not None), default=None)
+
+    def _urgent_at_ns(self, r: RequestState) -> int | None:
+        """A moment by which playing request `r`'s codec row is urgent: its slack (buffered audio less its chunk's
+        decode, as `_ready_items` counts it) is below `urgent_slack_ms` even for a one-frame chunk, the cheapest
+        (so at most a chunk's extra decode time after the row turned urgent, and never before)."""
+        deadline = r.deadline_ns or r.effective_deadline_ns()
+        if deadline is None:
+            return None
+        return deadline - int((self.config.urgent_slack_ms + self._codec_row_ms[1]) * 1e6) + 1_000
 
     def _gather_ends_ns(self) -> int | None:
         if self.config.codec_gather_ms <= 0 or self._codec_lane_started_ns is None:

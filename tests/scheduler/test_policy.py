@@ -369,6 +369,21 @@ def test_with_codec_gathering_filler_codec_plans_start_at_most_once_per_window()
     assert later is not None and later.lane is Lane.CODEC
 
 
+def test_with_codec_gathering_the_loop_wakes_when_a_gathering_stream_turns_urgent():
+    """Nothing else need wake an idle loop before the window closes: a stream that runs low meanwhile must not
+    wait for the window (urgent rows never gather)."""
+    plan, scheduler, now = _codec_plans_a_moment_apart(codec_gather_ms=30.0)
+    assert plan is None
+    waiting = next(rid for rid in range(1, 9)
+                   if (r := scheduler.get(rid)).frames_generated > r.frames_decoded and not r.codec_busy)  # fmt: skip
+    scheduler.set_deadline(waiting, now + 85 * MS)  # urgent (slack < 60 ms) from about now + 24 ms
+    wake = scheduler.next_wake_ns(now + 10 * MS)
+    assert wake is not None and now + 10 * MS < wake < now + 30 * MS
+    assert scheduler.plan(wake - 2 * MS, frozenset({Lane.CODEC})) is None  # still filler: it gathers
+    plan = scheduler.plan(wake, frozenset({Lane.CODEC}))
+    assert plan is not None and waiting in plan.request_ids
+
+
 def test_without_codec_gathering_codec_plans_run_back_to_back():
     plan, _, _ = _codec_plans_a_moment_apart(codec_gather_ms=0.0)
     assert plan is not None and plan.lane is Lane.CODEC
