@@ -7,7 +7,7 @@ preallocates and every shape a CUDA graph will later be captured for:
     capture_sizes          talker decode / code predictor batch sizes: 1, 2, 4, ... up to --max-batch
     prefill_capture_sizes  talker prefill batch sizes: 1, 2, 4, ... up to --max-prefill-batch
     prefill_token_buckets  prefill lengths rows are padded to (the last is the longest prompt accepted)
-    codec_capture_sizes    codec batch sizes: 1, 2, 4, ... up to --codec-max-batch
+    codec_capture_sizes    codec batch sizes: 1, 2, 4, 8, 16, 24, 32, 48, ... up to --codec-max-batch
     codec_chunk_sizes      frames per codec call (the chunk policy snaps to these)
 
 Which executors run their fast path (engine/fast: CUDA graphs over Triton kernels on a GPU, the same
@@ -133,8 +133,10 @@ class EngineSettings:
     codec_fill_frames: int = SchedulerConfig().codec_fill_frames  # codec-lane plans of >= this take rows not yet due
     codec_fill_ms: float = SchedulerConfig().codec_fill_ms  # ... while the plan stays within this
     stream_priority: str = "equal"  # CUDA: which stream's blocks the GPU schedules first (STREAM_PRIORITIES)
-    codec_stream: bool = True  # CUDA: codec chunks on a stream of their own, beside the generation steps
-    split_lanes: bool = True  # generation and codec plans in flight bounded apart (False: one shared bound)
+    # CUDA: codec chunks on a stream of their own, beside the generation steps (off: behind them on one stream, where
+    # a codec plan's event time is its own; with codec gathering, one stream measured better: docs/engine.md) ...
+    codec_stream: bool = False
+    split_lanes: bool = False  # ... and generation and codec plans in flight bounded apart (False: one shared bound)
     codec_in_flight: int = 1  # codec-lane plans queued on the device at once
     first_chunk_lane: bool = True  # newcomers' first codec chunks as their own plans on the generation stream
     slot_wait_ms: float = 200.0  # a Submit that finds every slot taken waits this long for one (0: refuse at once)
@@ -226,7 +228,7 @@ class EngineSettings:
 
     @property
     def codec_capture_sizes(self) -> tuple[int, ...]:
-        return powers_up_to(self.codec_max_batch)
+        return codec_sizes_up_to(self.codec_max_batch)
 
     @property
     def capture_shapes(self) -> CaptureShapes:
@@ -307,6 +309,15 @@ class EngineSettings:
         """Settings as one JSON line plus a short hash, echoed at startup so runs can be told apart."""
         text = json.dumps(asdict(self), sort_keys=True)
         return f"{hashlib.sha256(text.encode()).hexdigest()[:12]} {text}"
+
+
+def codec_sizes_up_to(largest: int) -> tuple[int, ...]:
+    """`powers_up_to`, and from 16 up the sizes halfway between (24, 48, 96, ...): a codec plan's cost grows with
+    its padded rows, and gathered plans of 17-30 rows padded to 32 spent a third of their time on padding (the
+    simulator at 40 RPS: 17.8k -> 19.6k frames per codec event-second with finer sizes; docs/scheduling.md)."""
+    sizes = powers_up_to(largest)
+    halfway = [n + n // 2 for n in sizes if n >= 16 and n + n // 2 < largest]
+    return tuple(sorted({*sizes, *halfway}))
 
 
 def powers_up_to(largest: int) -> tuple[int, ...]:
@@ -451,8 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precompile-workers", type=int, default=d.precompile_workers,
                    help="with --cp-kernels fused: child processes that compile its Triton kernels in parallel before "
                         "capture (-1: one per CPU core, at most 8; 0: the capture compiles them one by one)")
-    p.add_argument("--no-codec-stream", dest="codec_stream", action="store_false",
-                   help="run codec chunks on the generation stream instead of a CUDA stream of their own")
+    p.add_argument("--codec-stream", action=argparse.BooleanOptionalAction, default=d.codec_stream,
+                   help="CUDA: run codec chunks on a stream of their own beside the generation steps (default: "
+                        "behind them on the generation stream)")
     p.add_argument("--sync-debug", default=d.sync_debug, choices=("off", "warn"),
                    help="warn: log every host-device synchronisation (CUDA; for finding hidden syncs)")
     p.add_argument("--profile-dir", default=d.profile_dir,

@@ -22,7 +22,7 @@ class SchedulerConfig:
     capture_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128)  # talker decode and code predictor
     prefill_capture_sizes: tuple[int, ...] = (1, 2, 4, 8)
     prefill_token_buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024)  # last = longest prefill
-    codec_capture_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    codec_capture_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 24, 32, 48, 64)  # (engine.settings.codec_sizes_up_to)
     codec_chunk_sizes: tuple[int, ...] = (1, 2, 4, 8, 12, 16, 25)  # steady chunks snap to these
     max_requests: int = 256  # talker KV slots (cohorts above the largest capture split)
     max_codec_streams: int = 256  # codec state slots
@@ -74,14 +74,14 @@ class SchedulerConfig:
     first_chunk_lane: bool = True
     first_chunk_max_batch: int = 8
     # Codec gathering: while slots are plentiful, a codec-lane plan whose rows are all filler (no stream within
-    # `urgent_slack_ms` of running dry) starts at most once per `codec_gather_ms`, so the rows that become ready
-    # meanwhile share one plan instead of a stream of small ones (the codec's cost is mostly per plan). Urgent
-    # rows never wait; a chunk waits at most this long. 0 (the default): codec plans back to back. On the H200,
-    # 30 ms cut the codec lane's plans at 40 RPS from 2,613 to ~1,600 in 20 s and its event time from 11.7 to 7.8 s
-    # (6.0k frames per codec event-second instead of 4.0k), p95 TTFA unchanged; but in a full sweep 80 RPS then
-    # refused 0.6 % and 3 requests underran by up to 3.4 ms, where the default had neither: off until an A/B at
-    # 80-100 RPS settles it (docs/benchmarks.md, seventh session).
-    codec_gather_ms: float = 0.0
+    # `urgent_slack_ms` + `GATHER_HEADROOM_MS` of running dry) starts at most once per `codec_gather_ms`, so the rows
+    # that become ready meanwhile share one plan instead of a stream of small ones (the codec's cost is mostly per
+    # plan). Rows nearer than that never wait; a chunk waits at most this long. 0: codec plans back to back. On the
+    # H200 (eighteenth session, one CUDA stream) 80 ms took codec efficiency at 40 RPS from 12.9k to 19.0k frames
+    # per codec event-second with p95 TTFA no worse at any HTTP point (25.4 ms at 80 RPS, 32.7 at 100, nothing
+    # refused, no underruns); on two streams it had raised it from 9.7k to 15.1k (seventeenth session).
+    # Earlier, slower engines saw it cost refusals or underruns at 80 RPS (docs/benchmarks.md, seventh session).
+    codec_gather_ms: float = 80.0
     # Early rows: a codec-lane plan of N >= `codec_fill_frames` frames a row also takes playing streams whose chunk
     # policy would still wait for more frames but that have N ready: into the batch's padding (free), and beyond it
     # while the plan's predicted time stays within `codec_fill_ms`. The codec's cost is mostly per plan (H200, tf32:

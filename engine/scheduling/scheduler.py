@@ -78,6 +78,14 @@ CODEC_RANK = STAGE_RANK[WorkKind.CODEC_CHUNK]
 # streams near their deadlines (they count as rescue work for admission's pressure and keep their codec budget);
 # only rescue goes before newcomers' startup work.
 RESCUE, STARTUP, URGENT, FILLER = 0, 1, 2, 3
+# Codec gathering ends for a row this much before it would turn urgent: it runs as filler, never as the urgent
+# anchor that admission's pressure counts as rescue work (on the H200 with WebSocket playback reports, gathered plans
+# that waited until a row was urgent raised the pressure past its limit: 3.5 % refused at 40 RPS; eighteenth session).
+GATHER_HEADROOM_MS = 20.0
+# ... and stops while this share of admission's `max_pressure` is reached: near overload, rows that wait for the
+# window end their wait behind a busier device (simulator, plain H200 costs, 200 RPS with 1,024 slots: 3-6 requests
+# underran with 80 ms gathering ungated, none gated at 0.25-0.75; at the fast costs' 10-100 RPS, 0.75 changed nothing).
+GATHER_MAX_PRESSURE = 0.75
 URGENT_TIERS = (RESCUE, URGENT)
 MERGING_KINDS = {WorkKind.CODE_PREDICT: WorkKind.TALKER_DECODE, WorkKind.TALKER_DECODE: WorkKind.CODE_PREDICT}
 PHASE_KIND = {Phase.PREFILL: WorkKind.TALKER_PREFILL, Phase.CODE_PREDICT: WorkKind.CODE_PREDICT,
@@ -331,20 +339,21 @@ class Scheduler:
         if gathered is not None and gathered > now_ns:
             waiting = [r for r in self._requests.values() if r.frames_generated > r.frames_decoded and not r.codec_busy]
             if waiting:  # frames wait to be decoded: they may be gathering, until the window ends or, sooner, a
-                times.append(gathered)  # row turns urgent (urgent rows never wait; nothing else may wake the loop)
-                # (a row urgent already waits only for a busy codec lane, whose plan's end wakes the loop)
+                times.append(gathered)  # row's slack runs down to the headroom (nothing else may wake the loop)
+                # (a row past it already waits only for a busy codec lane, whose plan's end wakes the loop)
                 times += [t for r in waiting if r.first_audio_ns is not None
-                          and (t := self._urgent_at_ns(r)) is not None and t > now_ns]
+                          and (t := self._gather_closes_ns(r)) is not None and t > now_ns]
         return min((t for t in times if t is not None), default=None)
 
-    def _urgent_at_ns(self, r: RequestState) -> int | None:
-        """A moment by which playing request `r`'s codec row is urgent: its slack (buffered audio less its chunk's
-        decode, as `_ready_items` counts it) is below `urgent_slack_ms` even for a one-frame chunk, the cheapest
-        (so at most a chunk's extra decode time after the row turned urgent, and never before)."""
+    def _gather_closes_ns(self, r: RequestState) -> int | None:
+        """A moment by which playing request `r`'s codec row may no longer gather: its slack (buffered audio less
+        its chunk's decode, as `_ready_items` counts it) is below `urgent_slack_ms + GATHER_HEADROOM_MS` even for a
+        one-frame chunk, the cheapest (so at most a chunk's extra decode time late, and never early)."""
         deadline = r.deadline_ns or r.effective_deadline_ns()
         if deadline is None:
             return None
-        return deadline - int((self.config.urgent_slack_ms + self._codec_row_ms[1]) * 1e6) + 1_000
+        slack_ms = self.config.urgent_slack_ms + GATHER_HEADROOM_MS + self._codec_row_ms[1]
+        return deadline - int(slack_ms * 1e6) + 1_000
 
     def _gather_ends_ns(self) -> int | None:
         if self.config.codec_gather_ms <= 0 or self._codec_lane_started_ns is None:
@@ -353,12 +362,14 @@ class Scheduler:
 
     def _gathering(self, anchor: _Item, now_ns: int) -> bool:
         """A codec-lane anchor that may wait for more rows (`codec_gather_ms`): filler only (so is every row
-        behind it), slots plentiful (a request's slots are not held longer while they run short), and the
-        last codec-lane plan started less than the window ago."""
+        behind it) with `GATHER_HEADROOM_MS` of slack to spare, slots plentiful (a request's slots are not held
+        longer while they run short), pressure below `GATHER_MAX_PRESSURE` of its limit, and the last codec-lane
+        plan started less than the window ago."""
         ends = self._gather_ends_ns()
         return (ends is not None and now_ns < ends and anchor.kind is WorkKind.CODEC_CHUNK
                 and anchor.lane is Lane.CODEC and self.config.policy is Policy.DEADLINE
-                and anchor.key[0] == FILLER and self.slots_plentiful)  # fmt: skip
+                and anchor.key[0] == FILLER and anchor.key[1] >= self.config.urgent_slack_ms + GATHER_HEADROOM_MS
+                and self.slots_plentiful and self.pressure < GATHER_MAX_PRESSURE * self.config.max_pressure)  # fmt: skip
 
     @property
     def slots_plentiful(self) -> bool:

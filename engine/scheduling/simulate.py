@@ -4,9 +4,10 @@
 
 Poisson arrivals (seeded) of Seed-TTS English prompts (`loadtest/data/seed-tts-eval-en.jsonl`), each
 speaking `ceil(12.5 * chars / 14)` frames (the random-weight length model) with ~chars/4.5 text tokens,
-the text sent whole or streamed word by word. Plans run on the engine's two lanes, generation and codec,
-one plan at a time on each, sharing the device while both are busy (`engine.scheduling.simdevice`;
-`--one-lane` runs everything in one queue); a plan's standalone time is the cost model's. Inbound events
+the text sent whole or streamed word by word. Plans run one after another in one queue, as the engine runs them
+on one CUDA stream by default; with `--codec-stream` (the engine's option of that name) they run on two lanes,
+generation and codec, one plan at a time on each, sharing the device while both are busy
+(`engine.scheduling.simdevice`); a plan's standalone time is the cost model's. Inbound events
 that arrive meanwhile are applied before the next plan, as in the engine loop. Planning is free unless
 `--host` (or any `--host-*` cost) puts the engine's host in the loop (`engine.scheduling.simhost`: a
 scheduler call and a launch cost host time, lanes queue launched plans); its rows then end with the host's
@@ -148,7 +149,7 @@ class Workload:
     layout: Layout = Layout.STREAMING
     jitter: float = 0.0  # relative spread of step times around the cost model (uniform)
     max_lead_ms: int = 0  # pacing of every stream (the session's max_lead_ms); 0 = unpaced
-    lanes: bool = True  # codec-lane plans run beside the generation plans, as in the engine (False: one queue)
+    lanes: bool = False  # codec-lane plans run beside the generation plans (engine --codec-stream); False: one queue
     overlap_rate: float = DEFAULT_OVERLAP_RATE  # each lane's speed while both run (engine.scheduling.simdevice)
 
 
@@ -342,8 +343,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-admission", action="store_true", help="only slot limits refuse work")
     parser.add_argument("--jitter", type=float, default=0.0, help="relative spread of step times")
     parser.add_argument("--max-lead-ms", type=int, default=0, help="pace every stream this far ahead (0: unpaced)")
-    parser.add_argument("--one-lane", action="store_true",
-                        help="run every plan in one queue (the model before the codec lane)")
+    parser.add_argument("--codec-stream", action=argparse.BooleanOptionalAction, default=False,
+                        help="codec-lane plans beside the generation plans, sharing the device (the engine's "
+                             "--codec-stream); default: every plan in one queue, as the engine's one stream")
     parser.add_argument("--overlap-rate", type=float, default=DEFAULT_OVERLAP_RATE,
                         help="each lane's speed while both run, as a share of its standalone speed")
     parser.add_argument("--host", action="store_true",
@@ -388,7 +390,7 @@ def main(argv: list[str] | None = None) -> None:
     print(HEADER + (f" {'host':>5}" if host is not None else ""))
     for rps in args.rps:
         load = Workload(rps, args.duration, args.seed, args.text, args.words_per_s, args.client_buffer_ms,
-                        layout, args.jitter, args.max_lead_ms, not args.one_lane, args.overlap_rate)
+                        layout, args.jitter, args.max_lead_ms, args.codec_stream, args.overlap_rate)
         result = simulate(load, config, costs, prompts, chunk_policy(args.chunks, config), host)
         busy = f" {result.host_ms / result.sim_ms:>5.0%}" if host is not None and result.sim_ms else ""
         print(format_row(result) + busy, flush=True)

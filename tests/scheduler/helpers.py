@@ -18,7 +18,9 @@ def make_request(request_id: int, arrival_ns: int = 0, tokens: int = 10, chars: 
 
 
 def make_scheduler(**overrides: object) -> Scheduler:
-    config = SchedulerConfig(**{"length_model": True, **overrides})  # type: ignore[arg-type]
+    """The default scheduler but for codec gathering, off unless a test asks for it: the scenes here set up codec
+    rows and ask for the plan that takes them now (gathering's own tests turn it on)."""
+    config = SchedulerConfig(**{"length_model": True, "codec_gather_ms": 0.0, **overrides})  # type: ignore[arg-type]
     return Scheduler(config, COSTS)
 
 
