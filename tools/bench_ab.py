@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per configuration")
     parser.add_argument("--points", default="http:80@20,http:100@20", help="bench_h200 points of every run")
     parser.add_argument("--budget-per-run", type=float, default=150.0, help="bench_h200 --budget of each run (s)")
-    parser.add_argument("--ready-timeout", type=float, default=150.0)
+    parser.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to wait for /ready (the full-size engine on an H200: ~215 s)")
     parser.add_argument("--bench-args", default="", help="more bench_h200 arguments, one shell-quoted string")
     args = parser.parse_args(own)
     labels = [label for label, _ in args.config]

@@ -132,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="",
         help="extra gateway arguments, one shell-quoted string (the arguments after -- are appended too)",
     )
-    server.add_argument("--ready-timeout", type=float, default=240.0, help="seconds to wait for /ready")
+    server.add_argument("--ready-timeout", type=float, default=300.0, help="seconds to wait for /ready (the full-size engine on an H200: ~215 s)")
     parser.add_argument("--gpu-index", type=int, default=0)
     parser.add_argument("--gpu-period", type=float, default=0.25, help="GPU sampling period (s)")
     parser.add_argument(

@@ -77,10 +77,10 @@ class SchedulerConfig:
     # `urgent_slack_ms` + `GATHER_HEADROOM_MS` of running dry) starts at most once per `codec_gather_ms`, so the rows
     # that become ready meanwhile share one plan instead of a stream of small ones (the codec's cost is mostly per
     # plan). Rows nearer than that never wait; a chunk waits at most this long. 0: codec plans back to back. On the
-    # H200 (eighteenth session, one CUDA stream) 80 ms took codec efficiency at 40 RPS from 12.9k to 19.0k frames
-    # per codec event-second with p95 TTFA no worse at any HTTP point (25.4 ms at 80 RPS, 32.7 at 100, nothing
-    # refused, no underruns); on two streams it had raised it from 9.7k to 15.1k (seventeenth session).
-    # Earlier, slower engines saw it cost refusals or underruns at 80 RPS (docs/benchmarks.md, seventh session).
+    # H200 (eighteenth session, one CUDA stream, codec sizes 24 and 48) 80 ms took codec efficiency at 40 RPS to
+    # 20.6k frames per codec event-second (9.7k on two streams without it) with p95 TTFA no worse (28.7 ms at 80 RPS,
+    # 30.4 at 100, nothing refused, no underruns over HTTP). Earlier, slower engines saw it cost refusals or
+    # underruns at 80 RPS (docs/benchmarks.md, seventh session).
     codec_gather_ms: float = 80.0
     # Early rows: a codec-lane plan of N >= `codec_fill_frames` frames a row also takes playing streams whose chunk
     # policy would still wait for more frames but that have N ready: into the batch's padding (free), and beyond it

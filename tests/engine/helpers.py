@@ -55,7 +55,11 @@ def make_loop(model: Qwen3TTS, *, kv_slots: int = 16, max_batch: int = 16, lengt
               **settings: object) -> EngineLoop:
     """The engine's loop, scheduler and executors in this process (no IPC), sized like a small engine.
     `fast` selects fast paths (captured over `shapes`, by default the settings' own), as `--fast-path`;
-    `voices`: where a Base model's saved voices come from; `clock`: the loop's clock (default: monotonic_ns)."""
+    `voices`: where a Base model's saved voices come from; `clock`: the loop's clock (default: monotonic_ns).
+    Codec gathering is off unless `codec_gather_ms` is given: these tests drive `step()` until it idles, and a
+    gathering loop idles with codec rows waiting for their window (the serving loop then sleeps until
+    `next_wake_ns`; the engine-process tests run the defaults, gathering included)."""
+    settings = {"codec_gather_ms": 0.0, **settings}
     s = EngineSettings(model="tiny", socket="@unused", kv_slots=kv_slots, max_batch=max_batch, **settings)  # type: ignore[arg-type]
     random_weights = model.config.random_weights if length_model is None else length_model
     scheduler = Scheduler(s.scheduler_config(random_weights=random_weights, device_kind="cpu"),
