@@ -22,11 +22,13 @@ own generation pace (`engine.scheduling.chunk_sizing`; any `engine.codec.chunkin
 frame while the listener has almost nothing, growing as the buffer grows. A codec batch takes the
 anchor's chunk size, and every row with at least that many frames ready joins it.
 
-Lanes (`Plan.lane`): generation plans queue on the generation lane, codec plans on the codec lane beside it;
+Lanes (`Plan.lane`): generation plans queue on the generation lane, codec plans on the codec lane beside it
+(the engine runs both lanes on one CUDA stream by default; `--codec-stream` gives the codec lane its own);
 `plan(now, lanes)` plans only for lanes with room on the device. With `first_chunk_lane`, newcomers' first
 chunks are codec plans of their own on the generation lane (right behind the code predictor that made their
 frames), so no newcomer waits behind the codec lane, whose plans keep the whole step budget and the shape of
-the playing streams' chunks.
+the playing streams' chunks. Codec gathering (`codec_gather_ms`): a codec-lane plan of filler rows starts at
+most once per window, so rows share fewer, fuller plans; a row running low ends the wait (docs/scheduling.md).
 
 Admission refuses, with a reason, a request that would push the GPU time needed to keep every stream
 real-time past `max_utilization`, or whose predicted time to first audio exceeds `ttfa_budget_ms`;
@@ -78,6 +80,7 @@ CODEC_RANK = STAGE_RANK[WorkKind.CODEC_CHUNK]
 # streams near their deadlines (they count as rescue work for admission's pressure and keep their codec budget);
 # only rescue goes before newcomers' startup work.
 RESCUE, STARTUP, URGENT, FILLER = 0, 1, 2, 3
+URGENT_TIERS = (RESCUE, URGENT)
 # Codec gathering ends for a row this much before it would turn urgent: it runs as filler, never as the urgent
 # anchor that admission's pressure counts as rescue work (on the H200 with WebSocket playback reports, gathered plans
 # that waited until a row was urgent raised the pressure past its limit: 3.5 % refused at 40 RPS; eighteenth session).
@@ -86,7 +89,6 @@ GATHER_HEADROOM_MS = 20.0
 # window end their wait behind a busier device (simulator, plain H200 costs, 200 RPS with 1,024 slots: 3-6 requests
 # underran with 80 ms gathering ungated, none gated at 0.25-0.75; at the fast costs' 10-100 RPS, 0.75 changed nothing).
 GATHER_MAX_PRESSURE = 0.75
-URGENT_TIERS = (RESCUE, URGENT)
 MERGING_KINDS = {WorkKind.CODE_PREDICT: WorkKind.TALKER_DECODE, WorkKind.TALKER_DECODE: WorkKind.CODE_PREDICT}
 PHASE_KIND = {Phase.PREFILL: WorkKind.TALKER_PREFILL, Phase.CODE_PREDICT: WorkKind.CODE_PREDICT,
               Phase.TALKER_DECODE: WorkKind.TALKER_DECODE}
