@@ -430,8 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="codec plans queued on the codec stream at once (1: the next one gathers every row that "
                         "became ready meanwhile)")
     p.add_argument("--split-lanes", action=argparse.BooleanOptionalAction, default=d.split_lanes,
-                   help="bound generation and codec plans in flight apart, so a long codec plan never holds the "
-                        "generation stream back (--no-split-lanes: one bound over both, the host waits on the oldest)")
+                   help="with --codec-stream: bound generation and codec plans in flight apart, so a long codec "
+                        "plan never holds the generation stream back (default: one bound over both, the host waits "
+                        "on the oldest)")
     p.add_argument("--slot-wait-ms", type=float, default=d.slot_wait_ms,
                    help="a request that finds every KV or codec slot taken waits up to this long for one before it "
                         "is refused as overloaded (0: refuse at once)")
