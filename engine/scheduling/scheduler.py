@@ -130,6 +130,9 @@ class Scheduler:
         # Time to decode n frames of one request, n = 0..largest chunk (slack needs it per request per step).
         self._codec_row_ms = [costs.ms(WorkKind.CODEC_CHUNK, 1, max(n, 1))
                               for n in range(config.codec_chunk_sizes[-1] + 1)]
+        # Codec gathering: a row with less slack than this no longer waits for the window (`_gathering`), and the
+        # loop wakes when a waiting row gets there (`_gather_closes_ns`).
+        self._gather_min_slack_ms = config.urgent_slack_ms + GATHER_HEADROOM_MS
 
     # ------------------------------------------------------------ queries
 
@@ -354,8 +357,7 @@ class Scheduler:
         deadline = r.deadline_ns or r.effective_deadline_ns()
         if deadline is None:
             return None
-        slack_ms = self.config.urgent_slack_ms + GATHER_HEADROOM_MS + self._codec_row_ms[1]
-        return deadline - int(slack_ms * 1e6) + 1_000
+        return deadline - int((self._gather_min_slack_ms + self._codec_row_ms[1]) * 1e6) + 1_000
 
     def _gather_ends_ns(self) -> int | None:
         if self.config.codec_gather_ms <= 0 or self._codec_lane_started_ns is None:
@@ -370,7 +372,7 @@ class Scheduler:
         ends = self._gather_ends_ns()
         return (ends is not None and now_ns < ends and anchor.kind is WorkKind.CODEC_CHUNK
                 and anchor.lane is Lane.CODEC and self.config.policy is Policy.DEADLINE
-                and anchor.key[0] == FILLER and anchor.key[1] >= self.config.urgent_slack_ms + GATHER_HEADROOM_MS
+                and anchor.key[0] == FILLER and anchor.key[1] >= self._gather_min_slack_ms
                 and self.slots_plentiful and self.pressure < GATHER_MAX_PRESSURE * self.config.max_pressure)  # fmt: skip
 
     @property
