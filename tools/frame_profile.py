@@ -28,6 +28,11 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
     talker_rope  the talker's q/k norm and RoPE inside its decode attention (`TalkerGraphs.fused_rope`, engine
                `--talker-fused-rope`; the same roundings, the norms' sums perhaps in another order)
     talker_gemv_rope  both
+    persistent  every code-predictor step as one persistent kernel (`FrameKernels.persistent_min_rows` 1,
+               `kernels.cp_step`: grid barriers between its phases); the same arithmetic, fp32 sums in another order
+    persistent_phased  the same kernel launched once per phase (no barriers): what the barriers save
+    persistent_n16, persistent_r128, persistent_k64, persistent_s2, persistent_w8  its product tile with 16
+               columns, 128 rows, K 64 a load, 2 pipeline stages, or 8 warps (`StepTiles`)
 
 The sampler's search finds the exact k-th value whatever its radix, so `radix4` must draw bitwise the same codes
 as `defaults`, and `pdl` / `no_pdl` change only when kernels start (checked over three frame steps; exit status 1 if either
@@ -56,7 +61,9 @@ from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
 ENGINE_DEFAULTS = EngineSettings("1.7b", "")
 VARIANTS = ("defaults", "sixteenth", "pdl", "no_pdl", "norms_apart", "wide_prologues", "radix4", "warps4", "narrow",
-            "previous", "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv", "talker_rope", "talker_gemv_rope")
+            "previous", "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv", "talker_rope", "talker_gemv_rope",
+            "persistent", "persistent_phased", "persistent_n16", "persistent_r128", "persistent_k64", "persistent_s2",
+            "persistent_w8")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -64,6 +71,7 @@ ROUNDS = 5
 
 def frame_kernels(variant: str) -> Any:
     from engine.fast.code_predictor_graph import FrameKernels
+    from engine.fast.kernels.cp_step import StepTiles
     from engine.fast.kernels.gemv import GemvConfig
 
     kernels = FrameKernels(pdl=ENGINE_DEFAULTS.cp_pdl)
@@ -87,6 +95,11 @@ def frame_kernels(variant: str) -> Any:
         return replace(kernels, attention_warps=int(variant[-1]))
     if variant == "sampler_warps4":
         return replace(kernels, sampler_warps=4)
+    if variant.startswith("persistent"):
+        tiles = {"persistent_phased": StepTiles(persistent=False), "persistent_n16": StepTiles(block_n=16),
+                 "persistent_r128": StepTiles(block_r=128), "persistent_k64": StepTiles(block_k=64),
+                 "persistent_s2": StepTiles(stages=2), "persistent_w8": StepTiles(num_warps=8)}.get(variant, StepTiles())
+        return replace(kernels, persistent_min_rows=1, step_tiles=tiles)
     if variant == "narrow":
         return replace(kernels, gemv={name: replace(tile, block_n=max(1, tile.block_n // 2))
                                       for name, tile in kernels.gemv.items()})  # fmt: skip
@@ -218,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
             if name != "defaults" and "defaults" in seen:
                 result["bitwise_equal"] = all(torch.equal(x, y) for b in args.batches
                                               for x, y in zip(seen[name][b], seen["defaults"][b], strict=True))  # fmt: skip
+                # codes of the three frames (every third output from the second) that equal the defaults'
+                result["codes_agree"] = {b: statistics.mean(
+                    torch.eq(seen[name][b][i], seen["defaults"][b][i]).float().mean().item() for i in (1, 4, 7))
+                    for b in args.batches}  # fmt: skip
             report["variants"][name] = result
             print(name, json.dumps({b: result[b] for b in args.batches}), flush=True)
     Path(args.out).write_text(json.dumps(report, indent=1, default=str) + "\n")
@@ -231,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, result in report["variants"].items():
         cells = "  ".join(f"{result[b]['talker_ms']:6.3f} / {result[b]['cp_ms']:6.3f} / {result[b]['frame_ms']:6.3f}"
                           for b in args.batches)  # fmt: skip
-        print(f"{name:<10} {cells}  {result.get('bitwise_equal', '-')}")
+        agree = " ".join(f"{v:.3f}" for v in result.get("codes_agree", {}).values())
+        print(f"{name:<10} {cells}  {result.get('bitwise_equal', '-')} {agree}")
     exact = ("radix4", "pdl", "no_pdl")  # variants that must reproduce the defaults bit for bit
     return 0 if all(report["variants"].get(v, {}).get("bitwise_equal", True) for v in exact) else 1
 

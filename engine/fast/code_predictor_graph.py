@@ -31,10 +31,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from engine.executors.slots import GenerationSlots
-from engine.fast.decoder import fuse_layers, rope_tables, run_layers
+from engine.fast.decoder import FusedLayer, fuse_layers, rope_tables, run_layers
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
 from engine.fast.kernels import INTERPRET, use_triton
 from engine.fast.kernels.cp_attention import cp_attention
+from engine.fast.kernels.cp_step import PersistentStep, StepTiles, StepWeights
 from engine.fast.kernels.decode_attention import decode_attention
 from engine.fast.kernels.gemv import STREAM_TILE, GemvConfig, gemv
 from engine.fast.kernels.rmsnorm import rms_norm
@@ -69,6 +70,33 @@ class FrameKernels:
     # the row limit). Off by default: in the whole server, 1 RPS p95 TTFA was 16.7 and 29.6 ms in two runs with
     # it against 13.0 and 13.9 without (docs/benchmarks.md, ninth session), a tail not yet explained.
     pdl: bool = False
+    # Steps of at least this many token rows run as ONE persistent kernel (`kernels.cp_step`: projection, layers,
+    # final norm and head between grid barriers) instead of ~50 launches; None: never.
+    persistent_min_rows: int | None = None
+    step_tiles: StepTiles = field(default_factory=StepTiles)
+
+
+def step_weights(predictor: nn.Module, layers: Sequence[FusedLayer]) -> StepWeights:
+    """The code predictor's weights as `kernels.cp_step` reads them: one copy stacked per layer (the fused
+    layers keep theirs; ~150 MB at 1.7B), the projection, final norm and heads shared."""
+    projection = predictor.small_to_mtp_projection
+    first = layers[0]
+    return StepWeights(
+        proj_w=projection.weight if isinstance(projection, nn.Linear) else None,
+        proj_b=projection.bias if isinstance(projection, nn.Linear) else None,
+        norms=torch.stack([torch.stack((layer.input_norm, layer.post_norm)) for layer in layers]),
+        qkv=torch.stack([layer.qkv for layer in layers]),
+        o=torch.stack([layer.o for layer in layers]),
+        gate_up=torch.stack([layer.gate_up for layer in layers]),
+        down=torch.stack([layer.down for layer in layers]),
+        q_norm=torch.stack([layer.q_norm for layer in layers]),
+        k_norm=torch.stack([layer.k_norm for layer in layers]),
+        final_norm=predictor.model.norm.weight,
+        heads=[head.weight for head in predictor.lm_head],
+        eps=first.eps,
+        num_heads=first.num_heads,
+        num_kv_heads=first.num_kv_heads,
+    )
 
 
 class CodePredictorGraphs:
@@ -96,6 +124,10 @@ class CodePredictorGraphs:
         self.inputs = StaticInputs(("kv_slot", "stream", "frame"), self.max_batch, device)
         positions = torch.arange(self.config.num_code_groups, device=device)
         self.cos, self.sin = rope_tables(self.predictor.rotary, positions, model.dtype)  # [16,D] constants
+        self.persistent: PersistentStep | None = None
+        if self.kernels.fused and self.kernels.persistent_min_rows is not None:
+            self.persistent = PersistentStep(step_weights(self.predictor, self.layers), self.cache.kv,
+                                             2 * self.max_batch, self.kernels.step_tiles)  # fmt: skip
         use = device.type == "cuda" if use_graphs is None else use_graphs
         self.steps = CapturedSteps("code predictor frame", self._frame, self.sizes, use_graphs=use)
 
@@ -147,6 +179,10 @@ class CodePredictorGraphs:
         at position start+t, cache slot b) -> the group's logits [n,V] of each row's last token, in the
         activation dtype (as the plain head computes them before its fp32 cast). Group = max(1, start)."""
         c, layers = self.config, self.layers
+        rows = index.shape[0] if index is not None else x.shape[0]
+        minimum = self.kernels.persistent_min_rows
+        if self.persistent is not None and minimum is not None and rows >= minimum and use_triton(x):
+            return self.persistent.logits(x, index, max(1, start) - 1, self.cos, self.sin, start, tokens)
         eps = layers[0].eps
         if self.projection is not None:
             hidden, _ = self._product("proj", x, self.projection[0], index=index, bias=self.projection[1])

@@ -53,24 +53,20 @@ if HAVE_TRITON:
         return n * c[None, :] + n_rot * s[None, :]
 
     @triton.jit
-    def _cp_attention_kernel(
-        qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
+    def attend_row_head(
+        qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr, b, j,
         start, eps, scale, stride_s, stride_k, stride_l,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
-        D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PDL: tl.constexpr,
+        D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, CACHE: tl.constexpr,
     ):  # fmt: skip
-        b = tl.program_id(0)
-        j = tl.program_id(1)
+        """Frame row b, kv head j: everything the module docstring lists, with the q/k norm weights (and their
+        rotate-half partners) already loaded as fp32 [D]. CACHE: the load modifier for qkv (".cg" where qkv was
+        written earlier in the same kernel, by other SMs, so no stale L1 line can be read)."""
         width: tl.constexpr = (H + 2 * K) * D
         d = tl.arange(0, D)
         d_rot = (d + D // 2) % D
         one = tl.arange(0, 1)  # the kv head as a [1, D] block, so it shares `_norm_rope` with the queries
-        cache = b.to(tl.int64) * stride_s + j * stride_k
-        qw = tl.load(qw_ptr + d).to(tl.float32)
-        qw_rot = tl.load(qw_ptr + d_rot).to(tl.float32)
-        kw = tl.load(kw_ptr + d).to(tl.float32)
-        kw_rot = tl.load(kw_ptr + d_rot).to(tl.float32)
-        wait_for_producer(PDL)  # the norm weights above are constants; qkv and the cache are not
+        cache = b * stride_s + j * stride_k  # (int32: the cache holds ~2M values a layer at 128 rows)
         g = tl.arange(0, GP)
         g_mask = g < G
         heads = j * G + g  # query heads of kv head j
@@ -86,9 +82,10 @@ if HAVE_TRITON:
             c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
             s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
             head = row + (H + j + one[:, None]) * D  # k [1, D] as the cache stores it, v [1, D]
-            k = _norm_rope(tl.load(head + d[None, :]).to(tl.float32), tl.load(head + d_rot[None, :]).to(tl.float32),
+            k = _norm_rope(tl.load(head + d[None, :], cache_modifier=CACHE).to(tl.float32),
+                           tl.load(head + d_rot[None, :], cache_modifier=CACHE).to(tl.float32),
                            kw, kw_rot, c, s, eps, d, D, DTYPE).to(DTYPE)  # fmt: skip
-            v = tl.load(row + (H + K + j + one[:, None]) * D + d[None, :])
+            v = tl.load(row + (H + K + j + one[:, None]) * D + d[None, :], cache_modifier=CACHE)
             slot = cache + (start + t) * stride_l + d[None, :]  # [1, D]
             tl.store(k_cache_ptr + slot, k)
             tl.store(v_cache_ptr + slot, v)
@@ -101,8 +98,10 @@ if HAVE_TRITON:
             c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
             s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
             q_ptrs = row + heads[:, None] * D
-            x = tl.load(q_ptrs + d[None, :], mask=g_mask[:, None], other=0.0).to(tl.float32)
-            x_rot = tl.load(q_ptrs + d_rot[None, :], mask=g_mask[:, None], other=0.0).to(tl.float32)
+            x = tl.load(q_ptrs + d[None, :], mask=g_mask[:, None], other=0.0,
+                        cache_modifier=CACHE).to(tl.float32)  # fmt: skip
+            x_rot = tl.load(q_ptrs + d_rot[None, :], mask=g_mask[:, None], other=0.0,
+                            cache_modifier=CACHE).to(tl.float32)  # fmt: skip
             q = _norm_rope(x, x_rot, qw, qw_rot, c, s, eps, d, D, DTYPE)  # [GP, D]
             visible = positions <= start + t  # (a later token's key and value get weight 0)
             scores = tl.sum(q[:, None, :] * keys[None, :, :], axis=2) * scale  # [GP, BL]
@@ -112,6 +111,30 @@ if HAVE_TRITON:
             out = tl.sum(weights[:, :, None] * values[None, :, :], axis=1)  # [GP, D]
             out_ptrs = out_ptr + (b * T + t) * H * D + heads[:, None] * D + d[None, :]
             tl.store(out_ptrs, out.to(DTYPE), mask=g_mask[:, None])
+
+    @triton.jit
+    def norm_weights(qw_ptr, kw_ptr, D: tl.constexpr):
+        """The q and k norm weights as fp32 [D], each with its rotate-half partner: (qw, qw_rot, kw, kw_rot)."""
+        d = tl.arange(0, D)
+        d_rot = (d + D // 2) % D
+        qw = tl.load(qw_ptr + d).to(tl.float32)
+        qw_rot = tl.load(qw_ptr + d_rot).to(tl.float32)
+        kw = tl.load(kw_ptr + d).to(tl.float32)
+        kw_rot = tl.load(kw_ptr + d_rot).to(tl.float32)
+        return qw, qw_rot, kw, kw_rot
+
+    @triton.jit
+    def _cp_attention_kernel(
+        qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
+        start, eps, scale, stride_s, stride_k, stride_l,
+        T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
+        D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PDL: tl.constexpr,
+    ):  # fmt: skip
+        qw, qw_rot, kw, kw_rot = norm_weights(qw_ptr, kw_ptr, D)
+        wait_for_producer(PDL)  # the norm weights above are constants; qkv and the cache are not
+        attend_row_head(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr,
+                        tl.program_id(0), tl.program_id(1), start, eps, scale, stride_s, stride_k, stride_l,
+                        T, H, K, G, GP, D, BLOCK_L, DTYPE, "")  # fmt: skip
 
 
 def cp_attention_reference(

@@ -1,0 +1,359 @@
+"""One code-predictor step (projection, every layer, final norm, head) as ONE persistent kernel launch.
+
+At tens of frame rows a step of the fused frame is ~50 kernels of 2-7 us each, most of it launch, ramp and
+tail (the H200, 2026-12-04: 3.59 ms a frame at B = 64, 5.7x the weights' floor). Here one grid of exactly as
+many programs as the GPU has SMs runs the step's phases in order, separated by grid barriers:
+
+    phase 0             proj     y = x[index] @ Wp^T + bp           (x [*, KIN]: stacked rows, or a table)
+    per layer l (7 each) norm_in  res = y (l = 0) or res + y;  xn = norm_in[l](res)
+                         qkv      qkv = xn @ Wqkv[l]^T
+                         attn     att = cp_attention(qkv)            (q/k norm, RoPE, cache write, attention)
+                         o        y = att @ Wo[l]^T
+                         norm_post res = res + y;  xn = norm_post[l](res)
+                         gate_up  act = silu(xn @ Wg[l]^T) * (xn @ Wu[l]^T)
+                         down     y = act @ Wd[l]^T
+    then                 norm_out xn[b] = final_norm(res + y) at each frame row's last token (b*T + T-1)
+                         head     logits = xn @ Whead^T                 -> logits [n, V]
+
+Products run on tensor cores (`tl.dot`, fp32 accumulation) over [BLOCK_R, BLOCK_N] output tiles handed out
+round-robin; norms one token row per program, attention one (frame row, kv head) per program. Every value is
+rounded where the plain layers round (`rms_norm`, `silu_mul`, `cp_attention` and the products' single
+rounding), so the step equals the per-kernel fused step up to fp32 summation order.
+
+The grid barrier (`_grid_barrier`): every program adds 1 to a counter (release) and waits until it reaches
+(barriers passed) x (programs) (acquire); loads of what this launch wrote bypass L1 (".cg"). All programs must be
+resident at once, hence one per SM. The counter is not reset between barriers; the last program out of the kernel
+zeroes it (and the exit counter) for the next launch, which the stream orders after this one.
+
+    sync [2] int32: (barrier arrivals, exits), zero between launches
+
+Under Triton's interpreter programs run one after another, so a barrier would never open: there (and with
+`persistent=False`) each phase is a launch of its own, the same code with no barrier. Off the GPU and
+interpreter the step is its twin, `step_reference`, the per-kernel twins in the same order.
+
+Shapes: token rows R = n*T (row b*T + t at position start+t, cache slot b); hidden HID, talker hidden KIN,
+H query / KV key-value heads of D, intermediate I, vocabulary V, L layers; weights stacked per layer:
+    norms [L, 2, HID] (input, post)   qkv [L, (H+2KV)D, HID]   o [L, HID, HD]   gate_up [L, 2I, HID]
+    down [L, HID, I]   q_norm, k_norm [L, D]   kv cache [L, 2, S, KV, P, D] (`CodePredictorCache.kv`)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from engine.fast.kernels import HAVE_TRITON, INTERPRET, use_triton
+from engine.fast.kernels.cp_attention import cp_attention_reference
+from engine.fast.kernels.rmsnorm import rms_norm_reference
+from engine.fast.kernels.silu_mul import silu_mul_reference
+
+PHASES_PER_LAYER = 7
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    from engine.fast.kernels.cp_attention import attend_row_head, norm_weights
+
+    @triton.jit
+    def _grid_barrier(sync_ptr, target):
+        """Wait until `target` arrivals have been counted at sync_ptr[0], this program's included. Plain spinning
+        reads (volatile: from L2), then one acquiring atomic so this program's later loads see what the others
+        stored before they arrived."""
+        tl.debug_barrier()  # every warp's stores of the phase are issued before the release below
+        tl.atomic_add(sync_ptr, 1, sem="release", scope="gpu")
+        while tl.load(sync_ptr, volatile=True) < target:
+            pass
+        tl.atomic_add(sync_ptr, 0, sem="acquire", scope="gpu")
+        tl.debug_barrier()
+
+    @triton.jit
+    def _product(
+        a_ptr, a_stride, index_ptr, index_stride, rows, w_ptr, bias_ptr, out_ptr, out_stride, n_out, pid, nprog,
+        K: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr,
+        BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
+        DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, CACHE: tl.constexpr,
+    ):  # fmt: skip
+        """out [rows, n_out] = a[rows (or a[index[r]])] [*, K] @ W [n_out (x2 with SILU_MUL), K]^T, + bias or
+        silu(gate) * up, rounded once to DTYPE (`silu_mul`'s roundings). K is a multiple of BLOCK_K. Tiles go
+        to programs column block first, so programs at the same time read different weights."""
+        row_blocks = tl.cdiv(rows, BLOCK_R)
+        tiles = row_blocks * tl.cdiv(n_out, BLOCK_N)
+        for tile in range(pid, tiles, nprog):
+            r = (tile % row_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
+            r_mask = r < rows
+            if HAS_INDEX:  # noqa: SIM108 (a constexpr branch)
+                source = tl.load(index_ptr + r * index_stride, mask=r_mask, other=0)
+            else:
+                source = r
+            a_rows = a_ptr + source.to(tl.int64)[:, None] * a_stride  # [BR, 1]
+            n = (tile // row_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
+            n_mask = n < n_out
+            w_rows = w_ptr + n.to(tl.int64)[:, None] * K  # [BN, 1]
+            acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+            acc_up = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+            for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+                kk = k0 + tl.arange(0, BLOCK_K)
+                a = tl.load(a_rows + kk[None, :], mask=r_mask[:, None], other=0.0, cache_modifier=CACHE)
+                w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None], other=0.0)
+                acc += tl.dot(a.to(DOT_DTYPE), tl.trans(w.to(DOT_DTYPE)), input_precision=PRECISION)
+                if SILU_MUL:
+                    w_up = tl.load(w_rows + n_out * K + kk[None, :], mask=n_mask[:, None], other=0.0)
+                    acc_up += tl.dot(a.to(DOT_DTYPE), tl.trans(w_up.to(DOT_DTYPE)), input_precision=PRECISION)
+            if SILU_MUL:  # silu(gate) rounded, times up, each product rounded first, as `silu_mul`
+                gate = acc.to(DTYPE).to(tl.float32)
+                y = (gate / (1.0 + tl.exp(-gate))).to(DTYPE).to(tl.float32) * acc_up.to(DTYPE).to(tl.float32)
+            elif HAS_BIAS:
+                y = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+            else:
+                y = acc
+            out = out_ptr + r.to(tl.int64)[:, None] * out_stride + n[None, :]
+            tl.store(out, y.to(DTYPE), mask=r_mask[:, None] & n_mask[None, :])
+
+    @triton.jit
+    def _norm_rows(
+        y_ptr, res_ptr, w_ptr, xn_ptr, count, row_step, row_offset, add, eps, pid, nprog,
+        HID: tl.constexpr, BLOCK_H: tl.constexpr, DTYPE: tl.constexpr, CACHE: tl.constexpr,
+    ):  # fmt: skip
+        """For i < count, token row r = i*row_step + row_offset: s = res[r] + y[r] (or y[r] when not `add`),
+        res[r] = s, xn[i] = w * rms_norm(s), rounded as `rms_norm`."""
+        cols = tl.arange(0, BLOCK_H)
+        mask = cols < HID
+        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+        for i in range(pid, count, nprog):
+            row = (i * row_step + row_offset) * HID
+            s = tl.load(y_ptr + row + cols, mask=mask, other=0.0, cache_modifier=CACHE).to(tl.float32)
+            if add:
+                r = tl.load(res_ptr + row + cols, mask=mask, other=0.0, cache_modifier=CACHE).to(tl.float32)
+                s = (s + r).to(DTYPE).to(tl.float32)  # rounded like the plain add
+            tl.store(res_ptr + row + cols, s.to(DTYPE), mask=mask)
+            rstd = tl.rsqrt(tl.sum(s * s, axis=0) / HID + eps)
+            normed = (s * rstd).to(DTYPE).to(tl.float32)
+            tl.store(xn_ptr + i * HID + cols, (w * normed).to(DTYPE), mask=mask)
+
+    @triton.jit
+    def _copy_rows(a_ptr, a_stride, index_ptr, index_stride, rows, out_ptr, pid, nprog,
+                   HAS_INDEX: tl.constexpr, HID: tl.constexpr, BLOCK_H: tl.constexpr):  # fmt: skip
+        """out[r] = a[index[r]] (or a[r]): the step's input when the model has no projection."""
+        cols = tl.arange(0, BLOCK_H)
+        mask = cols < HID
+        for r in range(pid, rows, nprog):
+            if HAS_INDEX:  # noqa: SIM108 (a constexpr branch)
+                source = tl.load(index_ptr + r * index_stride)
+            else:
+                source = r
+            row = tl.load(a_ptr + source * a_stride + cols, mask=mask, other=0.0)
+            tl.store(out_ptr + r * HID + cols, row, mask=mask)
+
+    @triton.jit
+    def _cp_step_kernel(
+        x_ptr, x_stride, index_ptr, index_stride, proj_w_ptr, proj_b_ptr,
+        norms_ptr, qkv_w_ptr, o_w_ptr, gate_up_w_ptr, down_w_ptr, q_norm_ptr, k_norm_ptr, final_norm_ptr, head_w_ptr,
+        cos_ptr, sin_ptr, kv_ptr, kv_layer_stride, kv_stride, stride_s, stride_k, stride_l,
+        res_ptr, y_ptr, xn_ptr, qkv_ptr, att_ptr, act_ptr, logits_ptr, sync_ptr,
+        n, start, eps, scale, phase_first, phase_last,
+        T: tl.constexpr, KIN: tl.constexpr, HID: tl.constexpr, H: tl.constexpr, KV: tl.constexpr,
+        D: tl.constexpr, INTER: tl.constexpr, VOCAB: tl.constexpr, L: tl.constexpr, BLOCK_L: tl.constexpr,
+        QKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, BLOCK_H: tl.constexpr,
+        HAS_INDEX: tl.constexpr, HAS_PROJ: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_K: tl.constexpr, STAGES: tl.constexpr, DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr,
+        PRECISION: tl.constexpr, PERSISTENT: tl.constexpr, LAYER_PHASES: tl.constexpr,
+    ):  # fmt: skip
+        pid = tl.program_id(0)
+        nprog = tl.num_programs(0)
+        rows = n * T
+        for phase in range(phase_first, phase_last):
+            if phase == 0:
+                if HAS_PROJ:
+                    _product(x_ptr, x_stride, index_ptr, index_stride, rows, proj_w_ptr, proj_b_ptr, y_ptr, HID,
+                             HID, pid, nprog, KIN, HAS_INDEX, True, False, BLOCK_R, BLOCK_N, BLOCK_K, STAGES,
+                             DTYPE, DOT_DTYPE, PRECISION, "")  # fmt: skip
+                else:
+                    _copy_rows(x_ptr, x_stride, index_ptr, index_stride, rows, y_ptr, pid, nprog, HAS_INDEX, HID,
+                               BLOCK_H)  # fmt: skip
+            elif phase == 1 + LAYER_PHASES * L:  # the final norm at each frame row's last token
+                _norm_rows(y_ptr, res_ptr, final_norm_ptr, xn_ptr, n, T, T - 1, True, eps, pid, nprog, HID,
+                           BLOCK_H, DTYPE, ".cg")  # fmt: skip
+            elif phase == 2 + LAYER_PHASES * L:
+                _product(xn_ptr, HID, xn_ptr, 0, n, head_w_ptr, head_w_ptr, logits_ptr, VOCAB, VOCAB, pid, nprog,
+                         HID, False, False, False, BLOCK_R, BLOCK_N, BLOCK_K, STAGES, DTYPE, DOT_DTYPE, PRECISION,
+                         ".cg")  # fmt: skip
+            else:
+                layer = (phase - 1) // LAYER_PHASES
+                kind = (phase - 1) % LAYER_PHASES
+                if kind == 0:
+                    _norm_rows(y_ptr, res_ptr, norms_ptr + layer * 2 * HID, xn_ptr, rows, 1, 0, layer > 0, eps,
+                               pid, nprog, HID, BLOCK_H, DTYPE, ".cg")  # fmt: skip
+                elif kind == 1:
+                    _product(xn_ptr, HID, xn_ptr, 0, rows, qkv_w_ptr + layer * QKV * HID, qkv_w_ptr, qkv_ptr,
+                             QKV, QKV, pid, nprog, HID, False, False, False, BLOCK_R, BLOCK_N, BLOCK_K, STAGES,
+                             DTYPE, DOT_DTYPE, PRECISION, ".cg")  # fmt: skip
+                elif kind == 2:
+                    qw, qw_rot, kw, kw_rot = norm_weights(q_norm_ptr + layer * D, k_norm_ptr + layer * D, D)
+                    k_cache = kv_ptr + layer * kv_layer_stride  # (int32: ~21M elements at 1.7B, B = 128)
+                    for item in range(pid, n * KV, nprog):
+                        attend_row_head(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache,
+                                        k_cache + kv_stride, att_ptr, item // KV, item % KV, start, eps, scale,
+                                        stride_s, stride_k, stride_l, T, H, KV, G, GP, D,
+                                        BLOCK_L, DTYPE, ".cg")  # fmt: skip
+                elif kind == 3:
+                    _product(att_ptr, H * D, att_ptr, 0, rows, o_w_ptr + layer * HID * H * D, o_w_ptr, y_ptr, HID,
+                             HID, pid, nprog, H * D, False, False, False, BLOCK_R, BLOCK_N, BLOCK_K, STAGES, DTYPE,
+                             DOT_DTYPE, PRECISION, ".cg")  # fmt: skip
+                elif kind == 4:
+                    _norm_rows(y_ptr, res_ptr, norms_ptr + layer * 2 * HID + HID, xn_ptr, rows, 1, 0, True, eps,
+                               pid, nprog, HID, BLOCK_H, DTYPE, ".cg")  # fmt: skip
+                elif kind == 5:
+                    _product(xn_ptr, HID, xn_ptr, 0, rows, gate_up_w_ptr + layer * 2 * INTER * HID, gate_up_w_ptr,
+                             act_ptr, INTER, INTER, pid, nprog, HID, False, False, True, BLOCK_R, BLOCK_N, BLOCK_K,
+                             STAGES, DTYPE, DOT_DTYPE, PRECISION, ".cg")  # fmt: skip
+                else:
+                    _product(act_ptr, INTER, act_ptr, 0, rows, down_w_ptr + layer * HID * INTER, down_w_ptr, y_ptr,
+                             HID, HID, pid, nprog, INTER, False, False, False, BLOCK_R, BLOCK_N, BLOCK_K, STAGES,
+                             DTYPE, DOT_DTYPE, PRECISION, ".cg")  # fmt: skip
+            if PERSISTENT:  # noqa: SIM102 (constexpr, then a runtime condition)
+                if phase + 1 < phase_last:
+                    _grid_barrier(sync_ptr, (phase - phase_first + 1) * nprog)
+        if PERSISTENT:  # noqa: SIM102 (constexpr, then a runtime condition): the last program out zeroes both
+            if tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel", scope="gpu") == nprog - 1:
+                tl.store(sync_ptr, 0)
+                tl.store(sync_ptr + 1, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class StepTiles:
+    """The persistent step's product tile: [block_r token rows, block_n columns], K in block_k loads pipelined
+    over `stages`, `num_warps` a program; `persistent` False launches each phase on its own (no barriers)."""
+
+    block_r: int = 64
+    block_n: int = 32
+    block_k: int = 128
+    stages: int = 3
+    num_warps: int = 4
+    persistent: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class StepWeights:
+    """The code predictor's weights stacked per layer for one kernel (module docstring), and its shape."""
+
+    proj_w: Tensor | None  # [HID, KIN]
+    proj_b: Tensor | None  # [HID]
+    norms: Tensor  # [L, 2, HID]
+    qkv: Tensor  # [L, (H+2KV)D, HID]
+    o: Tensor  # [L, HID, HD]
+    gate_up: Tensor  # [L, 2I, HID]
+    down: Tensor  # [L, HID, I]
+    q_norm: Tensor  # [L, D]
+    k_norm: Tensor  # [L, D]
+    final_norm: Tensor  # [HID]
+    heads: list[Tensor]  # [V, HID] per group 1..15
+    eps: float
+    num_heads: int
+    num_kv_heads: int
+
+
+@cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def step_reference(weights: StepWeights, x: Tensor, index: Tensor | None, head: int, cos: Tensor, sin: Tensor,
+                   kv: Tensor, start: int, tokens: int) -> Tensor:  # fmt: skip
+    """The twin: the phases of the module docstring with the per-kernel twins, -> logits [n, V]."""
+    w = weights
+    rows = x[index] if index is not None else x
+    y = F.linear(rows, w.proj_w, w.proj_b) if w.proj_w is not None else rows.clone()
+    res: Tensor | None = None
+    layers, heads, kv_heads = w.qkv.shape[0], w.num_heads, w.num_kv_heads
+    for layer in range(layers):
+        xn, res = rms_norm_reference(y, w.norms[layer, 0], w.eps, res)
+        qkv = F.linear(xn, w.qkv[layer])
+        att = cp_attention_reference(qkv, cos, sin, w.q_norm[layer], w.k_norm[layer], w.eps, kv[layer, 0],
+                                     kv[layer, 1], start, tokens, heads, kv_heads)  # fmt: skip
+        y = F.linear(att, w.o[layer])
+        xn, res = rms_norm_reference(y, w.norms[layer, 1], w.eps, res)
+        y = F.linear(silu_mul_reference(F.linear(xn, w.gate_up[layer])), w.down[layer])
+    assert res is not None
+    last = (-1, tokens, y.shape[-1])
+    xn, _ = rms_norm_reference(y.view(last)[:, -1], w.final_norm, w.eps, res.view(last)[:, -1])
+    return F.linear(xn, w.heads[head])
+
+
+class PersistentStep:
+    """Runs one code-predictor step as `_cp_step_kernel` over preallocated scratch rows (up to max_rows token
+    rows); `logits` returns a view of the step's logits [n, V] (valid until the next step)."""
+
+    def __init__(self, weights: StepWeights, kv: Tensor, max_rows: int, tiles: StepTiles | None = None) -> None:
+        self.weights = weights
+        self.kv = kv  # [L, 2, S, KV, P, D]
+        self.tiles = tiles or StepTiles()
+        w = weights
+        hid, dtype, device = w.norms.shape[-1], w.norms.dtype, w.norms.device
+        self.hidden = hid
+        self.head_dim = w.q_norm.shape[-1]
+        self.intermediate = w.gate_up.shape[1] // 2
+        self.vocab = w.heads[0].shape[0]
+
+        def scratch(width: int) -> Tensor:
+            return torch.zeros(max_rows, width, dtype=dtype, device=device)
+
+        self.res, self.y, self.xn = scratch(hid), scratch(hid), scratch(hid)
+        self.qkv = scratch(w.qkv.shape[1])
+        self.att = scratch(w.num_heads * self.head_dim)
+        self.act = scratch(self.intermediate)
+        self.out = scratch(self.vocab)
+        self.sync = torch.zeros(2, dtype=torch.int32, device=device)
+        self.max_rows = max_rows
+        k_widths = [w.qkv.shape[2], w.o.shape[2], w.down.shape[2]] + ([w.proj_w.shape[1]] if w.proj_w is not None else [])
+        self.block_k = min(self.tiles.block_k, *(k & -k for k in k_widths))  # divides every K (powers of 2 here)
+
+    @property
+    def phases(self) -> int:
+        return 3 + PHASES_PER_LAYER * self.weights.qkv.shape[0]
+
+    def logits(self, x: Tensor, index: Tensor | None, head: int, cos: Tensor, sin: Tensor, start: int,
+               tokens: int) -> Tensor:  # fmt: skip
+        """x [R, KIN] token rows (or, with index [R] int64 of any stride, the rows x[index[r]] of a table), the
+        step's tokens at positions start..start+tokens-1 (row b*tokens + t, cache slot b), the group's head
+        `head` (0-based) -> logits [R / tokens, V] in the activation dtype."""
+        rows = index.shape[0] if index is not None else x.shape[0]
+        w = self.weights
+        if not use_triton(x):
+            return step_reference(w, x, index, head, cos, sin, self.kv, start, tokens)
+        assert rows <= self.max_rows and rows % tokens == 0 and x.stride(-1) == 1
+        n = rows // tokens
+        t = self.tiles
+        dtype = x.dtype
+        from engine.fast.kernels.snake import TRITON_DTYPES
+
+        fp32_dot = INTERPRET or dtype == torch.float32  # (Triton's interpreter computes bf16 `tl.dot` wrongly)
+        kv = self.kv
+        persistent = t.persistent and not INTERPRET
+        programs = _sm_count(x.device.index or 0) if x.is_cuda else 4
+        spans = [(0, self.phases)] if persistent else [(p, p + 1) for p in range(self.phases)]
+        for first, last in spans:
+            _cp_step_kernel[(programs,)](
+                x, x.stride(0), index if index is not None else x, index.stride(0) if index is not None else 0,
+                w.proj_w if w.proj_w is not None else x, w.proj_b if w.proj_b is not None else x,
+                w.norms, w.qkv, w.o, w.gate_up, w.down, w.q_norm, w.k_norm, w.final_norm, w.heads[head],
+                cos, sin, kv, kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), kv.stride(4),
+                self.res, self.y, self.xn, self.qkv, self.att, self.act, self.out, self.sync,
+                n, start, w.eps, 1.0 / math.sqrt(self.head_dim), first, last,
+                T=tokens, KIN=x.shape[1], HID=self.hidden, H=w.num_heads, KV=w.num_kv_heads, D=self.head_dim,
+                INTER=self.intermediate, VOCAB=self.vocab, L=w.qkv.shape[0],
+                BLOCK_L=triton.next_power_of_2(kv.shape[4]), HAS_INDEX=index is not None,
+                QKV=w.qkv.shape[1], G=w.num_heads // w.num_kv_heads,
+                GP=triton.next_power_of_2(w.num_heads // w.num_kv_heads), BLOCK_H=triton.next_power_of_2(self.hidden),
+                HAS_PROJ=w.proj_w is not None, BLOCK_R=max(16, min(t.block_r, triton.next_power_of_2(rows))),
+                BLOCK_N=t.block_n, BLOCK_K=self.block_k, STAGES=t.stages, DTYPE=TRITON_DTYPES[dtype],
+                DOT_DTYPE=tl.float32 if fp32_dot else TRITON_DTYPES[dtype],
+                PRECISION="ieee" if fp32_dot else "tf32", PERSISTENT=persistent,
+                LAYER_PHASES=PHASES_PER_LAYER, num_warps=t.num_warps,
+            )  # fmt: skip
+        return self.out[:n]
