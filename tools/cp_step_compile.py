@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 H100_SHARED_BYTES = 227 * 1024  # the opt-in shared memory of one sm_90 program
 
 
-def compile_step(arch: int, model: str, tokens: int, block_n: int, block_k: int, stages: int, warps: int,
+def compile_step(arch: int, model: str, tokens: int, block_n: int, block_k: int, stages: int, warps: int, split: int,
                  has_index: bool, persistent: bool) -> dict[str, int]:  # fmt: skip
     import triton
     from triton.backends.compiler import GPUTarget
@@ -47,9 +47,9 @@ def compile_step(arch: int, model: str, tokens: int, block_n: int, block_k: int,
         T=tokens, KIN=kin, HID=hid, H=heads, KV=kv_heads, D=d, INTER=c.intermediate_size, VOCAB=c.vocab_size,
         L=c.num_layers, BLOCK_L=triton.next_power_of_2(c.num_code_groups), QKV=(heads + 2 * kv_heads) * d, G=group,
         GP=triton.next_power_of_2(group), BLOCK_H=triton.next_power_of_2(hid), HAS_INDEX=has_index,
-        HAS_PROJ=kin != hid, BLOCK_R=64, BLOCK_N=block_n, BLOCK_K=block_k, STAGES=stages,
+        HAS_PROJ=kin != hid, SPLIT=split, PROJ_SLICES=split if kin != hid else 1, BLOCK_R=64, BLOCK_N=block_n, BLOCK_K=block_k, STAGES=stages,
         DTYPE=triton.language.bfloat16, DOT_DTYPE=triton.language.bfloat16, PRECISION="tf32",
-        PERSISTENT=persistent, LAYER_PHASES=PHASES_PER_LAYER,
+        PERSISTENT=persistent, PREFETCH=persistent, LAYER_PHASES=PHASES_PER_LAYER,
     )  # fmt: skip
     source = ASTSource(_cp_step_kernel, signature, constexprs=constants)
     kernel = triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
@@ -85,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--block-k", type=int, default=128)
     p.add_argument("--stages", type=int, default=3)
     p.add_argument("--warps", type=int, default=4)
+    p.add_argument("--split-k", type=int, default=4)
     args = p.parse_args(argv)
     ok = True
     for tokens in args.tokens:
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             name = f"T={tokens} {'persistent' if persistent else 'phased'}"
             try:
                 info = compile_step(args.arch, args.model, tokens, args.block_n, args.block_k, args.stages,
-                                    args.warps, tokens == 1, persistent)  # fmt: skip
+                                    args.warps, args.split_k, tokens == 1, persistent)  # fmt: skip
             except Exception as error:  # noqa: BLE001 (report every variant)
                 print(f"{name}: FAILED {type(error).__name__}: {str(error)[:2000]}")
                 ok = False

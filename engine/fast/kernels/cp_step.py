@@ -74,30 +74,37 @@ if HAVE_TRITON:
 
     @triton.jit
     def _product(
-        a_ptr, a_stride, index_ptr, index_stride, rows, w_ptr, bias_ptr, out_ptr, out_stride, n_out, pid, nprog,
-        K: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr,
-        BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-        DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, CACHE: tl.constexpr,
+        a_ptr, a_stride, index_ptr, index_stride, rows, w_ptr, out_ptr, out_stride, part_stride, n_out, pid, nprog,
+        K: tl.constexpr, HAS_INDEX: tl.constexpr, SILU_MUL: tl.constexpr, SPLIT: tl.constexpr,
+        BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+        STAGES: tl.constexpr, DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr,
+        CACHE: tl.constexpr,
     ):  # fmt: skip
-        """out [rows, n_out] = a[rows (or a[index[r]])] [*, K] @ W [n_out (x2 with SILU_MUL), K]^T, + bias or
-        silu(gate) * up, rounded once to DTYPE (`silu_mul`'s roundings). K is a multiple of BLOCK_K. Tiles go
-        to programs column block first, so programs at the same time read different weights."""
+        """a[rows (or a[index[r]])] [*, K] @ W [n_out (x2 with SILU_MUL), K]^T. SPLIT 0: out [rows, n_out] =
+        the product (or silu(gate) * up, `silu_mul`'s roundings) rounded once to DTYPE. SPLIT s > 0: K in s
+        slices, out [s, rows, n_out] fp32 holds each slice's partial product at part * part_stride (`_norm_rows` sums them in a fixed
+        order and rounds once). K / max(1, SPLIT) is a multiple of BLOCK_K. Work items (row block, column block,
+        slice) go round-robin, columns and slices first, so programs at the same time read different weights."""
+        slices: tl.constexpr = max(1, SPLIT)
+        k_slice: tl.constexpr = K // slices
         row_blocks = tl.cdiv(rows, BLOCK_R)
-        tiles = row_blocks * tl.cdiv(n_out, BLOCK_N)
-        for tile in range(pid, tiles, nprog):
+        items = row_blocks * tl.cdiv(n_out, BLOCK_N) * slices
+        for item in range(pid, items, nprog):
+            part = item % slices
+            tile = item // slices
             r = (tile % row_blocks) * BLOCK_R + tl.arange(0, BLOCK_R)
             r_mask = r < rows
             if HAS_INDEX:  # noqa: SIM108 (a constexpr branch)
                 source = tl.load(index_ptr + r * index_stride, mask=r_mask, other=0)
             else:
                 source = r
-            a_rows = a_ptr + source.to(tl.int64)[:, None] * a_stride  # [BR, 1]
+            a_rows = a_ptr + source.to(tl.int64)[:, None] * a_stride + part * k_slice  # [BR, 1]
             n = (tile // row_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
             n_mask = n < n_out
-            w_rows = w_ptr + n.to(tl.int64)[:, None] * K  # [BN, 1]
+            w_rows = w_ptr + n.to(tl.int64)[:, None] * K + part * k_slice  # [BN, 1]
             acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
             acc_up = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
-            for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+            for k0 in tl.range(0, k_slice, BLOCK_K, num_stages=STAGES):
                 kk = k0 + tl.arange(0, BLOCK_K)
                 a = tl.load(a_rows + kk[None, :], mask=r_mask[:, None], other=0.0, cache_modifier=CACHE)
                 w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None], other=0.0)
@@ -105,30 +112,62 @@ if HAVE_TRITON:
                 if SILU_MUL:
                     w_up = tl.load(w_rows + n_out * K + kk[None, :], mask=n_mask[:, None], other=0.0)
                     acc_up += tl.dot(a.to(DOT_DTYPE), tl.trans(w_up.to(DOT_DTYPE)), input_precision=PRECISION)
-            if SILU_MUL:  # silu(gate) rounded, times up, each product rounded first, as `silu_mul`
-                gate = acc.to(DTYPE).to(tl.float32)
-                y = (gate / (1.0 + tl.exp(-gate))).to(DTYPE).to(tl.float32) * acc_up.to(DTYPE).to(tl.float32)
-            elif HAS_BIAS:
-                y = acc + tl.load(bias_ptr + n, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+            mask = r_mask[:, None] & n_mask[None, :]
+            if SPLIT > 0:
+                out = out_ptr + part * part_stride + r[:, None] * n_out + n[None, :]
+                tl.store(out, acc, mask=mask)
             else:
-                y = acc
-            out = out_ptr + r.to(tl.int64)[:, None] * out_stride + n[None, :]
-            tl.store(out, y.to(DTYPE), mask=r_mask[:, None] & n_mask[None, :])
+                if SILU_MUL:  # silu(gate) rounded, times up, each product rounded first, as `silu_mul`
+                    gate = acc.to(DTYPE).to(tl.float32)
+                    acc = (gate / (1.0 + tl.exp(-gate))).to(DTYPE).to(tl.float32) * acc_up.to(DTYPE).to(tl.float32)
+                out = out_ptr + r.to(tl.int64)[:, None] * out_stride + n[None, :]
+                tl.store(out, acc.to(DTYPE), mask=mask)
+
+    @triton.jit
+    def _prefetch_weights(w_ptr, rows, n_out, pid, nprog, K: tl.constexpr, SILU_MUL: tl.constexpr,
+                          SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):  # fmt: skip
+        """Ask L2 for the weight lines this program's items of a `_product` will read (one `prefetch.global.L2`
+        per 128 bytes): issued before a barrier wait, the HBM reads overlap the wait instead of following it."""
+        slices: tl.constexpr = max(1, SPLIT)
+        k_slice: tl.constexpr = K // slices
+        LINES: tl.constexpr = max(1, k_slice // 64)  # 128-byte lines of bf16 per row of a slice
+        row_blocks = tl.cdiv(rows, BLOCK_R)
+        items = row_blocks * tl.cdiv(n_out, BLOCK_N) * slices
+        for item in range(pid, items, nprog):
+            if item % (row_blocks * slices) < slices:  # one row block's items fetch a column block's weights
+                part = item % slices
+                n = ((item // slices) // row_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
+                rows_at = w_ptr + n.to(tl.int64)[:, None] * K + part * k_slice  # [BN, 1]
+                for l0 in tl.static_range(0, LINES, 4):  # four lines of each row at a time (LINES need not be 2^k)
+                    line = l0 + tl.arange(0, 4)[None, :]
+                    lines = tl.where((n < n_out)[:, None] & (line < LINES), rows_at + line * 64, w_ptr)
+                    tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [lines], dtype=tl.int32,
+                                              is_pure=False, pack=1)  # fmt: skip
+                    if SILU_MUL:
+                        tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [lines + n_out * K],
+                                                  dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
 
     @triton.jit
     def _norm_rows(
-        y_ptr, res_ptr, w_ptr, xn_ptr, count, row_step, row_offset, add, eps, pid, nprog,
-        HID: tl.constexpr, BLOCK_H: tl.constexpr, DTYPE: tl.constexpr, CACHE: tl.constexpr,
+        part_ptr, part_stride, bias_ptr, res_ptr, w_ptr, xn_ptr, count, row_step, row_offset, eps, pid, nprog,
+        ADD: tl.constexpr, HAS_BIAS: tl.constexpr, SLICES: tl.constexpr, HID: tl.constexpr,
+        BLOCK_H: tl.constexpr, DTYPE: tl.constexpr, CACHE: tl.constexpr,
     ):  # fmt: skip
-        """For i < count, token row r = i*row_step + row_offset: s = res[r] + y[r] (or y[r] when not `add`),
-        res[r] = s, xn[i] = w * rms_norm(s), rounded as `rms_norm`."""
+        """For i < count, token row r = i*row_step + row_offset: y = the product's SLICES fp32 partials summed in
+        order (+ bias), rounded once; s = res[r] + y (or y without ADD); res[r] = s, xn[i] = w * rms_norm(s),
+        rounded as `rms_norm`."""
         cols = tl.arange(0, BLOCK_H)
         mask = cols < HID
         w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
         for i in range(pid, count, nprog):
             row = (i * row_step + row_offset) * HID
-            s = tl.load(y_ptr + row + cols, mask=mask, other=0.0, cache_modifier=CACHE).to(tl.float32)
-            if add:
+            y = tl.load(part_ptr + row + cols, mask=mask, other=0.0, cache_modifier=CACHE)
+            for part in tl.static_range(1, SLICES):
+                y += tl.load(part_ptr + part * part_stride + row + cols, mask=mask, other=0.0, cache_modifier=CACHE)
+            if HAS_BIAS:
+                y += tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            s = y.to(DTYPE).to(tl.float32)  # the product's one rounding
+            if ADD:
                 r = tl.load(res_ptr + row + cols, mask=mask, other=0.0, cache_modifier=CACHE).to(tl.float32)
                 s = (s + r).to(DTYPE).to(tl.float32)  # rounded like the plain add
             tl.store(res_ptr + row + cols, s.to(DTYPE), mask=mask)
@@ -139,7 +178,7 @@ if HAVE_TRITON:
     @triton.jit
     def _copy_rows(a_ptr, a_stride, index_ptr, index_stride, rows, out_ptr, pid, nprog,
                    HAS_INDEX: tl.constexpr, HID: tl.constexpr, BLOCK_H: tl.constexpr):  # fmt: skip
-        """out[r] = a[index[r]] (or a[r]): the step's input when the model has no projection."""
+        """out[r] = a[index[r]] (or a[r]) as fp32: the step's input when the model has no projection."""
         cols = tl.arange(0, BLOCK_H)
         mask = cols < HID
         for r in range(pid, rows, nprog):
@@ -148,87 +187,126 @@ if HAVE_TRITON:
             else:
                 source = r
             row = tl.load(a_ptr + source * a_stride + cols, mask=mask, other=0.0)
-            tl.store(out_ptr + r * HID + cols, row, mask=mask)
+            tl.store(out_ptr + r * HID + cols, row.to(tl.float32), mask=mask)
 
     @triton.jit
     def _cp_step_kernel(
         x_ptr, x_stride, index_ptr, index_stride, proj_w_ptr, proj_b_ptr,
         norms_ptr, qkv_w_ptr, o_w_ptr, gate_up_w_ptr, down_w_ptr, q_norm_ptr, k_norm_ptr, final_norm_ptr, head_w_ptr,
         cos_ptr, sin_ptr, kv_ptr, kv_layer_stride, kv_stride, stride_s, stride_k, stride_l,
-        res_ptr, y_ptr, xn_ptr, qkv_ptr, att_ptr, act_ptr, logits_ptr, sync_ptr,
+        res_ptr, part_ptr, part_stride, xn_ptr, qkv_ptr, att_ptr, act_ptr, logits_ptr, sync_ptr,
         n, start, eps, scale, phase_first, phase_last,
         T: tl.constexpr, KIN: tl.constexpr, HID: tl.constexpr, H: tl.constexpr, KV: tl.constexpr,
         D: tl.constexpr, INTER: tl.constexpr, VOCAB: tl.constexpr, L: tl.constexpr, BLOCK_L: tl.constexpr,
         QKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, BLOCK_H: tl.constexpr,
-        HAS_INDEX: tl.constexpr, HAS_PROJ: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
-        BLOCK_K: tl.constexpr, STAGES: tl.constexpr, DTYPE: tl.constexpr, DOT_DTYPE: tl.constexpr,
-        PRECISION: tl.constexpr, PERSISTENT: tl.constexpr, LAYER_PHASES: tl.constexpr,
+        HAS_INDEX: tl.constexpr, HAS_PROJ: tl.constexpr, SPLIT: tl.constexpr, PROJ_SLICES: tl.constexpr,
+        BLOCK_R: tl.constexpr,
+        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr, DTYPE: tl.constexpr,
+        DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, PERSISTENT: tl.constexpr, PREFETCH: tl.constexpr,
+        LAYER_PHASES: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
         rows = n * T
         for phase in range(phase_first, phase_last):
-            if phase == 0:
+            if PERSISTENT:  # noqa: SIM102 (constexpr, then a runtime condition)
+                if phase > phase_first:  # wait for the phase before; its weights' reads overlap the wait
+                    if PREFETCH:
+                        _prefetch_phase(phase, rows, n, pid, nprog, proj_w_ptr, qkv_w_ptr, o_w_ptr, gate_up_w_ptr,
+                                        down_w_ptr, head_w_ptr, KIN, HID, H, D, INTER, VOCAB, L, QKV, SPLIT,
+                                        BLOCK_R, BLOCK_N, LAYER_PHASES)  # fmt: skip
+                        _prefetch_phase(phase + 1, rows, n, pid, nprog, proj_w_ptr, qkv_w_ptr, o_w_ptr,
+                                        gate_up_w_ptr, down_w_ptr, head_w_ptr, KIN, HID, H, D, INTER, VOCAB, L, QKV,
+                                        SPLIT, BLOCK_R, BLOCK_N, LAYER_PHASES)  # fmt: skip
+                    _grid_barrier(sync_ptr, (phase - phase_first) * nprog)
+            if phase == 0:  # the projection's K slices -> part (or the rows themselves)
                 if HAS_PROJ:
-                    _product(x_ptr, x_stride, index_ptr, index_stride, rows, proj_w_ptr, proj_b_ptr, y_ptr, HID,
-                             HID, pid, nprog, KIN, HAS_INDEX, True, False, BLOCK_R, BLOCK_N, BLOCK_K, STAGES,
-                             DTYPE, DOT_DTYPE, PRECISION, "")  # fmt: skip
+                    _product(x_ptr, x_stride, index_ptr, index_stride, rows, proj_w_ptr, part_ptr, HID, part_stride,
+                             HID, pid, nprog, KIN, HAS_INDEX, False, SPLIT, BLOCK_R, BLOCK_N, BLOCK_K, STAGES, DTYPE,
+                             DOT_DTYPE, PRECISION, "")  # fmt: skip
                 else:
-                    _copy_rows(x_ptr, x_stride, index_ptr, index_stride, rows, y_ptr, pid, nprog, HAS_INDEX, HID,
+                    _copy_rows(x_ptr, x_stride, index_ptr, index_stride, rows, part_ptr, pid, nprog, HAS_INDEX, HID,
                                BLOCK_H)  # fmt: skip
             elif phase == 1 + LAYER_PHASES * L:  # the final norm at each frame row's last token
-                _norm_rows(y_ptr, res_ptr, final_norm_ptr, xn_ptr, n, T, T - 1, True, eps, pid, nprog, HID,
-                           BLOCK_H, DTYPE, ".cg")  # fmt: skip
+                _norm_rows(part_ptr, part_stride, part_ptr, res_ptr, final_norm_ptr, xn_ptr, n, T, T - 1, eps, pid,
+                           nprog, True, False, SPLIT, HID, BLOCK_H, DTYPE, ".cg")  # fmt: skip
             elif phase == 2 + LAYER_PHASES * L:
-                _product(xn_ptr, HID, xn_ptr, 0, n, head_w_ptr, head_w_ptr, logits_ptr, VOCAB, VOCAB, pid, nprog,
-                         HID, False, False, False, BLOCK_R, BLOCK_N, BLOCK_K, STAGES, DTYPE, DOT_DTYPE, PRECISION,
-                         ".cg")  # fmt: skip
+                _product(xn_ptr, HID, xn_ptr, 0, n, head_w_ptr, logits_ptr, VOCAB, 0, VOCAB, pid, nprog, HID, False,
+                         False, 0, BLOCK_R, BLOCK_N, BLOCK_K, STAGES, DTYPE, DOT_DTYPE, PRECISION, ".cg")  # fmt: skip
             else:
                 layer = (phase - 1) // LAYER_PHASES
                 kind = (phase - 1) % LAYER_PHASES
                 if kind == 0:
-                    _norm_rows(y_ptr, res_ptr, norms_ptr + layer * 2 * HID, xn_ptr, rows, 1, 0, layer > 0, eps,
-                               pid, nprog, HID, BLOCK_H, DTYPE, ".cg")  # fmt: skip
+                    if layer == 0:  # the projection's output (+ bias) is the residual stream
+                        _norm_rows(part_ptr, part_stride, proj_b_ptr, res_ptr, norms_ptr, xn_ptr, rows, 1, 0, eps,
+                                   pid, nprog, False, HAS_PROJ, PROJ_SLICES, HID, BLOCK_H, DTYPE,
+                                   ".cg")  # fmt: skip
+                    else:
+                        _norm_rows(part_ptr, part_stride, part_ptr, res_ptr, norms_ptr + layer * 2 * HID, xn_ptr, rows,
+                                   1, 0, eps, pid, nprog, True, False, SPLIT, HID, BLOCK_H, DTYPE, ".cg")  # fmt: skip
                 elif kind == 1:
-                    _product(xn_ptr, HID, xn_ptr, 0, rows, qkv_w_ptr + layer * QKV * HID, qkv_w_ptr, qkv_ptr,
-                             QKV, QKV, pid, nprog, HID, False, False, False, BLOCK_R, BLOCK_N, BLOCK_K, STAGES,
-                             DTYPE, DOT_DTYPE, PRECISION, ".cg")  # fmt: skip
+                    _product(xn_ptr, HID, xn_ptr, 0, rows, qkv_w_ptr + layer * QKV * HID, qkv_ptr, QKV, 0, QKV, pid,
+                             nprog, HID, False, False, 0, BLOCK_R, BLOCK_N, BLOCK_K, STAGES, DTYPE, DOT_DTYPE,
+                             PRECISION, ".cg")  # fmt: skip
                 elif kind == 2:
                     qw, qw_rot, kw, kw_rot = norm_weights(q_norm_ptr + layer * D, k_norm_ptr + layer * D, D)
                     k_cache = kv_ptr + layer * kv_layer_stride  # (int32: ~21M elements at 1.7B, B = 128)
                     for item in range(pid, n * KV, nprog):
                         attend_row_head(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache,
                                         k_cache + kv_stride, att_ptr, item // KV, item % KV, start, eps, scale,
-                                        stride_s, stride_k, stride_l, T, H, KV, G, GP, D,
-                                        BLOCK_L, DTYPE, ".cg")  # fmt: skip
+                                        stride_s, stride_k, stride_l, T, H, KV, G, GP, D, BLOCK_L, DTYPE,
+                                        ".cg")  # fmt: skip
                 elif kind == 3:
-                    _product(att_ptr, H * D, att_ptr, 0, rows, o_w_ptr + layer * HID * H * D, o_w_ptr, y_ptr, HID,
-                             HID, pid, nprog, H * D, False, False, False, BLOCK_R, BLOCK_N, BLOCK_K, STAGES, DTYPE,
-                             DOT_DTYPE, PRECISION, ".cg")  # fmt: skip
-                elif kind == 4:
-                    _norm_rows(y_ptr, res_ptr, norms_ptr + layer * 2 * HID + HID, xn_ptr, rows, 1, 0, True, eps,
-                               pid, nprog, HID, BLOCK_H, DTYPE, ".cg")  # fmt: skip
-                elif kind == 5:
-                    _product(xn_ptr, HID, xn_ptr, 0, rows, gate_up_w_ptr + layer * 2 * INTER * HID, gate_up_w_ptr,
-                             act_ptr, INTER, INTER, pid, nprog, HID, False, False, True, BLOCK_R, BLOCK_N, BLOCK_K,
+                    _product(att_ptr, H * D, att_ptr, 0, rows, o_w_ptr + layer * HID * H * D, part_ptr, HID,
+                             part_stride, HID, pid, nprog, H * D, False, False, SPLIT, BLOCK_R, BLOCK_N, BLOCK_K,
                              STAGES, DTYPE, DOT_DTYPE, PRECISION, ".cg")  # fmt: skip
+                elif kind == 4:
+                    _norm_rows(part_ptr, part_stride, part_ptr, res_ptr, norms_ptr + layer * 2 * HID + HID, xn_ptr,
+                               rows, 1, 0, eps, pid, nprog, True, False, SPLIT, HID, BLOCK_H, DTYPE, ".cg")  # fmt: skip
+                elif kind == 5:
+                    _product(xn_ptr, HID, xn_ptr, 0, rows, gate_up_w_ptr + layer * 2 * INTER * HID, act_ptr, INTER,
+                             0, INTER, pid, nprog, HID, False, True, 0, BLOCK_R, BLOCK_N, BLOCK_K, STAGES, DTYPE,
+                             DOT_DTYPE, PRECISION, ".cg")  # fmt: skip
                 else:
-                    _product(act_ptr, INTER, act_ptr, 0, rows, down_w_ptr + layer * HID * INTER, down_w_ptr, y_ptr,
-                             HID, HID, pid, nprog, INTER, False, False, False, BLOCK_R, BLOCK_N, BLOCK_K, STAGES,
-                             DTYPE, DOT_DTYPE, PRECISION, ".cg")  # fmt: skip
-            if PERSISTENT:  # noqa: SIM102 (constexpr, then a runtime condition)
-                if phase + 1 < phase_last:
-                    _grid_barrier(sync_ptr, (phase - phase_first + 1) * nprog)
+                    _product(act_ptr, INTER, act_ptr, 0, rows, down_w_ptr + layer * HID * INTER, part_ptr, HID,
+                             part_stride, HID, pid, nprog, INTER, False, False, SPLIT, BLOCK_R, BLOCK_N, BLOCK_K,
+                             STAGES, DTYPE, DOT_DTYPE, PRECISION, ".cg")  # fmt: skip
         if PERSISTENT:  # noqa: SIM102 (constexpr, then a runtime condition): the last program out zeroes both
             if tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel", scope="gpu") == nprog - 1:
                 tl.store(sync_ptr, 0)
                 tl.store(sync_ptr + 1, 0)
 
+    @triton.jit
+    def _prefetch_phase(phase, rows, n, pid, nprog, proj_w_ptr, qkv_w_ptr, o_w_ptr, gate_up_w_ptr, down_w_ptr,
+                        head_w_ptr, KIN: tl.constexpr, HID: tl.constexpr, H: tl.constexpr, D: tl.constexpr,
+                        INTER: tl.constexpr, VOCAB: tl.constexpr, L: tl.constexpr, QKV: tl.constexpr,
+                        SPLIT: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+                        LAYER_PHASES: tl.constexpr):  # fmt: skip
+        """`_prefetch_weights` for the product of `phase`, when it is one (the same items as its `_product`)."""
+        if phase == 2 + LAYER_PHASES * L:
+            _prefetch_weights(head_w_ptr, n, VOCAB, pid, nprog, HID, False, 0, BLOCK_R, BLOCK_N)
+        elif (phase >= 1) and (phase < 1 + LAYER_PHASES * L):
+            layer = (phase - 1) // LAYER_PHASES
+            kind = (phase - 1) % LAYER_PHASES
+            if kind == 1:
+                _prefetch_weights(qkv_w_ptr + layer * QKV * HID, rows, QKV, pid, nprog, HID, False, 0, BLOCK_R,
+                                  BLOCK_N)  # fmt: skip
+            elif kind == 3:
+                _prefetch_weights(o_w_ptr + layer * HID * H * D, rows, HID, pid, nprog, H * D, False, SPLIT, BLOCK_R,
+                                  BLOCK_N)  # fmt: skip
+            elif kind == 5:
+                _prefetch_weights(gate_up_w_ptr + layer * 2 * INTER * HID, rows, INTER, pid, nprog, HID, True, 0,
+                                  BLOCK_R, BLOCK_N)  # fmt: skip
+            elif kind == 6:
+                _prefetch_weights(down_w_ptr + layer * HID * INTER, rows, HID, pid, nprog, INTER, False, SPLIT,
+                                  BLOCK_R, BLOCK_N)  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class StepTiles:
     """The persistent step's product tile: [block_r token rows, block_n columns], K in block_k loads pipelined
-    over `stages`, `num_warps` a program; `persistent` False launches each phase on its own (no barriers)."""
+    over `stages`, `num_warps` a program; `persistent` False launches each phase on its own (no barriers).
+    Defaults measured on the H200 (tools/frame_profile.py, 2026-12-04)."""
 
     block_r: int = 64
     block_n: int = 32
@@ -236,6 +314,8 @@ class StepTiles:
     stages: int = 3
     num_warps: int = 4
     persistent: bool = True
+    split_k: int = 4  # K slices of the products a norm follows (projection, o, down), summed by that norm
+    prefetch: bool = True  # L2 prefetch of a phase's weights before its barrier wait (persistent only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,15 +383,25 @@ class PersistentStep:
         def scratch(width: int) -> Tensor:
             return torch.zeros(max_rows, width, dtype=dtype, device=device)
 
-        self.res, self.y, self.xn = scratch(hid), scratch(hid), scratch(hid)
+        self.res, self.xn = scratch(hid), scratch(hid)
+        self.parts = torch.zeros(max(1, self.tiles.split_k), max_rows, hid, dtype=torch.float32, device=device)
         self.qkv = scratch(w.qkv.shape[1])
         self.att = scratch(w.num_heads * self.head_dim)
         self.act = scratch(self.intermediate)
         self.out = scratch(self.vocab)
         self.sync = torch.zeros(2, dtype=torch.int32, device=device)
         self.max_rows = max_rows
-        k_widths = [w.qkv.shape[2], w.o.shape[2], w.down.shape[2]] + ([w.proj_w.shape[1]] if w.proj_w is not None else [])
-        self.block_k = min(self.tiles.block_k, *(k & -k for k in k_widths))  # divides every K (powers of 2 here)
+
+    def slicing(self, tiles: StepTiles) -> tuple[int, int]:
+        """(K slices of the products a norm follows, K per load): the most slices up to `tiles.split_k` that
+        leave each slice 16 wide or more, and the largest load up to `tiles.block_k` dividing every K or slice."""
+        w = self.weights
+        sliced = [w.o.shape[2], w.down.shape[2]] + ([w.proj_w.shape[1]] if w.proj_w is not None else [])
+        split = max(1, min(tiles.split_k, self.parts.shape[0]))
+        while split > 1 and any(k % split or k // split < 16 for k in sliced):
+            split //= 2
+        widths = [k // split for k in sliced] + [w.qkv.shape[2]]
+        return split, min(tiles.block_k, *(k & -k for k in widths))
 
     @property
     def phases(self) -> int:
@@ -335,6 +425,7 @@ class PersistentStep:
         fp32_dot = INTERPRET or dtype == torch.float32  # (Triton's interpreter computes bf16 `tl.dot` wrongly)
         kv = self.kv
         persistent = t.persistent and not INTERPRET
+        split, block_k = self.slicing(t)
         programs = _sm_count(x.device.index or 0) if x.is_cuda else 4
         spans = [(0, self.phases)] if persistent else [(p, p + 1) for p in range(self.phases)]
         for first, last in spans:
@@ -343,7 +434,7 @@ class PersistentStep:
                 w.proj_w if w.proj_w is not None else x, w.proj_b if w.proj_b is not None else x,
                 w.norms, w.qkv, w.o, w.gate_up, w.down, w.q_norm, w.k_norm, w.final_norm, w.heads[head],
                 cos, sin, kv, kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), kv.stride(4),
-                self.res, self.y, self.xn, self.qkv, self.att, self.act, self.out, self.sync,
+                self.res, self.parts, self.parts.stride(0), self.xn, self.qkv, self.att, self.act, self.out, self.sync,
                 n, start, w.eps, 1.0 / math.sqrt(self.head_dim), first, last,
                 T=tokens, KIN=x.shape[1], HID=self.hidden, H=w.num_heads, KV=w.num_kv_heads, D=self.head_dim,
                 INTER=self.intermediate, VOCAB=self.vocab, L=w.qkv.shape[0],
@@ -351,9 +442,9 @@ class PersistentStep:
                 QKV=w.qkv.shape[1], G=w.num_heads // w.num_kv_heads,
                 GP=triton.next_power_of_2(w.num_heads // w.num_kv_heads), BLOCK_H=triton.next_power_of_2(self.hidden),
                 HAS_PROJ=w.proj_w is not None, BLOCK_R=max(16, min(t.block_r, triton.next_power_of_2(rows))),
-                BLOCK_N=t.block_n, BLOCK_K=self.block_k, STAGES=t.stages, DTYPE=TRITON_DTYPES[dtype],
+                SPLIT=split, PROJ_SLICES=split if w.proj_w is not None else 1, BLOCK_N=t.block_n, BLOCK_K=block_k, STAGES=t.stages, DTYPE=TRITON_DTYPES[dtype],
                 DOT_DTYPE=tl.float32 if fp32_dot else TRITON_DTYPES[dtype],
                 PRECISION="ieee" if fp32_dot else "tf32", PERSISTENT=persistent,
-                LAYER_PHASES=PHASES_PER_LAYER, num_warps=t.num_warps,
+                PREFETCH=persistent and t.prefetch, LAYER_PHASES=PHASES_PER_LAYER, num_warps=t.num_warps,
             )  # fmt: skip
         return self.out[:n]
