@@ -17,6 +17,9 @@ Two ways to run a step (`FrameKernels.fused`):
   its code embedding to the frame's fp32 running sum. Above `gemv_max_rows` token rows the products go to
   cuBLAS (and the norms to `rms_norm`), where tensor-core GEMMs win.
 - layers: the fused decoder stack (`decoder.run_layers`, ~10 kernels per layer) and the torch graph sampler.
+With `FrameKernels.persistent_min_rows`, fused steps of that many token rows or more run their projection, layers,
+final norm and head as ONE persistent kernel (`kernels.cp_step`) and then the sampler: correct, but on the H200
+slower than the kernel chain (docs/benchmarks.md, nineteenth session), so off by default.
 Both compute the plain arithmetic and rounding (fp32 accumulation, activation-dtype rounding where the plain
 layers round); off the GPU every kernel runs its PyTorch twin.
 """

@@ -4,13 +4,14 @@ executor's frames exactly and its summed code embeddings within fp32 rounding, o
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 import torch
 
 from engine.executors.code_predictor import CodePredictorExecutor
 from engine.executors.slots import GenerationSlots, new_code_buffer
-from engine.fast.code_predictor_graph import CodePredictorGraphs
+from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
 from engine.ipc.messages import Sampling
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.model.weights import load_model
@@ -69,3 +70,36 @@ def test_top_k_above_the_static_cap_is_refused_before_anything_runs(model: Qwen3
     with pytest.raises(ValueError, match="cap of 64"):
         fast.predict([0, 1], [0, 1], [0, 0])
     assert fast.steps.eager_runs == 0
+
+
+@pytest.mark.parametrize("min_rows", [1, 4], ids=["every-step", "wide-steps"])
+def test_persistent_step_frame_equals_the_plain_executor(model: Qwen3TTS, min_rows: int) -> None:
+    """Steps of at least `min_rows` token rows run as the one-launch persistent step (`kernels.cp_step`: its
+    twin here, its Triton kernel phase by phase under the interpreter); codes and embeddings stay the plain ones."""
+    plain_slots = _slots(model, 6)
+    fast_slots = copy.deepcopy(plain_slots)
+    plain_codes, fast_codes = new_code_buffer(6, 4, model.device), new_code_buffer(6, 4, model.device)
+    fast = CodePredictorGraphs(model, fast_slots, fast_codes, (1, 2, 4, 8),
+                               kernels=FrameKernels(persistent_min_rows=min_rows))  # fmt: skip
+    assert fast.persistent is not None
+    plain = CodePredictorExecutor(model, plain_slots, plain_codes, max_batch=8)
+    kv_slots, streams, frames = [4, 0, 3, 1, 5], [2, 5, 0, 1, 3], [0, 3, 1, 2, 0]
+    fast.predict(kv_slots, streams, frames)
+    plain.predict(kv_slots, streams, frames)
+    assert torch.equal(fast_codes, plain_codes)
+    torch.testing.assert_close(fast_slots.frame_embed, plain_slots.frame_embed, rtol=1e-5, atol=1e-5)
+
+
+def test_the_persistent_step_slices_every_sliced_product_evenly(model: Qwen3TTS) -> None:
+    slots = _slots(model, 2)
+    fast = CodePredictorGraphs(model, slots, new_code_buffer(2, 2, model.device), (1, 2),
+                               kernels=FrameKernels(persistent_min_rows=1))  # fmt: skip
+    step = fast.persistent
+    assert step is not None
+    w = step.weights
+    for wanted in (1, 2, 4, 8):
+        split, block_k = step.slicing(replace(step.tiles, split_k=wanted))
+        assert 1 <= split <= min(wanted, step.parts.shape[0]) and block_k >= 16
+        for k in [w.o.shape[2], w.down.shape[2]] + ([w.proj_w.shape[1]] if w.proj_w is not None else []):
+            assert k % split == 0 and (k // split) % block_k == 0 and k // split >= 16
+        assert w.qkv.shape[2] % block_k == 0
