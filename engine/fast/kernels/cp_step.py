@@ -104,14 +104,35 @@ if HAVE_TRITON:
             w_rows = w_ptr + n.to(tl.int64)[:, None] * K + part * k_slice  # [BN, 1]
             acc = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
             acc_up = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
-            for k0 in tl.range(0, k_slice, BLOCK_K, num_stages=STAGES):
-                kk = k0 + tl.arange(0, BLOCK_K)
+            kk = tl.arange(0, BLOCK_K)
+            if STAGES > 1:
+                # Double-buffered by hand (Triton does not pipeline these loops): the next K tile is requested
+                # before this one's product, so a load is always in flight; the last round requests nothing.
                 a = tl.load(a_rows + kk[None, :], mask=r_mask[:, None], other=0.0, cache_modifier=CACHE)
                 w = tl.load(w_rows + kk[None, :], mask=n_mask[:, None], other=0.0)
-                acc += tl.dot(a.to(DOT_DTYPE), tl.trans(w.to(DOT_DTYPE)), input_precision=PRECISION)
                 if SILU_MUL:
                     w_up = tl.load(w_rows + n_out * K + kk[None, :], mask=n_mask[:, None], other=0.0)
-                    acc_up += tl.dot(a.to(DOT_DTYPE), tl.trans(w_up.to(DOT_DTYPE)), input_precision=PRECISION)
+                for k0 in range(BLOCK_K, k_slice + BLOCK_K, BLOCK_K):
+                    more = k0 < k_slice
+                    a_next = tl.load(a_rows + k0 + kk[None, :], mask=r_mask[:, None] & more, other=0.0,
+                                     cache_modifier=CACHE)  # fmt: skip
+                    w_next = tl.load(w_rows + k0 + kk[None, :], mask=n_mask[:, None] & more, other=0.0)
+                    acc += tl.dot(a.to(DOT_DTYPE), tl.trans(w.to(DOT_DTYPE)), input_precision=PRECISION)
+                    if SILU_MUL:
+                        w_up_next = tl.load(w_rows + n_out * K + k0 + kk[None, :], mask=n_mask[:, None] & more,
+                                            other=0.0)  # fmt: skip
+                        acc_up += tl.dot(a.to(DOT_DTYPE), tl.trans(w_up.to(DOT_DTYPE)), input_precision=PRECISION)
+                        w_up = w_up_next
+                    a = a_next
+                    w = w_next
+            else:
+                for k0 in range(0, k_slice, BLOCK_K):
+                    a = tl.load(a_rows + k0 + kk[None, :], mask=r_mask[:, None], other=0.0, cache_modifier=CACHE)
+                    w = tl.load(w_rows + k0 + kk[None, :], mask=n_mask[:, None], other=0.0)
+                    acc += tl.dot(a.to(DOT_DTYPE), tl.trans(w.to(DOT_DTYPE)), input_precision=PRECISION)
+                    if SILU_MUL:
+                        w_up = tl.load(w_rows + n_out * K + k0 + kk[None, :], mask=n_mask[:, None], other=0.0)
+                        acc_up += tl.dot(a.to(DOT_DTYPE), tl.trans(w_up.to(DOT_DTYPE)), input_precision=PRECISION)
             mask = r_mask[:, None] & n_mask[None, :]
             if SPLIT > 0:
                 out = out_ptr + part * part_stride + r[:, None] * n_out + n[None, :]
@@ -304,14 +325,14 @@ if HAVE_TRITON:
 
 @dataclass(frozen=True, slots=True)
 class StepTiles:
-    """The persistent step's product tile: [block_r token rows, block_n columns], K in block_k loads pipelined
-    over `stages`, `num_warps` a program; `persistent` False launches each phase on its own (no barriers).
+    """The persistent step's product tile: [block_r token rows, block_n columns], K in block_k loads (`stages`
+    2: double-buffered), `num_warps` a program; `persistent` False launches each phase on its own (no barriers).
     Defaults measured on the H200 (tools/frame_profile.py, 2026-12-04)."""
 
     block_r: int = 64
     block_n: int = 32
     block_k: int = 128
-    stages: int = 3
+    stages: int = 2  # 2: the next K tile loaded while this one multiplies (by hand); 1: one tile at a time
     num_warps: int = 4
     persistent: bool = True
     split_k: int = 4  # K slices of the products a norm follows (projection, o, down), summed by that norm
