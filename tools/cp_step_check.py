@@ -9,7 +9,10 @@ bitwise the persistent result, or a barrier let a program read too early), the p
 (`CodePredictorGraphs.step_logits`) and the torch twin (`step_reference`); it reports the logits' largest
 difference to the twin relative to the twin's spread, the same for the per-kernel step (the bar to meet), and
 repeats the persistent launch 20 times to show the barrier counters reset (every repeat bitwise equal). Then the
-CUDA-event median of each way's step. Exit status 1 when persistent and phased differ or a repeat differs.
+CUDA-event median of each way's step. With `--timeline`, one more persistent launch of each step records when every
+program starts and ends every phase (`StepTiles.timeline`), summarised per kind of phase: its span (from the last
+program starting it to the last starting the next: what it adds to the step) and its slowest program's work.
+Exit status 1 when persistent and phased differ or a repeat differs.
 """
 
 from __future__ import annotations
@@ -27,11 +30,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.fast.measure import cuda_median_ms  # noqa: E402
 
+PHASE_KINDS = ("norm_in", "qkv", "attention", "o", "norm_post", "gate_up", "down")
+
+
+def timeline(step: Any, run: Any) -> dict[str, dict[str, float]]:
+    """One persistent launch with `StepTiles.timeline` -> per kind of phase, summed over the step: span (the last
+    program's start of the next phase minus its start of this one) and the slowest program's work, in us."""
+    tiles = step.tiles
+    step.tiles = replace(tiles, timeline=True)
+    try:
+        run("persistent")
+        torch.cuda.synchronize()
+    finally:
+        step.tiles = tiles
+    stamps = step.stamps.double()  # [2 * phases, programs] ns
+    phases = stamps.shape[0] // 2
+    starts, ends = stamps[0::2], stamps[1::2]
+    out: dict[str, dict[str, float]] = {}
+    for phase in range(phases):
+        if phase == 0:
+            kind = "proj"
+        elif phase == phases - 2:
+            kind = "norm_out"
+        elif phase == phases - 1:
+            kind = "head"
+        else:
+            kind = PHASE_KINDS[(phase - 1) % len(PHASE_KINDS)]
+        following = starts[phase + 1].max() if phase + 1 < phases else ends[phase].max()
+        cell = out.setdefault(kind, {"span": 0.0, "work": 0.0})
+        cell["span"] += (following - starts[phase].max()).item() / 1000
+        cell["work"] += (ends[phase] - starts[phase]).max().item() / 1000
+    out["total"] = {"span": (ends[-1].max() - starts[0].min()).item() / 1000,
+                    "work": sum(cell["work"] for cell in out.values())}  # fmt: skip
+    return out
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 128])
     p.add_argument("--out", default="cp_step_check.json")
+    p.add_argument("--timeline", action="store_true", help="per-phase times inside the persistent launch")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA device")
@@ -94,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 for way in ("persistent", "phased", "per_kernel"):
                     row[f"{way}_us"] = 1000 * cuda_median_ms(lambda w=way: run(w), repeats=30, warmup=5)
+                if args.timeline:
+                    row["timeline_us"] = timeline(step, run)
                 if not (row["persistent_equals_phased"] and repeats_equal):
                     failures.append(f"B={b} {kind}")
                 report["rows"][f"{b}_{kind}"] = row
@@ -106,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{b:<4} {kind:<8} {row['persistent_us']:8.1f} / {row['phased_us']:8.1f} / {row['per_kernel_us']:8.1f}"
               f"       {row['persistent_vs_twin']:.2e} / {row['per_kernel_vs_twin']:.2e}"
               f"   {row['persistent_equals_phased'] and row['repeats_equal']}")  # fmt: skip
+    for key, row in report["rows"].items():
+        if "timeline_us" in row:
+            cells = "  ".join(f"{kind} {v['span']:.1f}/{v['work']:.1f}" for kind, v in row["timeline_us"].items())
+            print(f"{key} phases, us span/slowest work (summed over the step): {cells}")
     print(f"failures: {failures or 'none'}")
     return 1 if failures else 0
 

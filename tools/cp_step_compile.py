@@ -35,7 +35,7 @@ def compile_step(arch: int, model: str, tokens: int, block_n: int, block_k: int,
     signature: dict[str, str] = {}
     for name in _cp_step_kernel.arg_names:
         if is_pointer(name):
-            signature[name] = {"index_ptr": "*i64", "sync_ptr": "*i32"}.get(name, "*bf16")
+            signature[name] = {"index_ptr": "*i64", "sync_ptr": "*i32", "stamps_ptr": "*i64"}.get(name, "*bf16")
         elif name in ("eps", "scale"):
             signature[name] = "fp32"
         elif name.isupper():
@@ -49,7 +49,7 @@ def compile_step(arch: int, model: str, tokens: int, block_n: int, block_k: int,
         GP=triton.next_power_of_2(group), BLOCK_H=triton.next_power_of_2(hid), HAS_INDEX=has_index,
         HAS_PROJ=kin != hid, SPLIT=split, PROJ_SLICES=split if kin != hid else 1, BLOCK_R=64, BLOCK_N=block_n, BLOCK_K=block_k, STAGES=stages,
         DTYPE=triton.language.bfloat16, DOT_DTYPE=triton.language.bfloat16, PRECISION="tf32",
-        PERSISTENT=persistent, PREFETCH=persistent, LAYER_PHASES=PHASES_PER_LAYER,
+        PERSISTENT=persistent, PREFETCH=persistent, LAYER_PHASES=PHASES_PER_LAYER, TIMELINE=persistent,
     )  # fmt: skip
     source = ASTSource(_cp_step_kernel, signature, constexprs=constants)
     kernel = triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})

@@ -31,9 +31,9 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
     persistent  every code-predictor step as one persistent kernel (`FrameKernels.persistent_min_rows` 1,
                `kernels.cp_step`: grid barriers between its phases); the same arithmetic, fp32 sums in another order
     persistent_phased  the same kernel launched once per phase (no barriers): what the barriers save
-    persistent_n16, persistent_r128, persistent_k64, persistent_k256, persistent_s1, persistent_w8,
+    persistent_n16, persistent_r128, persistent_k64, persistent_k256, persistent_s2, persistent_w8,
                persistent_n16_w8  its product tile with 16 columns, 128 rows, K 64 or 256 a load (256: one tile at
-               a time), one tile at a time (defaults: the next loaded during this one's product), or 8 warps
+               a time), the next K tile loaded during this one's product (defaults: one at a time), or 8 warps
     persistent_split1, persistent_split8, persistent_no_prefetch  the products a norm follows in 1 or 8 K slices
                (default 4), or no L2 prefetch of a phase's weights before its barrier
 
@@ -65,7 +65,8 @@ from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 ENGINE_DEFAULTS = EngineSettings("1.7b", "")
 VARIANTS = ("defaults", "sixteenth", "pdl", "no_pdl", "norms_apart", "wide_prologues", "radix4", "warps4", "narrow",
             "previous", "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv", "talker_rope", "talker_gemv_rope",
-            "persistent", "persistent_phased", "persistent_n16", "persistent_r128", "persistent_k64", "persistent_w8", "persistent_split1", "persistent_split8", "persistent_no_prefetch", "persistent_k256", "persistent_s1",
+            "persistent", "persistent_phased", "persistent_n16", "persistent_r128", "persistent_k64", "persistent_w8",
+            "persistent_split1", "persistent_split8", "persistent_no_prefetch", "persistent_k256", "persistent_s2",
             "persistent_n16_w8")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
@@ -101,7 +102,7 @@ def frame_kernels(variant: str) -> Any:
     if variant.startswith("persistent"):
         tiles = {"persistent_phased": StepTiles(persistent=False), "persistent_n16": StepTiles(block_n=16),
                  "persistent_r128": StepTiles(block_r=128), "persistent_k64": StepTiles(block_k=64),
-                 "persistent_s1": StepTiles(stages=1), "persistent_w8": StepTiles(num_warps=8),
+                 "persistent_s2": StepTiles(stages=2), "persistent_w8": StepTiles(num_warps=8),
                  "persistent_n16_w8": StepTiles(block_n=16, num_warps=8),
                  "persistent_split1": StepTiles(split_k=1), "persistent_split8": StepTiles(split_k=8),
                  "persistent_no_prefetch": StepTiles(prefetch=False), "persistent_k256": StepTiles(block_k=256, stages=1),

@@ -61,6 +61,12 @@ if HAVE_TRITON:
     from engine.fast.kernels.cp_attention import attend_row_head, norm_weights
 
     @triton.jit
+    def _globaltimer():
+        """The GPU's nanosecond clock (%globaltimer, shared by all SMs)."""
+        return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
+                                         pack=1)  # fmt: skip
+
+    @triton.jit
     def _grid_barrier(sync_ptr, target):
         """Wait until `target` arrivals have been counted at sync_ptr[0], this program's included. Plain spinning
         reads (volatile: from L2), then one acquiring atomic so this program's later loads see what the others
@@ -215,7 +221,7 @@ if HAVE_TRITON:
         x_ptr, x_stride, index_ptr, index_stride, proj_w_ptr, proj_b_ptr,
         norms_ptr, qkv_w_ptr, o_w_ptr, gate_up_w_ptr, down_w_ptr, q_norm_ptr, k_norm_ptr, final_norm_ptr, head_w_ptr,
         cos_ptr, sin_ptr, kv_ptr, kv_layer_stride, kv_stride, stride_s, stride_k, stride_l,
-        res_ptr, part_ptr, part_stride, xn_ptr, qkv_ptr, att_ptr, act_ptr, logits_ptr, sync_ptr,
+        res_ptr, part_ptr, part_stride, xn_ptr, qkv_ptr, att_ptr, act_ptr, logits_ptr, sync_ptr, stamps_ptr,
         n, start, eps, scale, phase_first, phase_last,
         T: tl.constexpr, KIN: tl.constexpr, HID: tl.constexpr, H: tl.constexpr, KV: tl.constexpr,
         D: tl.constexpr, INTER: tl.constexpr, VOCAB: tl.constexpr, L: tl.constexpr, BLOCK_L: tl.constexpr,
@@ -224,7 +230,7 @@ if HAVE_TRITON:
         BLOCK_R: tl.constexpr,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr, DTYPE: tl.constexpr,
         DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, PERSISTENT: tl.constexpr, PREFETCH: tl.constexpr,
-        LAYER_PHASES: tl.constexpr,
+        LAYER_PHASES: tl.constexpr, TIMELINE: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
@@ -232,6 +238,8 @@ if HAVE_TRITON:
         for phase in range(phase_first, phase_last):
             if PERSISTENT:  # noqa: SIM102 (constexpr, then a runtime condition)
                 if phase > phase_first:  # wait for the phase before; its weights' reads overlap the wait
+                    if TIMELINE:  # the phase before ends here for this program
+                        tl.store(stamps_ptr + (2 * phase - 1) * nprog + pid, _globaltimer())
                     if PREFETCH:
                         _prefetch_phase(phase, rows, n, pid, nprog, proj_w_ptr, qkv_w_ptr, o_w_ptr, gate_up_w_ptr,
                                         down_w_ptr, head_w_ptr, KIN, HID, H, D, INTER, VOCAB, L, QKV, SPLIT,
@@ -240,6 +248,8 @@ if HAVE_TRITON:
                                         gate_up_w_ptr, down_w_ptr, head_w_ptr, KIN, HID, H, D, INTER, VOCAB, L, QKV,
                                         SPLIT, BLOCK_R, BLOCK_N, LAYER_PHASES)  # fmt: skip
                     _grid_barrier(sync_ptr, (phase - phase_first) * nprog)
+            if TIMELINE:  # this phase's work starts here for this program
+                tl.store(stamps_ptr + 2 * phase * nprog + pid, _globaltimer())
             if phase == 0:  # the projection's K slices -> part (or the rows themselves)
                 if HAS_PROJ:
                     _product(x_ptr, x_stride, index_ptr, index_stride, rows, proj_w_ptr, part_ptr, HID, part_stride,
@@ -292,6 +302,8 @@ if HAVE_TRITON:
                     _product(act_ptr, INTER, act_ptr, 0, rows, down_w_ptr + layer * HID * INTER, part_ptr, HID,
                              part_stride, HID, pid, nprog, INTER, False, False, SPLIT, BLOCK_R, BLOCK_N, BLOCK_K,
                              STAGES, DTYPE, DOT_DTYPE, PRECISION, ".cg")  # fmt: skip
+        if TIMELINE:
+            tl.store(stamps_ptr + (2 * phase_last - 1) * nprog + pid, _globaltimer())
         if PERSISTENT:  # noqa: SIM102 (constexpr, then a runtime condition): the last program out zeroes both
             if tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel", scope="gpu") == nprog - 1:
                 tl.store(sync_ptr, 0)
@@ -332,11 +344,16 @@ class StepTiles:
     block_r: int = 64
     block_n: int = 32
     block_k: int = 128
-    stages: int = 2  # 2: the next K tile loaded while this one multiplies (by hand); 1: one tile at a time
+    # 2: the next K tile loaded while this one multiplies (by hand); 1: one tile at a time. On the H200 one at a time
+    # was faster (frame_profile, B = 64: 4.12 against 4.62 ms a frame).
+    stages: int = 1
     num_warps: int = 4
     persistent: bool = True
     split_k: int = 4  # K slices of the products a norm follows (projection, o, down), summed by that norm
     prefetch: bool = True  # L2 prefetch of a phase's weights before its barrier wait (persistent only)
+    # Record when each program starts and ends each phase (%globaltimer, ns) into `PersistentStep.stamps`
+    # [2 * phases, programs]: row 2p its start of phase p (after the barrier), row 2p + 1 its end (persistent only).
+    timeline: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +428,8 @@ class PersistentStep:
         self.act = scratch(self.intermediate)
         self.out = scratch(self.vocab)
         self.sync = torch.zeros(2, dtype=torch.int32, device=device)
+        self.stamps = torch.zeros(2 * self.phases, _sm_count(device.index or 0) if device.type == "cuda" else 4,
+                                  dtype=torch.int64, device=device)  # fmt: skip
         self.max_rows = max_rows
 
     def slicing(self, tiles: StepTiles) -> tuple[int, int]:
@@ -456,7 +475,7 @@ class PersistentStep:
                 w.norms, w.qkv, w.o, w.gate_up, w.down, w.q_norm, w.k_norm, w.final_norm, w.heads[head],
                 cos, sin, kv, kv.stride(0), kv.stride(1), kv.stride(2), kv.stride(3), kv.stride(4),
                 self.res, self.parts, self.parts.stride(0), self.xn, self.qkv, self.att, self.act, self.out, self.sync,
-                n, start, w.eps, 1.0 / math.sqrt(self.head_dim), first, last,
+                self.stamps, n, start, w.eps, 1.0 / math.sqrt(self.head_dim), first, last,
                 T=tokens, KIN=x.shape[1], HID=self.hidden, H=w.num_heads, KV=w.num_kv_heads, D=self.head_dim,
                 INTER=self.intermediate, VOCAB=self.vocab, L=w.qkv.shape[0],
                 BLOCK_L=triton.next_power_of_2(kv.shape[4]), HAS_INDEX=index is not None,
@@ -466,6 +485,7 @@ class PersistentStep:
                 SPLIT=split, PROJ_SLICES=split if w.proj_w is not None else 1, BLOCK_N=t.block_n, BLOCK_K=block_k, STAGES=t.stages, DTYPE=TRITON_DTYPES[dtype],
                 DOT_DTYPE=tl.float32 if fp32_dot else TRITON_DTYPES[dtype],
                 PRECISION="ieee" if fp32_dot else "tf32", PERSISTENT=persistent,
-                PREFETCH=persistent and t.prefetch, LAYER_PHASES=PHASES_PER_LAYER, num_warps=t.num_warps,
+                PREFETCH=persistent and t.prefetch, LAYER_PHASES=PHASES_PER_LAYER,
+                TIMELINE=persistent and t.timeline, num_warps=t.num_warps,
             )  # fmt: skip
         return self.out[:n]
