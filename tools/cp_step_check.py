@@ -43,7 +43,7 @@ def timeline(step: Any, run: Any) -> dict[str, dict[str, float]]:
         torch.cuda.synchronize()
     finally:
         step.tiles = tiles
-    stamps = step.stamps.double()  # [2 * phases, programs] ns
+    stamps = step.timeline().double()  # [2 * phases, programs] ns
     phases = stamps.shape[0] // 2
     starts, ends = stamps[0::2], stamps[1::2]
     out: dict[str, dict[str, float]] = {}
@@ -70,12 +70,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches", type=int, nargs="+", default=[1, 16, 64, 128])
     p.add_argument("--out", default="cp_step_check.json")
     p.add_argument("--timeline", action="store_true", help="per-phase times inside the persistent launch")
+    p.add_argument("--programs-per-sm", type=int, default=1, help="persistent programs per SM (`StepTiles`)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA device")
     from engine.executors.slots import GenerationSlots, new_code_buffer
     from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
-    from engine.fast.kernels.cp_step import step_reference
+    from engine.fast.kernels.cp_step import StepTiles, step_reference
     from engine.model.weights import load_model
 
     torch.manual_seed(0)
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     slots = GenerationSlots(top, c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
     codes = new_code_buffer(top, 4, model.device)
     graphs = CodePredictorGraphs(model, slots, codes, [top], use_graphs=False,
-                                 kernels=FrameKernels(persistent_min_rows=1))  # fmt: skip
+                                 kernels=FrameKernels(persistent_min_rows=1,
+                                                      step_tiles=StepTiles(programs_per_sm=args.programs_per_sm)))  # fmt: skip
     step = graphs.persistent
     assert step is not None
     phased = replace(step.tiles, persistent=False)

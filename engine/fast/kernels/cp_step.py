@@ -53,6 +53,7 @@ from engine.fast.kernels.rmsnorm import rms_norm_reference
 from engine.fast.kernels.silu_mul import silu_mul_reference
 
 PHASES_PER_LAYER = 7
+MAX_PROGRAMS_PER_SM = 4
 
 if HAVE_TRITON:
     import triton
@@ -352,8 +353,12 @@ class StepTiles:
     split_k: int = 4  # K slices of the products a norm follows (projection, o, down), summed by that norm
     prefetch: bool = True  # L2 prefetch of a phase's weights before its barrier wait (persistent only)
     # Record when each program starts and ends each phase (%globaltimer, ns) into `PersistentStep.stamps`
-    # [2 * phases, programs]: row 2p its start of phase p (after the barrier), row 2p + 1 its end (persistent only).
+    # as [2 * phases, programs] (`PersistentStep.timeline`): row 2p its start of phase p (after the barrier), row
+    # 2p + 1 its end (persistent only).
     timeline: bool = False
+    # Programs per SM (all must be resident at once for the barrier: at most what registers and shared memory allow;
+    # 255 registers x 128 threads leaves room for two).
+    programs_per_sm: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,6 +384,11 @@ class StepWeights:
 @cache
 def _sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _sms(device: torch.device) -> int:
+    """SMs of a CUDA device; 3 under the interpreter (several programs, unevenly loaded, as on a GPU)."""
+    return _sm_count(device.index or 0) if device.type == "cuda" else 3
 
 
 def step_reference(weights: StepWeights, x: Tensor, index: Tensor | None, head: int, cos: Tensor, sin: Tensor,
@@ -428,8 +438,7 @@ class PersistentStep:
         self.act = scratch(self.intermediate)
         self.out = scratch(self.vocab)
         self.sync = torch.zeros(2, dtype=torch.int32, device=device)
-        self.stamps = torch.zeros(2 * self.phases, _sm_count(device.index or 0) if device.type == "cuda" else 4,
-                                  dtype=torch.int64, device=device)  # fmt: skip
+        self.stamps = torch.zeros(2 * self.phases * _sms(device) * MAX_PROGRAMS_PER_SM, dtype=torch.int64, device=device)
         self.max_rows = max_rows
 
     def slicing(self, tiles: StepTiles) -> tuple[int, int]:
@@ -442,6 +451,11 @@ class PersistentStep:
             split //= 2
         widths = [k // split for k in sliced] + [w.qkv.shape[2]]
         return split, min(tiles.block_k, *(k & -k for k in widths))
+
+    def timeline(self) -> Tensor:
+        """The last timeline launch's stamps [2 * phases, programs] (ns; `StepTiles.timeline`)."""
+        programs = _sms(self.stamps.device) * self.tiles.programs_per_sm
+        return self.stamps[: 2 * self.phases * programs].view(2 * self.phases, programs)
 
     @property
     def phases(self) -> int:
@@ -466,7 +480,8 @@ class PersistentStep:
         kv = self.kv
         persistent = t.persistent and not INTERPRET
         split, block_k = self.slicing(t)
-        programs = _sm_count(x.device.index or 0) if x.is_cuda else 4
+        programs = _sms(x.device) * t.programs_per_sm
+        assert 1 <= t.programs_per_sm <= MAX_PROGRAMS_PER_SM
         spans = [(0, self.phases)] if persistent else [(p, p + 1) for p in range(self.phases)]
         for first, last in spans:
             _cp_step_kernel[(programs,)](
