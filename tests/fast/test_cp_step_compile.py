@@ -1,0 +1,29 @@
+"""The persistent code-predictor step's GPU-only code (grid barriers, L2 prefetch, the timeline) compiles for the
+H200's architecture on a machine without a GPU, and one program fits an SM: Triton's interpreter never runs that
+code (it launches one phase at a time), so this is the CPU suite's only look at it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+triton = pytest.importorskip("triton")
+
+
+def _ptxas() -> bool:
+    try:
+        from triton.backends.nvidia import compiler
+    except ImportError:
+        return False
+    return (Path(compiler.__file__).parent / "bin" / "ptxas").exists()
+
+
+@pytest.mark.skipif(not _ptxas(), reason="Triton without its NVIDIA backend's ptxas")
+@pytest.mark.parametrize("tokens", [1, 2], ids=["lookup-step", "first-step"])
+def test_the_persistent_step_compiles_for_sm90_and_fits_one_sm(tokens: int) -> None:
+    from tools.cp_step_compile import H100_SHARED_BYTES, compile_step
+
+    info = compile_step(90, "1.7b", tokens, 32, 128, 1, 4, 4, tokens == 1, True)
+    assert 0 < info["registers"] <= 255
+    assert 0 < info["shared"] <= H100_SHARED_BYTES
