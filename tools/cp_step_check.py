@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="cp_step_check.json")
     p.add_argument("--timeline", action="store_true", help="per-phase times inside the persistent launch")
     p.add_argument("--programs-per-sm", type=int, default=1, help="persistent programs per SM (`StepTiles`)")
+    p.add_argument("--max-registers", type=int, default=None, help="register cap a thread (`StepTiles`)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         p.error("needs a CUDA device")
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     codes = new_code_buffer(top, 4, model.device)
     graphs = CodePredictorGraphs(model, slots, codes, [top], use_graphs=False,
                                  kernels=FrameKernels(persistent_min_rows=1,
-                                                      step_tiles=StepTiles(programs_per_sm=args.programs_per_sm)))  # fmt: skip
+                                                      step_tiles=StepTiles(programs_per_sm=args.programs_per_sm,
+                                                                           max_registers=args.max_registers)))  # fmt: skip
     step = graphs.persistent
     assert step is not None
     phased = replace(step.tiles, persistent=False)

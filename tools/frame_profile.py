@@ -34,6 +34,8 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
     persistent_n16, persistent_r128, persistent_k64, persistent_k256, persistent_s2, persistent_w8,
                persistent_n16_w8  its product tile with 16 columns, 128 rows, K 64 or 256 a load (256: one tile at
                a time), the next K tile loaded during this one's product (defaults: one at a time), or 8 warps
+    persistent_pps2, persistent_pps3_reg168, persistent_pps4_reg128  2, 3 or 4 programs per SM (registers capped
+               at 168 or 128 a thread so they fit; the launch never runs more than fit, `StepTiles.programs_per_sm`)
     persistent_split1, persistent_split8, persistent_no_prefetch  the products a norm follows in 1 or 8 K slices
                (default 4), or no L2 prefetch of a phase's weights before its barrier
 
@@ -67,7 +69,7 @@ VARIANTS = ("defaults", "sixteenth", "pdl", "no_pdl", "norms_apart", "wide_prolo
             "previous", "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv", "talker_rope", "talker_gemv_rope",
             "persistent", "persistent_phased", "persistent_n16", "persistent_r128", "persistent_k64", "persistent_w8",
             "persistent_split1", "persistent_split8", "persistent_no_prefetch", "persistent_k256", "persistent_s2",
-            "persistent_n16_w8")
+            "persistent_n16_w8", "persistent_pps2", "persistent_pps3_reg168", "persistent_pps4_reg128")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -104,6 +106,9 @@ def frame_kernels(variant: str) -> Any:
                  "persistent_r128": StepTiles(block_r=128), "persistent_k64": StepTiles(block_k=64),
                  "persistent_s2": StepTiles(stages=2), "persistent_w8": StepTiles(num_warps=8),
                  "persistent_n16_w8": StepTiles(block_n=16, num_warps=8),
+                 "persistent_pps2": StepTiles(programs_per_sm=2),
+                 "persistent_pps3_reg168": StepTiles(programs_per_sm=3, max_registers=168),
+                 "persistent_pps4_reg128": StepTiles(programs_per_sm=4, max_registers=128),
                  "persistent_split1": StepTiles(split_k=1), "persistent_split8": StepTiles(split_k=8),
                  "persistent_no_prefetch": StepTiles(prefetch=False), "persistent_k256": StepTiles(block_k=256, stages=1),
                  }.get(variant, StepTiles())  # fmt: skip

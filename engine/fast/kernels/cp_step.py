@@ -356,9 +356,11 @@ class StepTiles:
     # as [2 * phases, programs] (`PersistentStep.timeline`): row 2p its start of phase p (after the barrier), row
     # 2p + 1 its end (persistent only).
     timeline: bool = False
-    # Programs per SM (all must be resident at once for the barrier: at most what registers and shared memory allow;
-    # 255 registers x 128 threads leaves room for two).
+    # Programs per SM wanted. All must be resident at once or the barrier never opens: a specialization's first
+    # launch runs one per SM (always resident), and later ones at most what its compiled registers and shared memory
+    # leave room for (`resident_per_sm`). 255 registers x 128 threads leaves room for two.
     programs_per_sm: int = 1
+    max_registers: int | None = None  # ptxas's register cap a thread (Triton's `maxnreg`; spills beyond it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,6 +391,17 @@ def _sm_count(device_index: int) -> int:
 def _sms(device: torch.device) -> int:
     """SMs of a CUDA device; 3 under the interpreter (several programs, unevenly loaded, as on a GPU)."""
     return _sm_count(device.index or 0) if device.type == "cuda" else 3
+
+
+def resident_per_sm(registers: int, shared: int, warps: int, shared_per_sm: int, registers_per_sm: int = 65536,
+                    threads_per_sm: int = 2048, blocks_per_sm: int = 32) -> int:  # fmt: skip
+    """How many programs of a compiled kernel one SM holds at once: registers are allocated per warp in units of
+    256, and each program also needs its threads and shared memory."""
+    per_warp = -(-registers * 32 // 256) * 256
+    limits = [registers_per_sm // max(1, per_warp * warps), threads_per_sm // (32 * warps), blocks_per_sm]
+    if shared > 0:
+        limits.append(shared_per_sm // shared)
+    return max(0, min(limits))
 
 
 def step_reference(weights: StepWeights, x: Tensor, index: Tensor | None, head: int, cos: Tensor, sin: Tensor,
@@ -440,6 +453,8 @@ class PersistentStep:
         self.sync = torch.zeros(2, dtype=torch.int32, device=device)
         self.stamps = torch.zeros(2 * self.phases * _sms(device) * MAX_PROGRAMS_PER_SM, dtype=torch.int64, device=device)
         self.max_rows = max_rows
+        self._resident: dict[tuple[object, ...], int] = {}  # (specialization) -> programs per SM its kernel fits
+        self._programs = _sms(device)  # the last launch's grid
 
     def slicing(self, tiles: StepTiles) -> tuple[int, int]:
         """(K slices of the products a norm follows, K per load): the most slices up to `tiles.split_k` that
@@ -453,8 +468,8 @@ class PersistentStep:
         return split, min(tiles.block_k, *(k & -k for k in widths))
 
     def timeline(self) -> Tensor:
-        """The last timeline launch's stamps [2 * phases, programs] (ns; `StepTiles.timeline`)."""
-        programs = _sms(self.stamps.device) * self.tiles.programs_per_sm
+        """The last launch's stamps [2 * phases, programs] (ns; written when `StepTiles.timeline` was on)."""
+        programs = self._programs
         return self.stamps[: 2 * self.phases * programs].view(2 * self.phases, programs)
 
     @property
@@ -480,11 +495,14 @@ class PersistentStep:
         kv = self.kv
         persistent = t.persistent and not INTERPRET
         split, block_k = self.slicing(t)
-        programs = _sms(x.device) * t.programs_per_sm
         assert 1 <= t.programs_per_sm <= MAX_PROGRAMS_PER_SM
+        key = (tokens, index is None, dtype, x.shape[1], t)
+        programs = _sms(x.device) * min(t.programs_per_sm, self._resident.get(key, 1))
+        self._programs = programs
         spans = [(0, self.phases)] if persistent else [(p, p + 1) for p in range(self.phases)]
+        options = {"maxnreg": t.max_registers} if t.max_registers and not INTERPRET else {}
         for first, last in spans:
-            _cp_step_kernel[(programs,)](
+            compiled = _cp_step_kernel[(programs,)](
                 x, x.stride(0), index if index is not None else x, index.stride(0) if index is not None else 0,
                 w.proj_w if w.proj_w is not None else x, w.proj_b if w.proj_b is not None else x,
                 w.norms, w.qkv, w.o, w.gate_up, w.down, w.q_norm, w.k_norm, w.final_norm, w.heads[head],
@@ -501,6 +519,16 @@ class PersistentStep:
                 DOT_DTYPE=tl.float32 if fp32_dot else TRITON_DTYPES[dtype],
                 PRECISION="ieee" if fp32_dot else "tf32", PERSISTENT=persistent,
                 PREFETCH=persistent and t.prefetch, LAYER_PHASES=PHASES_PER_LAYER,
-                TIMELINE=persistent and t.timeline, num_warps=t.num_warps,
+                TIMELINE=persistent and t.timeline, num_warps=t.num_warps, **options,
             )  # fmt: skip
+        if key not in self._resident and x.is_cuda:
+            self._resident[key] = self._resident_for(compiled, x.device)
         return self.out[:n]
+
+    @staticmethod
+    def _resident_for(compiled: object, device: torch.device) -> int:
+        """Programs per SM the compiled kernel fits (`resident_per_sm`), from its registers and shared memory."""
+        properties = triton.runtime.driver.active.utils.get_device_properties(device.index or 0)
+        fits = resident_per_sm(compiled.n_regs, compiled.metadata.shared, compiled.metadata.num_warps,  # type: ignore[attr-defined]
+                               properties["max_shared_mem"], properties.get("max_num_regs", 65536))  # fmt: skip
+        return max(1, fits)
