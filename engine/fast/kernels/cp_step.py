@@ -1,35 +1,42 @@
 """One code-predictor step (projection, every layer, final norm, head) as ONE persistent kernel launch.
 
 At tens of frame rows a step of the fused frame is ~50 kernels of 2-7 us each, most of it launch, ramp and
-tail (the H200, 2026-12-04: 3.59 ms a frame at B = 64, 5.7x the weights' floor). Here one grid of exactly as
-many programs as the GPU has SMs runs the step's phases in order, separated by grid barriers:
+tail (the H200, 2026-12-04: 3.59 ms a frame at B = 64, 5.7x the weights' floor). Here a grid of one (or a few)
+programs per SM runs the step's phases in order, separated by grid barriers:
 
-    phase 0             proj     y = x[index] @ Wp^T + bp           (x [*, KIN]: stacked rows, or a table)
-    per layer l (7 each) norm_in  res = y (l = 0) or res + y;  xn = norm_in[l](res)
+    phase 0             proj     part = x[index] @ Wp^T in K slices  (x [*, KIN]: stacked rows, or a table)
+    per layer l (7 each) norm_in  y = sum(part) (+ bp at l = 0); res = y (l = 0) or res + y; xn = norm_in[l](res)
                          qkv      qkv = xn @ Wqkv[l]^T
                          attn     att = cp_attention(qkv)            (q/k norm, RoPE, cache write, attention)
-                         o        y = att @ Wo[l]^T
-                         norm_post res = res + y;  xn = norm_post[l](res)
+                         o        part = att @ Wo[l]^T in K slices
+                         norm_post y = sum(part); res = res + y;  xn = norm_post[l](res)
                          gate_up  act = silu(xn @ Wg[l]^T) * (xn @ Wu[l]^T)
-                         down     y = act @ Wd[l]^T
-    then                 norm_out xn[b] = final_norm(res + y) at each frame row's last token (b*T + T-1)
+                         down     part = act @ Wd[l]^T in K slices
+    then                 norm_out xn[b] = final_norm(res + sum(part)) at each frame row's last token (b*T + T-1)
                          head     logits = xn @ Whead^T                 -> logits [n, V]
 
 Products run on tensor cores (`tl.dot`, fp32 accumulation) over [BLOCK_R, BLOCK_N] output tiles handed out
-round-robin; norms one token row per program, attention one (frame row, kv head) per program. Every value is
-rounded where the plain layers round (`rms_norm`, `silu_mul`, `cp_attention` and the products' single
-rounding), so the step equals the per-kernel fused step up to fp32 summation order.
+round-robin; the products a norm follows are cut into K slices (more work items than SMs) whose fp32 partials
+[slices, R, HID] that norm sums in a fixed order before the one rounding; norms one token row per program, attention
+one (frame row, kv head) per program. Every value is rounded where the plain layers round (`rms_norm`, `silu_mul`,
+`cp_attention` and the products' single rounding), so the step equals the per-kernel fused step up to fp32
+summation order, and is bitwise the same whatever the number of programs.
 
 The grid barrier (`_grid_barrier`): every program adds 1 to a counter (release) and waits until it reaches
-(barriers passed) x (programs) (acquire); loads of what this launch wrote bypass L1 (".cg"). All programs must be
-resident at once, hence one per SM. The counter is not reset between barriers; the last program out of the kernel
-zeroes it (and the exit counter) for the next launch, which the stream orders after this one.
+(barriers passed) x (programs) (acquire); loads of what this launch wrote bypass L1 (".cg"). Before waiting, a
+program asks L2 for the weights of its items in the coming phases. All programs must be resident at once, so a
+launch runs at most as many per SM as its compiled kernel fits (`resident_per_sm`). The counter is not reset
+between barriers; the last program out of the kernel zeroes it (and the exit counter) for the next launch, which the
+stream orders after this one.
 
     sync [2] int32: (barrier arrivals, exits), zero between launches
 
 Under Triton's interpreter programs run one after another, so a barrier would never open: there (and with
 `persistent=False`) each phase is a launch of its own, the same code with no barrier. Off the GPU and
 interpreter the step is its twin, `step_reference`, the per-kernel twins in the same order.
+
+Measured on the H200 (docs/benchmarks.md, nineteenth session): correct, but slower than the kernel chain (a step
+~255 us against ~236 at B = 64; its attention phase a third of it), so `FrameKernels` leaves it off by default.
 
 Shapes: token rows R = n*T (row b*T + t at position start+t, cache slot b); hidden HID, talker hidden KIN,
 H query / KV key-value heads of D, intermediate I, vocabulary V, L layers; weights stacked per layer:
