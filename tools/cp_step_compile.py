@@ -18,7 +18,7 @@ H100_SHARED_BYTES = 227 * 1024  # the opt-in shared memory of one sm_90 program
 
 
 def compile_step(arch: int, model: str, tokens: int, block_n: int, block_k: int, stages: int, warps: int, split: int,
-                 has_index: bool, persistent: bool) -> dict[str, int]:  # fmt: skip
+                 has_index: bool, persistent: bool, queries_first: bool = False) -> dict[str, int]:  # fmt: skip
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -50,6 +50,7 @@ def compile_step(arch: int, model: str, tokens: int, block_n: int, block_k: int,
         HAS_PROJ=kin != hid, SPLIT=split, PROJ_SLICES=split if kin != hid else 1, BLOCK_R=64, BLOCK_N=block_n, BLOCK_K=block_k, STAGES=stages,
         DTYPE=triton.language.bfloat16, DOT_DTYPE=triton.language.bfloat16, PRECISION="tf32",
         PERSISTENT=persistent, PREFETCH=persistent, LAYER_PHASES=PHASES_PER_LAYER, TIMELINE=persistent,
+        QUERIES_FIRST=queries_first and tokens == 1,
     )  # fmt: skip
     source = ASTSource(_cp_step_kernel, signature, constexprs=constants)
     kernel = triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})

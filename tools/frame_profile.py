@@ -36,6 +36,7 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
                a time), the next K tile loaded during this one's product (defaults: one at a time), or 8 warps
     persistent_pps2, persistent_pps3_reg168, persistent_pps4_reg128  2, 3 or 4 programs per SM (registers capped
                at 168 or 128 a thread so they fit; the launch never runs more than fit, `StepTiles.programs_per_sm`)
+    persistent_queries_first  1-token steps' attention loads its queries with the key and value (`StepTiles`)
     persistent_split1, persistent_split8, persistent_no_prefetch  the products a norm follows in 1 or 8 K slices
                (default 4), or no L2 prefetch of a phase's weights before its barrier
 
@@ -69,7 +70,8 @@ VARIANTS = ("defaults", "sixteenth", "pdl", "no_pdl", "norms_apart", "wide_prolo
             "previous", "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv", "talker_rope", "talker_gemv_rope",
             "persistent", "persistent_phased", "persistent_n16", "persistent_r128", "persistent_k64", "persistent_w8",
             "persistent_split1", "persistent_split8", "persistent_no_prefetch", "persistent_k256", "persistent_s2",
-            "persistent_n16_w8", "persistent_pps2", "persistent_pps3_reg168", "persistent_pps4_reg128")
+            "persistent_n16_w8", "persistent_pps2", "persistent_pps3_reg168", "persistent_pps4_reg128",
+            "persistent_queries_first")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -109,6 +111,7 @@ def frame_kernels(variant: str) -> Any:
                  "persistent_pps2": StepTiles(programs_per_sm=2),
                  "persistent_pps3_reg168": StepTiles(programs_per_sm=3, max_registers=168),
                  "persistent_pps4_reg128": StepTiles(programs_per_sm=4, max_registers=128),
+                 "persistent_queries_first": StepTiles(queries_first=True),
                  "persistent_split1": StepTiles(split_k=1), "persistent_split8": StepTiles(split_k=8),
                  "persistent_no_prefetch": StepTiles(prefetch=False), "persistent_k256": StepTiles(block_k=256, stages=1),
                  }.get(variant, StepTiles())  # fmt: skip

@@ -12,6 +12,7 @@ import torch
 from engine.executors.code_predictor import CodePredictorExecutor
 from engine.executors.slots import GenerationSlots, new_code_buffer
 from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
+from engine.fast.kernels.cp_step import StepTiles
 from engine.ipc.messages import Sampling
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.model.weights import load_model
@@ -72,15 +73,16 @@ def test_top_k_above_the_static_cap_is_refused_before_anything_runs(model: Qwen3
     assert fast.steps.eager_runs == 0
 
 
-@pytest.mark.parametrize("min_rows", [1, 4], ids=["every-step", "wide-steps"])
-def test_persistent_step_frame_equals_the_plain_executor(model: Qwen3TTS, min_rows: int) -> None:
+@pytest.mark.parametrize(("min_rows", "tiles"), [(1, StepTiles()), (4, StepTiles()), (1, StepTiles(queries_first=True))],
+                         ids=["every-step", "wide-steps", "queries-first"])  # fmt: skip
+def test_persistent_step_frame_equals_the_plain_executor(model: Qwen3TTS, min_rows: int, tiles: StepTiles) -> None:
     """Steps of at least `min_rows` token rows run as the one-launch persistent step (`kernels.cp_step`: its
     twin here, its Triton kernel phase by phase under the interpreter); codes and embeddings stay the plain ones."""
     plain_slots = _slots(model, 6)
     fast_slots = copy.deepcopy(plain_slots)
     plain_codes, fast_codes = new_code_buffer(6, 4, model.device), new_code_buffer(6, 4, model.device)
     fast = CodePredictorGraphs(model, fast_slots, fast_codes, (1, 2, 4, 8),
-                               kernels=FrameKernels(persistent_min_rows=min_rows))  # fmt: skip
+                               kernels=FrameKernels(persistent_min_rows=min_rows, step_tiles=tiles))  # fmt: skip
     assert fast.persistent is not None
     plain = CodePredictorExecutor(model, plain_slots, plain_codes, max_batch=8)
     kv_slots, streams, frames = [4, 0, 3, 1, 5], [2, 5, 0, 1, 3], [0, 3, 1, 2, 0]

@@ -20,11 +20,12 @@ def _ptxas() -> bool:
 
 
 @pytest.mark.skipif(not _ptxas(), reason="Triton without its NVIDIA backend's ptxas")
-@pytest.mark.parametrize("tokens", [1, 2], ids=["lookup-step", "first-step"])
-def test_the_persistent_step_compiles_for_sm90_and_fits_one_sm(tokens: int) -> None:
+@pytest.mark.parametrize(("tokens", "queries_first"), [(1, False), (2, False), (1, True)],
+                         ids=["lookup-step", "first-step", "queries-first"])  # fmt: skip
+def test_the_persistent_step_compiles_for_sm90_and_fits_one_sm(tokens: int, queries_first: bool) -> None:
     from tools.cp_step_compile import H100_SHARED_BYTES, compile_step
 
-    info = compile_step(90, "1.7b", tokens, 32, 128, 1, 4, 4, tokens == 1, True)
+    info = compile_step(90, "1.7b", tokens, 32, 128, 1, 4, 4, tokens == 1, True, queries_first)
     assert 0 < info["registers"] <= 255
     assert 0 < info["shared"] <= H100_SHARED_BYTES
 

@@ -58,10 +58,13 @@ if HAVE_TRITON:
         start, eps, scale, stride_s, stride_k, stride_l,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
         D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, CACHE: tl.constexpr,
+        QUERIES_FIRST: tl.constexpr = False,
     ):  # fmt: skip
         """Frame row b, kv head j: everything the module docstring lists, with the q/k norm weights (and their
         rotate-half partners) already loaded as fp32 [D]. CACHE: the load modifier for qkv (".cg" where qkv was
-        written earlier in the same kernel, by other SMs, so no stale L1 line can be read)."""
+        written earlier in the same kernel, by other SMs, so no stale L1 line can be read). QUERIES_FIRST (one
+        token): the query heads are loaded with the key and value, before the cache writes, which the compiler
+        may not move a later load above: one trip to memory instead of two."""
         width: tl.constexpr = (H + 2 * K) * D
         d = tl.arange(0, D)
         d_rot = (d + D // 2) % D
@@ -77,6 +80,11 @@ if HAVE_TRITON:
         earlier = (positions < start)[:, None]
         keys = tl.load(k_cache_ptr + kv, mask=earlier, other=0.0).to(tl.float32)  # [BL, D]
         values = tl.load(v_cache_ptr + kv, mask=earlier, other=0.0).to(tl.float32)
+        if QUERIES_FIRST:
+            tl.static_assert(T == 1, "queries first: one token a row")
+            q_first = qkv_ptr + b * width + heads[:, None] * D
+            x_first = tl.load(q_first + d[None, :], mask=g_mask[:, None], other=0.0, cache_modifier=CACHE)
+            x_rot_first = tl.load(q_first + d_rot[None, :], mask=g_mask[:, None], other=0.0, cache_modifier=CACHE)
         for t in tl.static_range(T):
             row = qkv_ptr + (b * T + t) * width
             c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
@@ -97,11 +105,15 @@ if HAVE_TRITON:
             row = qkv_ptr + (b * T + t) * width
             c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
             s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
-            q_ptrs = row + heads[:, None] * D
-            x = tl.load(q_ptrs + d[None, :], mask=g_mask[:, None], other=0.0,
-                        cache_modifier=CACHE).to(tl.float32)  # fmt: skip
-            x_rot = tl.load(q_ptrs + d_rot[None, :], mask=g_mask[:, None], other=0.0,
+            if QUERIES_FIRST:
+                x = x_first.to(tl.float32)
+                x_rot = x_rot_first.to(tl.float32)
+            else:
+                q_ptrs = row + heads[:, None] * D
+                x = tl.load(q_ptrs + d[None, :], mask=g_mask[:, None], other=0.0,
                             cache_modifier=CACHE).to(tl.float32)  # fmt: skip
+                x_rot = tl.load(q_ptrs + d_rot[None, :], mask=g_mask[:, None], other=0.0,
+                                cache_modifier=CACHE).to(tl.float32)  # fmt: skip
             q = _norm_rope(x, x_rot, qw, qw_rot, c, s, eps, d, D, DTYPE)  # [GP, D]
             visible = positions <= start + t  # (a later token's key and value get weight 0)
             scores = tl.sum(q[:, None, :] * keys[None, :, :], axis=2) * scale  # [GP, BL]

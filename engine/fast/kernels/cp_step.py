@@ -238,7 +238,7 @@ if HAVE_TRITON:
         BLOCK_R: tl.constexpr,
         BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr, DTYPE: tl.constexpr,
         DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, PERSISTENT: tl.constexpr, PREFETCH: tl.constexpr,
-        LAYER_PHASES: tl.constexpr, TIMELINE: tl.constexpr,
+        LAYER_PHASES: tl.constexpr, TIMELINE: tl.constexpr, QUERIES_FIRST: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         nprog = tl.num_programs(0)
@@ -294,7 +294,7 @@ if HAVE_TRITON:
                         attend_row_head(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache,
                                         k_cache + kv_stride, att_ptr, item // KV, item % KV, start, eps, scale,
                                         stride_s, stride_k, stride_l, T, H, KV, G, GP, D, BLOCK_L, DTYPE,
-                                        ".cg")  # fmt: skip
+                                        ".cg", QUERIES_FIRST)  # fmt: skip
                 elif kind == 3:
                     _product(att_ptr, H * D, att_ptr, 0, rows, o_w_ptr + layer * HID * H * D, part_ptr, HID,
                              part_stride, HID, pid, nprog, H * D, False, False, SPLIT, BLOCK_R, BLOCK_N, BLOCK_K,
@@ -368,6 +368,10 @@ class StepTiles:
     # leave room for (`resident_per_sm`). 255 registers x 128 threads leaves room for two.
     programs_per_sm: int = 1
     max_registers: int | None = None  # ptxas's register cap a thread (Triton's `maxnreg`; spills beyond it)
+    # 1-token steps' attention loads its query heads with the key and value (`cp_attention.attend_row_head`): one
+    # trip to memory instead of two, but the queries stay live across the key's arithmetic (ptxas, sm_90: 312 bytes
+    # a thread spilled against 8). Not measured yet.
+    queries_first: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -526,7 +530,8 @@ class PersistentStep:
                 DOT_DTYPE=tl.float32 if fp32_dot else TRITON_DTYPES[dtype],
                 PRECISION="ieee" if fp32_dot else "tf32", PERSISTENT=persistent,
                 PREFETCH=persistent and t.prefetch, LAYER_PHASES=PHASES_PER_LAYER,
-                TIMELINE=persistent and t.timeline, num_warps=t.num_warps, **options,
+                TIMELINE=persistent and t.timeline, QUERIES_FIRST=t.queries_first and tokens == 1,
+                num_warps=t.num_warps, **options,
             )  # fmt: skip
         if key not in self._resident and x.is_cuda:
             self._resident[key] = self._resident_for(compiled, x.device)
