@@ -49,6 +49,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -67,6 +68,7 @@ if HAVE_TRITON:
     import triton.language as tl
 
     from engine.fast.kernels.cp_attention import attend_row_head, norm_weights
+    from engine.fast.kernels.snake import TRITON_DTYPES
 
     @triton.jit
     def _globaltimer():
@@ -96,9 +98,10 @@ if HAVE_TRITON:
     ):  # fmt: skip
         """a[rows (or a[index[r]])] [*, K] @ W [n_out (x2 with SILU_MUL), K]^T. SPLIT 0: out [rows, n_out] =
         the product (or silu(gate) * up, `silu_mul`'s roundings) rounded once to DTYPE. SPLIT s > 0: K in s
-        slices, out [s, rows, n_out] fp32 holds each slice's partial product at part * part_stride (`_norm_rows` sums them in a fixed
-        order and rounds once). K / max(1, SPLIT) is a multiple of BLOCK_K. Work items (row block, column block,
-        slice) go round-robin, columns and slices first, so programs at the same time read different weights."""
+        slices, out [s, rows, n_out] fp32 (slice s at s * part_stride) holds each slice's partial product
+        (`_norm_rows` sums them in a fixed order and rounds once). K / max(1, SPLIT) is a multiple of BLOCK_K.
+        Work items (row block, column block, slice) go round-robin, columns and slices first, so programs at the
+        same time read different weights."""
         slices: tl.constexpr = max(1, SPLIT)
         k_slice: tl.constexpr = K // slices
         row_blocks = tl.cdiv(rows, BLOCK_R)
@@ -235,8 +238,7 @@ if HAVE_TRITON:
         D: tl.constexpr, INTER: tl.constexpr, VOCAB: tl.constexpr, L: tl.constexpr, BLOCK_L: tl.constexpr,
         QKV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, BLOCK_H: tl.constexpr,
         HAS_INDEX: tl.constexpr, HAS_PROJ: tl.constexpr, SPLIT: tl.constexpr, PROJ_SLICES: tl.constexpr,
-        BLOCK_R: tl.constexpr,
-        BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr, DTYPE: tl.constexpr,
+        BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr, DTYPE: tl.constexpr,
         DOT_DTYPE: tl.constexpr, PRECISION: tl.constexpr, PERSISTENT: tl.constexpr, PREFETCH: tl.constexpr,
         LAYER_PHASES: tl.constexpr, TIMELINE: tl.constexpr, QUERIES_FIRST: tl.constexpr,
     ):  # fmt: skip
@@ -462,7 +464,8 @@ class PersistentStep:
         self.act = scratch(self.intermediate)
         self.out = scratch(self.vocab)
         self.sync = torch.zeros(2, dtype=torch.int32, device=device)
-        self.stamps = torch.zeros(2 * self.phases * _sms(device) * MAX_PROGRAMS_PER_SM, dtype=torch.int64, device=device)
+        stamps = 2 * self.phases * _sms(device) * MAX_PROGRAMS_PER_SM
+        self.stamps = torch.zeros(stamps, dtype=torch.int64, device=device)
         self.max_rows = max_rows
         self._resident: dict[tuple[object, ...], int] = {}  # (specialization) -> programs per SM its kernel fits
         self._programs = _sms(device)  # the last launch's grid
@@ -500,8 +503,6 @@ class PersistentStep:
         n = rows // tokens
         t = self.tiles
         dtype = x.dtype
-        from engine.fast.kernels.snake import TRITON_DTYPES
-
         fp32_dot = INTERPRET or dtype == torch.float32  # (Triton's interpreter computes bf16 `tl.dot` wrongly)
         kv = self.kv
         persistent = t.persistent and not INTERPRET
@@ -526,7 +527,8 @@ class PersistentStep:
                 QKV=w.qkv.shape[1], G=w.num_heads // w.num_kv_heads,
                 GP=triton.next_power_of_2(w.num_heads // w.num_kv_heads), BLOCK_H=triton.next_power_of_2(self.hidden),
                 HAS_PROJ=w.proj_w is not None, BLOCK_R=max(16, min(t.block_r, triton.next_power_of_2(rows))),
-                SPLIT=split, PROJ_SLICES=split if w.proj_w is not None else 1, BLOCK_N=t.block_n, BLOCK_K=block_k, STAGES=t.stages, DTYPE=TRITON_DTYPES[dtype],
+                SPLIT=split, PROJ_SLICES=split if w.proj_w is not None else 1, BLOCK_N=t.block_n, BLOCK_K=block_k,
+                STAGES=t.stages, DTYPE=TRITON_DTYPES[dtype],
                 DOT_DTYPE=tl.float32 if fp32_dot else TRITON_DTYPES[dtype],
                 PRECISION="ieee" if fp32_dot else "tf32", PERSISTENT=persistent,
                 PREFETCH=persistent and t.prefetch, LAYER_PHASES=PHASES_PER_LAYER,
@@ -541,6 +543,7 @@ class PersistentStep:
     def _resident_for(compiled: object, device: torch.device) -> int:
         """Programs per SM the compiled kernel fits (`resident_per_sm`), from its registers and shared memory."""
         properties = triton.runtime.driver.active.utils.get_device_properties(device.index or 0)
-        fits = resident_per_sm(compiled.n_regs, compiled.metadata.shared, compiled.metadata.num_warps,  # type: ignore[attr-defined]
+        kernel: Any = compiled  # Triton's CompiledKernel (registers known once loaded, after its first launch)
+        fits = resident_per_sm(kernel.n_regs, kernel.metadata.shared, kernel.metadata.num_warps,
                                properties["max_shared_mem"], properties.get("max_num_regs", 65536))  # fmt: skip
         return max(1, fits)
