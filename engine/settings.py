@@ -116,7 +116,7 @@ class EngineSettings:
     shutdown_grace_ms: int = 5000
     log_level: str = "info"
     cp_kernels: str = "fused"  # code-predictor fast path: fused (frame kernels) | layers (fused layer stack)
-    cp_pdl: bool = True  # cp_kernels fused: its 1-2 row steps' Triton kernels as programmatic dependent launches
+    cp_pdl: bool = True  # cp_kernels fused: its Triton-product steps' kernels as programmatic dependent launches
     talker_gemv_rows: int = 2  # fast talker: decode steps of up to this many rows with its products in `gemv`
     talker_fused_rope: bool = True  # fast talker: q/k norm and RoPE inside the decode attention's split kernel
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
@@ -444,13 +444,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "audio never waits behind the codec stream's longer plans (docs/scheduling.md)")
     p.add_argument("--cp-kernels", default=d.cp_kernels, choices=("layers", "fused"),
                    help="code-predictor fast path: fused (default: Triton products with folded norms at 1-2 token "
-                        "rows, cuBLAS above, short attention and the one-kernel sampler; 2.5-4.0 ms a frame on an "
-                        "H200; its kernels compile in parallel at start-up, see --precompile-workers) "
+                        "rows, tensor-core Triton products at 16-64 token rows, cuBLAS otherwise, short attention and "
+                        "the one-kernel sampler; 2.2-3.9 ms a frame on an H200; its kernels compile in parallel at "
+                        "start-up, see --precompile-workers) "
                         "or layers (the fused layer stack with cuBLAS products and the graph sampler; 5.7-6.7 ms)")
     p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=d.cp_pdl,
-                   help="with --cp-kernels fused: launch the Triton kernels of the frame's 1-2 row steps as "
-                        "programmatic dependents, so each fetches its weights while the one before it finishes "
-                        "(Hopper and later, ignored before; same results; B=1 frame 2.42 -> 2.16 ms on an H200; on by "
+                   help="with --cp-kernels fused: launch the kernels of the frame's steps whose products run in "
+                        "Triton (1-2 and 16-64 token rows) as programmatic dependents, so each starts while the one "
+                        "before it finishes (Hopper and later, ignored before; same results; B=1 frame 2.42 -> 2.16 "
+                        "ms on an H200, and the B=64 frame's Triton products need it to beat cuBLAS; on by "
                         "default since the seventeenth session, docs/benchmarks.md: earlier server runs saw a 2-3 ms "
                         "first-audio tail at 1 RPS with it)")
     p.add_argument("--talker-gemv-rows", type=int, default=d.talker_gemv_rows, choices=(0, 1, 2),

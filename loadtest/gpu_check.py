@@ -408,8 +408,8 @@ def main(argv: list[str] | None = None) -> int:
                    default=EngineSettings("1.7b", "").talker_fused_rope,
                    help="the fast talker's q/k norm and RoPE inside its decode attention (default: the engine's)")
     p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=EngineSettings("1.7b", "").cp_pdl,
-                   help="the fused code predictor's 1-2 row steps as programmatic dependent launches (default: the "
-                        "engine's)")
+                   help="the fused code predictor's Triton-product steps as programmatic dependent launches "
+                        "(default: the engine's)")
     args = p.parse_args(argv)
     if args.dry_run:
         return dry_run(args)

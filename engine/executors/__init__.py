@@ -112,7 +112,7 @@ class Executors:
         generation steps' whenever both wait for SMs (graphs replay at the priority of the stream they are
         launched on);
         `cp_kernels`: the code predictor's fast path, "layers" or "fused" (engine/fast/code_predictor_graph.py);
-        `cp_pdl`: the fused frame's 1-2 row steps' kernels as programmatic dependent launches (`FrameKernels.pdl`);
+        `cp_pdl`: the fused frame's Triton-product steps' kernels as programmatic dependent launches (`FrameKernels.pdl`);
         `talker_gemv_rows`: the fast talker's decode steps of up to this many rows in `gemv` (`TalkerGraphs`);
         `talker_fused_rope`: the fast talker's q/k norm and RoPE inside its decode attention (`TalkerGraphs`);
         `precompile_workers`: child processes that compile the fused frame's Triton kernels before capture

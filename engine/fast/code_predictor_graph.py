@@ -14,8 +14,9 @@ Two ways to run a step (`FrameKernels.fused`):
   their prologue (input, post-attention and final norm, residual adds included), the embedding lookup of the
   previous group's code folded into the projection, SwiGLU into gate|up; `cp_attention` does q/k norm,
   RoPE, the cache write and attention in one kernel; `sampler.sample` draws the group in one kernel and adds
-  its code embedding to the frame's fp32 running sum. Above `gemv_max_rows` token rows the products go to
-  cuBLAS (and the norms to `rms_norm`), where tensor-core GEMMs win.
+  its code embedding to the frame's fp32 running sum. Above `gemv_max_rows` token rows the products run on
+  tensor cores, in `gemv` tiles for `dot_gemv_rows` (16-64) token rows, where every kernel's launch overlaps
+  the tail of the one before, else in cuBLAS; the norms then run in `rms_norm`.
 - layers: the fused decoder stack (`decoder.run_layers`, ~10 kernels per layer) and the torch graph sampler.
 With `FrameKernels.persistent_min_rows`, fused steps of that many token rows or more run their projection, layers,
 final norm and head as ONE persistent kernel (`kernels.cp_step`) and then the sampler: correct, but on the H200
@@ -48,6 +49,14 @@ from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k, sample_tokens
 from engine.model.qwen3_tts import Qwen3TTS
 
 DEFAULT_GEMV = {name: STREAM_TILE for name in ("proj", "qkv", "o", "gate_up", "down", "head")}
+# Tensor-core tiles (columns / K per load / warps / pipelined K tiles) for products of 16+ token rows, when
+# `gemv_max_rows` lets `gemv` run them: the fastest of each product at 64 rows in `tools/gemv_tiles.py` (H200,
+# 2026-12-04; within -0.4..+1.1 us of cuBLAS a call, bare).
+DEFAULT_DOT_GEMV = {
+    "proj": GemvConfig(16, 128, 4, loop_stages=4), "qkv": GemvConfig(32, 128, 4, loop_stages=4),
+    "o": GemvConfig(16, 128, 4, loop_stages=4), "gate_up": GemvConfig(32, 128, 4, loop_stages=4),
+    "down": GemvConfig(16, 128, 4, loop_stages=4), "head": GemvConfig(16, 128, 4, loop_stages=4),
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -56,18 +65,27 @@ class FrameKernels:
     down, head; `gemv` maps a name to its tile shape. Rows below are token rows (2n in a frame's first step)."""
 
     fused: bool = True
-    # Up to here products run in `gemv`; above, cuBLAS. Measured on the H200 (2026-12-01, gemv up to 64 rows):
-    # the CUDA-core gemv wins at 1-2 token rows (frame 3.8 ms at B=1 against 5.7 ms layered) but loses badly
-    # at 4-8 (16.9 ms at B=4), and its tensor-core form at 16-64 rows (4.5-5.5 ms) loses to cuBLAS (4.0 ms
-    # at B=128, where every product already went to cuBLAS).
+    # Up to here products run in `gemv` on CUDA cores; above, cuBLAS (or `dot_gemv_rows`). Measured on the H200
+    # (2026-12-01): the CUDA-core gemv wins at 1-2 token rows (frame 3.8 ms at B=1 against 5.7 ms layered) but
+    # loses badly at 4-8 (16.9 ms at B=4).
     gemv_max_rows: int = 2
+    # Token rows (inclusive range) whose products run in `gemv` on tensor cores (`dot_gemv` tiles), with every
+    # kernel of the step a programmatic dependent launch when `pdl`; None: cuBLAS. On the H200 (2026-12-04,
+    # tools/frame_profile.py, context 128): CP frame at B=64 3.54 -> 3.12 ms (the kernels start in each other's
+    # tails; bare, these tiles are 0-1 us a call slower than cuBLAS), teacher-forced logits' error 1.004x the
+    # plain bf16 predictor's; at 128 rows the same tiles lost (B=128 3.95 -> 4.79 ms), hence the upper bound.
+    dot_gemv_rows: tuple[int, int] | None = (16, 64)
     prologue_max_rows: int = 2  # up to here the RMSNorm runs inside the product; above, its own kernel
     gemv: Mapping[str, GemvConfig] = field(default_factory=lambda: dict(DEFAULT_GEMV))
+    dot_gemv: Mapping[str, GemvConfig] = field(default_factory=lambda: dict(DEFAULT_DOT_GEMV))
     radix_bits: int = 2  # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates
     sampler_warps: int | None = None  # warps of a sampler program (None: 8 for a 2048+ vocabulary, else 4)
     attention_warps: int = 4  # warps of a `cp_attention` program (one per frame row and kv head)
-    # Programmatic dependent launch (`kernels.pdl`) in the steps whose products all run in `gemv` (up to
-    # gemv_max_rows token rows): each kernel may start in the tail of the one before and fetch its weights while
+    # 1-token steps' `cp_attention` loads its query heads with the key and value, before the cache writes, so
+    # one trip to memory instead of two (more registers a program); off until measured.
+    attention_queries_first: bool = False
+    # Programmatic dependent launch (`kernels.pdl`) in the steps whose products all run in `gemv` (`runs_gemv`):
+    # each kernel may start in the tail of the one before and fetch its weights while
     # that one finishes. On the H200 (2026-12-02, tools/frame_profile.py, round-robin): CP frame 2.41 -> 2.16 ms
     # at B=1, same codes bit for bit (at B=64, where cuBLAS runs the products, it cost 3.58 -> 3.64 ms, hence
     # the row limit). Off by default: in the whole server, 1 RPS p95 TTFA was 16.7 and 29.6 ms in two runs with
@@ -77,6 +95,11 @@ class FrameKernels:
     # final norm and head between grid barriers) instead of ~50 launches; None: never.
     persistent_min_rows: int | None = None
     step_tiles: StepTiles = field(default_factory=StepTiles)
+
+    def runs_gemv(self, token_rows: int) -> bool:
+        """Whether a step of this many token rows runs its products in `gemv` (else cuBLAS)."""
+        wide = self.dot_gemv_rows
+        return token_rows <= self.gemv_max_rows or (wide is not None and wide[0] <= token_rows <= wide[1])
 
 
 def step_weights(predictor: nn.Module, layers: Sequence[FusedLayer]) -> StepWeights:
@@ -198,7 +221,8 @@ class CodePredictorGraphs:
             k_cache, v_cache = self.cache.layer(number)
             attended = cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, eps, k_cache, v_cache,
                                     start, tokens, layer.num_heads, layer.num_kv_heads,
-                                    num_warps=self.kernels.attention_warps, pdl=self._pdl(qkv.shape[0]))  # fmt: skip
+                                    num_warps=self.kernels.attention_warps, pdl=self._pdl(qkv.shape[0]),
+                                    queries_first=self.kernels.attention_queries_first)  # fmt: skip
             hidden, _ = self._product("o", attended, layer.o)
             act, residual = self._product("gate_up", hidden, layer.gate_up, residual=residual,
                                           norm=layer.post_norm, eps=eps, silu_mul=True)  # fmt: skip
@@ -213,7 +237,7 @@ class CodePredictorGraphs:
 
     def _pdl(self, token_rows: int) -> bool:
         """Whether a kernel of a step with this many token rows launches as a programmatic dependent."""
-        return self.kernels.pdl and token_rows <= self.kernels.gemv_max_rows
+        return self.kernels.pdl and self.kernels.runs_gemv(token_rows)
 
     def _product(self, name: str, x: Tensor, weight: Tensor, *, index: Tensor | None = None,
                  residual: Tensor | None = None, norm: Tensor | None = None, eps: float = 1e-6,
@@ -221,8 +245,8 @@ class CodePredictorGraphs:
         """One product with its norm prologue and epilogue -> (y, the residual stream after the norm's add)."""
         k = self.kernels
         rows = index.shape[0] if index is not None else x.shape[0]
-        small = rows <= k.gemv_max_rows
-        config = k.gemv.get(name, GemvConfig())
+        small = k.runs_gemv(rows)
+        config = (k.gemv if rows <= k.gemv_max_rows else k.dot_gemv).get(name, GemvConfig())
         # The interpreter runs programs one by one in Python: there, one program per product (same code).
         if INTERPRET:
             columns = weight.shape[0] // (2 if silu_mul else 1)
@@ -235,7 +259,7 @@ class CodePredictorGraphs:
             x = x[index]
         total = None
         if norm is not None:
-            x, total = rms_norm(x.contiguous(), norm, eps, residual)
+            x, total = rms_norm(x.contiguous(), norm, eps, residual, pdl=self._pdl(rows))
         if small:
             y, _ = gemv(x, weight, bias=bias, silu_mul=silu_mul, config=config, pdl=self._pdl(rows))
         else:

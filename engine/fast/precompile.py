@@ -127,6 +127,7 @@ def run_job(job: dict) -> None:
     """The child: the eager fused frame once per size, on a random-weight predictor of the job's shapes."""
     from engine.executors.slots import GenerationSlots, new_code_buffer
     from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
+    from engine.fast.kernels.cp_step import StepTiles
     from engine.fast.kernels.gemv import GemvConfig
     from engine.ipc.messages import Sampling
     from engine.model.layers import RotaryEmbedding
@@ -143,7 +144,11 @@ def run_job(job: dict) -> None:
     for parameter in model.parameters():
         parameter.data.normal_(0.0, 0.02)  # finite values: what is compiled does not depend on them
     spec = dict(job["kernels"])
-    spec["gemv"] = {name: GemvConfig(**tile) for name, tile in spec["gemv"].items()}
+    for tiles in ("gemv", "dot_gemv"):
+        spec[tiles] = {name: GemvConfig(**tile) for name, tile in spec[tiles].items()}
+    spec["step_tiles"] = StepTiles(**spec["step_tiles"])
+    if spec.get("dot_gemv_rows") is not None:  # (a JSON list)
+        spec["dot_gemv_rows"] = tuple(spec["dot_gemv_rows"])
     sizes = sorted(job["sizes"])
     slots = GenerationSlots(sizes[-1], job["talker_hidden"], job["talker_vocab"], device=device, dtype=dtype)
     slots.start_many(list(range(sizes[-1])), [Sampling()] * sizes[-1], list(range(sizes[-1])))

@@ -48,6 +48,7 @@ def test_code_predictor_kernels_match_their_twins_in_the_interpreter() -> None:
     kinds = ("proj", "qkv", "qkv_first", "o", "gate_up", "down", "head")
     expected = {f"gemv_{k}_r{r}" for k in kinds for r in (1, 3, 17)}
     expected |= {f"cp_attention_p{p}_r{r}" for p in (0, 7, 15) for r in (1, 3, 17)}
+    expected |= {f"cp_attention_qf_p7_r{r}" for r in (1, 3, 17)}  # queries loaded first (1-token steps)
     expected |= {f"{name}_r{r}" for name in ("sampler", "sampler_acc") for r in (1, 3, 17)}
     assert set(errors) == expected
     for name, error in errors.items():
@@ -87,5 +88,35 @@ print(json.dumps({"codes": bool(torch.equal(fast_codes, plain_codes)), "written"
 
 def test_the_fused_frame_with_norms_apart_and_cublas_products_equals_the_plain_executor() -> None:
     result = run_interpreted(FRAME_PATHS, timeout_s=600)
+    assert result["codes"] and result["written"]
+    assert result["embed"] < 1e-5
+
+
+FRAME_WIDE = """
+import copy, json, torch
+from engine.executors.code_predictor import CodePredictorExecutor
+from engine.executors.slots import new_code_buffer
+from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
+from engine.model.weights import load_model
+from tests.fast.test_code_predictor_graph import _slots
+torch.set_num_threads(1)
+model = load_model("tiny")
+plain_slots = _slots(model, 8)
+fast_slots = copy.deepcopy(plain_slots)
+plain_codes, fast_codes = new_code_buffer(8, 2, model.device), new_code_buffer(8, 2, model.device)
+kernels = FrameKernels()
+assert kernels.runs_gemv(16) and not kernels.runs_gemv(8) and not kernels.runs_gemv(128)
+rows = list(range(8))
+CodePredictorGraphs(model, fast_slots, fast_codes, (8,), kernels=kernels).predict(rows, rows, [1] * 8)
+CodePredictorExecutor(model, plain_slots, plain_codes, max_batch=8).predict(rows, rows, [1] * 8)
+print(json.dumps({"codes": bool(torch.equal(fast_codes, plain_codes)), "written": bool(fast_codes.ne(0).any()),
+                  "embed": float((fast_slots.frame_embed - plain_slots.frame_embed).abs().max())}))
+"""
+
+
+def test_the_fused_frame_with_tensor_core_products_at_16_token_rows_equals_the_plain_executor() -> None:
+    """8 frame rows: the first step's 16 token rows run the default tensor-core `gemv` tiles (norms apart), the
+    later 8-row steps cuBLAS."""
+    result = run_interpreted(FRAME_WIDE, timeout_s=600)
     assert result["codes"] and result["written"]
     assert result["embed"] < 1e-5

@@ -141,12 +141,13 @@ if HAVE_TRITON:
         start, eps, scale, stride_s, stride_k, stride_l,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
         D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PDL: tl.constexpr,
+        QUERIES_FIRST: tl.constexpr,
     ):  # fmt: skip
         qw, qw_rot, kw, kw_rot = norm_weights(qw_ptr, kw_ptr, D)
         wait_for_producer(PDL)  # the norm weights above are constants; qkv and the cache are not
         attend_row_head(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr,
                         tl.program_id(0), tl.program_id(1), start, eps, scale, stride_s, stride_k, stride_l,
-                        T, H, K, G, GP, D, BLOCK_L, DTYPE, "")  # fmt: skip
+                        T, H, K, G, GP, D, BLOCK_L, DTYPE, "", QUERIES_FIRST)  # fmt: skip
 
 
 def cp_attention_reference(
@@ -166,12 +167,13 @@ def cp_attention_reference(
 def cp_attention(
     qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float,
     k_cache: Tensor, v_cache: Tensor, start: int, tokens: int, num_heads: int, num_kv_heads: int,
-    out: Tensor | None = None, num_warps: int = 4, pdl: bool = False,
+    out: Tensor | None = None, num_warps: int = 4, pdl: bool = False, queries_first: bool = False,
 ) -> Tensor:  # fmt: skip
     """qkv [B*T,(H+2K)D] contiguous, cos/sin [L,D], caches [S>=B,K,L,D]; tokens T at positions start..start+T-1
     -> attention output [B*T, H*D] (into `out`, contiguous, when given); the new keys and values are written
     into the caches in place. `num_warps` of each (frame row, kv head) program. `pdl`: launched as a programmatic
-    dependent of the kernel before it (`kernels.pdl`)."""
+    dependent of the kernel before it (`kernels.pdl`). `queries_first` (one token a row only; ignored otherwise):
+    the query heads are loaded with the key and value, before the cache writes (`attend_row_head`)."""
     if not use_triton(qkv):
         result = cp_attention_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, start, tokens,
                                         num_heads, num_kv_heads)  # fmt: skip
@@ -189,6 +191,6 @@ def cp_attention(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         T=tokens, H=num_heads, K=num_kv_heads, G=group, GP=triton.next_power_of_2(group), D=d,
         BLOCK_L=triton.next_power_of_2(k_cache.shape[2]), DTYPE=TRITON_DTYPES[qkv.dtype], PDL=pdl_enabled(pdl),
-        num_warps=num_warps, **launch_options(pdl),
+        QUERIES_FIRST=queries_first and tokens == 1, num_warps=num_warps, **launch_options(pdl),
     )  # fmt: skip
     return out

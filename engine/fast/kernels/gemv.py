@@ -68,13 +68,23 @@ if HAVE_TRITON:
         return x
 
     @triton.jit
+    def _prefetch_rows(w_rows, n_mask, w_ptr, K: tl.constexpr, PER_LINE: tl.constexpr, BLOCK_LINES: tl.constexpr):
+        """One `prefetch.global.L2` per 128-byte line (PER_LINE values) of the K-wide rows w_rows [BN,1]."""
+        line = tl.arange(0, BLOCK_LINES)
+        valid = n_mask[:, None] & (line * PER_LINE < K)[None, :]
+        lines = tl.where(valid, w_rows + line[None, :] * PER_LINE, w_ptr)
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [lines], dtype=tl.int32, is_pure=False,
+                                  pack=1)  # fmt: skip
+
+    @triton.jit
     def _gemv_kernel(
         x_ptr, index_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, sum_ptr,
         rows, n_out, stride_x, stride_index, stride_res, stride_out, eps,
         K: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
         HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, USE_DOT: tl.constexpr, DTYPE: tl.constexpr,
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr,
+        ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr, PER_LINE: tl.constexpr,
+        PREFETCH_LINES: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         r = tl.arange(0, BLOCK_R)
@@ -92,6 +102,10 @@ if HAVE_TRITON:
             w_first = tl.load(w_rows + k_first[None, :], mask=w_first_mask, other=0.0)
             if SILU_MUL:
                 w_up_first = tl.load(w_rows + n_out * K + k_first[None, :], mask=w_first_mask, other=0.0)
+        if PREFETCH_LINES > 0:  # this program's weight slice, into L2 while the kernel before still runs
+            _prefetch_rows(w_rows, n_mask, w_ptr, K, PER_LINE, PREFETCH_LINES)
+            if SILU_MUL:
+                _prefetch_rows(w_rows + n_out * K, n_mask, w_ptr, K, PER_LINE, PREFETCH_LINES)
         wait_for_producer(PDL)  # everything below reads or writes activations
         if HAS_INDEX:  # noqa: SIM108 (a constexpr branch: no load is emitted without an index)
             source = tl.load(index_ptr + r * stride_index, mask=r_mask, other=0)
@@ -197,13 +211,16 @@ class GemvConfig:
     """Tile shape of one product: output columns per program, K per load, warps per program, and whether
     the rows multiply on tensor cores (None: from 16 rows up; `tl.dot` needs 16 rows and 16 columns).
     `loop_stages` 0: the K loop unrolled, the first weight tile requested before the norm pass; n > 0: a runtime
-    K loop software-pipelined over n tiles (for long K, where the unrolled loop runs out of registers)."""
+    K loop software-pipelined over n tiles (for long K, where the unrolled loop runs out of registers).
+    `prefetch`: launched as a programmatic dependent (`pdl`), a program first asks L2 for its whole weight slice
+    (one `prefetch.global.L2` per 128-byte line), so the weights stream while the kernel before it finishes."""
 
     block_n: int = 16
     block_k: int = 512
     num_warps: int = 4
     use_dot: bool | None = None
     loop_stages: int = 0
+    prefetch: bool = False
 
 
 # The tile for 1-2 rows: 4 output columns and the whole K (up to 1024) a program of 8 warps, so a product is
@@ -284,6 +301,8 @@ def gemv(
         s = torch.empty(rows, k, dtype=x.dtype, device=x.device) if sum_out is None else sum_out
         assert s.shape == (rows, k) and s.is_contiguous()
     use_dot, block_r, block_n, block_k = launch_tile(rows, k, config)
+    per_line = 128 // weight.element_size()  # values in a 128-byte L2 line
+    prefetch_lines = _next_power_of_2(triton.cdiv(k, per_line)) if config.prefetch and pdl_enabled(pdl) else 0
     _gemv_kernel[(triton.cdiv(n_out, block_n),)](
         x, index if index is not None else x, residual if residual is not None else x,
         norm_weight if norm_weight is not None else x, weight, bias if bias is not None else x, out,
@@ -293,7 +312,8 @@ def gemv(
         HAS_BIAS=bias is not None, SILU_MUL=silu_mul, USE_DOT=use_dot, DTYPE=TRITON_DTYPES[x.dtype],
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
         BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=block_k >= k and not config.loop_stages,
-        PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages,
+        PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages, PER_LINE=per_line,
+        PREFETCH_LINES=prefetch_lines,
         num_warps=config.num_warps, **launch_options(pdl),
     )  # fmt: skip
     return out, s
