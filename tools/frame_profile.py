@@ -39,9 +39,10 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
     persistent_queries_first  1-token steps' attention loads its queries with the key and value (`StepTiles`)
     persistent_pps2_qf  both: two programs per SM and queries first
     attn_qf    the kernel chain's `cp_attention` with queries first in 1-token steps (`FrameKernels`)
-    cublas_wide  products of 3+ token rows in cuBLAS (the defaults before 2026-12-04: `dot_gemv_rows` None)
-    gemv64_pdl  the products of 16-128 token rows in `gemv` (tensor-core tiles `FrameKernels.dot_gemv`; norms in
-               `rms_norm`), every kernel of those steps a programmatic dependent launch (defaults: 16-64 rows)
+    cublas_wide  products of 3+ token rows in cuBLAS (the defaults before 2026-12-04: no `dot_gemv_rows`)
+    gemv64_pdl  the products of 16, 32, 64 and 128 token rows in `gemv` (tensor-core tiles `FrameKernels.dot_gemv`;
+               norms in `rms_norm`), every kernel of those steps a programmatic dependent launch (defaults: 16
+               and 64 rows); `gemv32_pdl` (and `_w8`, `_n32`, `_s3`, `_k64`) the same at 16, 32 and 64 rows
     gemv64_pdl_prefetch  the same, each product program asking L2 for its weight slice before its wait
                (`GemvConfig.prefetch`); `gemv64_pdl_prefetch_qf` also with `attn_qf`
     gemv64_pdl_prologue  with the RMSNorms in the products' prologues at every row count (no `rms_norm` kernels)
@@ -84,7 +85,8 @@ VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apar
             "persistent_n16_w8", "persistent_pps2", "persistent_pps3_reg168", "persistent_pps4_reg128",
             "persistent_queries_first", "persistent_pps2_qf", "attn_qf", "gemv64_pdl", "gemv64_pdl_prefetch",
             "gemv64_pdl_prefetch_qf", "gemv64_pdl_prologue", "gemv64_pdl_w8", "gemv64_pdl_s2", "gemv64_pdl_s3",
-            "gemv64_pdl_n32", "gemv64_pdl_k64")
+            "gemv64_pdl_n32", "gemv64_pdl_k64", "gemv32_pdl", "gemv32_pdl_w8", "gemv32_pdl_n32", "gemv32_pdl_s3",
+            "gemv32_pdl_k64")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -97,11 +99,11 @@ def frame_kernels(variant: str) -> Any:
 
     kernels = FrameKernels(pdl=ENGINE_DEFAULTS.cp_pdl)
     if variant == "sixteenth":
-        return replace(kernels, pdl=False, dot_gemv_rows=None)
+        return replace(kernels, pdl=False, dot_gemv_rows=())
     if variant == "no_pdl":
         return replace(kernels, pdl=False)
     if variant == "cublas_wide":
-        return replace(kernels, dot_gemv_rows=None)
+        return replace(kernels, dot_gemv_rows=())
     if variant == "radix4":
         return replace(kernels, radix_bits=4)
     if variant == "pdl":
@@ -122,13 +124,14 @@ def frame_kernels(variant: str) -> Any:
         return replace(kernels, sampler_warps=4)
     if variant == "attn_qf":
         return replace(kernels, attention_queries_first=True)
-    if variant.startswith("gemv64"):
+    if variant.startswith(("gemv64", "gemv32")):
         change = {"prefetch": {"prefetch": True}, "w8": {"num_warps": 8}, "s2": {"loop_stages": 2},
                   "s3": {"loop_stages": 3}, "n32": {"block_n": 32}, "k64": {"block_k": 64}}  # fmt: skip
         tiles = dict(kernels.dot_gemv)
         for option in variant.split("_")[2:]:
             tiles = {name: replace(tile, **change.get(option, {})) for name, tile in tiles.items()}
-        return replace(kernels, dot_gemv_rows=(16, 128), pdl=True, dot_gemv=tiles,
+        rows = (16, 32, 64) if variant.startswith("gemv32") else (16, 32, 64, 128)
+        return replace(kernels, dot_gemv_rows=rows, pdl=True, dot_gemv=tiles,
                        prologue_max_rows=128 if variant.endswith("_prologue") else kernels.prologue_max_rows,
                        attention_queries_first=variant.endswith("_qf"))  # fmt: skip
     if variant.startswith("persistent"):

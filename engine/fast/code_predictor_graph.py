@@ -15,7 +15,7 @@ Two ways to run a step (`FrameKernels.fused`):
   previous group's code folded into the projection, SwiGLU into gate|up; `cp_attention` does q/k norm,
   RoPE, the cache write and attention in one kernel; `sampler.sample` draws the group in one kernel and adds
   its code embedding to the frame's fp32 running sum. Above `gemv_max_rows` token rows the products run on
-  tensor cores, in `gemv` tiles for `dot_gemv_rows` (16-64) token rows, where every kernel's launch overlaps
+  tensor cores, in `gemv` tiles at `dot_gemv_rows` (16 and 64) token rows, where every kernel's launch overlaps
   the tail of the one before, else in cuBLAS; the norms then run in `rms_norm`.
 - layers: the fused decoder stack (`decoder.run_layers`, ~10 kernels per layer) and the torch graph sampler.
 With `FrameKernels.persistent_min_rows`, fused steps of that many token rows or more run their projection, layers,
@@ -69,12 +69,13 @@ class FrameKernels:
     # (2026-12-01): the CUDA-core gemv wins at 1-2 token rows (frame 3.8 ms at B=1 against 5.7 ms layered) but
     # loses badly at 4-8 (16.9 ms at B=4).
     gemv_max_rows: int = 2
-    # Token rows (inclusive range) whose products run in `gemv` on tensor cores (`dot_gemv` tiles), with every
-    # kernel of the step a programmatic dependent launch when `pdl`; None: cuBLAS. On the H200 (2026-12-04,
-    # tools/frame_profile.py, context 128): CP frame at B=64 3.54 -> 3.12 ms (the kernels start in each other's
-    # tails; bare, these tiles are 0-1 us a call slower than cuBLAS), teacher-forced logits' error 1.004x the
-    # plain bf16 predictor's; at 128 rows the same tiles lost (B=128 3.95 -> 4.79 ms), hence the upper bound.
-    dot_gemv_rows: tuple[int, int] | None = (16, 64)
+    # Token-row counts whose steps run their products in `gemv` on tensor cores (`dot_gemv` tiles), with every
+    # kernel of the step a programmatic dependent launch when `pdl`; other counts above `gemv_max_rows`: cuBLAS.
+    # On the H200 (2026-12-04, tools/frame_profile.py, context 128; bare, these tiles are 0-1 us a call slower
+    # than cuBLAS, but the kernels start in each other's tails): CP frame at B=64 3.56 -> 3.07 ms and at B=16
+    # 3.29 -> 2.88, teacher-forced logits' error 1.007x and 1.012x the plain bf16 predictor's; 32 rows (B=32
+    # 3.36 -> 3.87) and 128 rows (B=128 3.95 -> 4.79) lost with the same tiles, hence a set, not a range.
+    dot_gemv_rows: tuple[int, ...] = (16, 64)
     prologue_max_rows: int = 2  # up to here the RMSNorm runs inside the product; above, its own kernel
     gemv: Mapping[str, GemvConfig] = field(default_factory=lambda: dict(DEFAULT_GEMV))
     dot_gemv: Mapping[str, GemvConfig] = field(default_factory=lambda: dict(DEFAULT_DOT_GEMV))
@@ -98,8 +99,7 @@ class FrameKernels:
 
     def runs_gemv(self, token_rows: int) -> bool:
         """Whether a step of this many token rows runs its products in `gemv` (else cuBLAS)."""
-        wide = self.dot_gemv_rows
-        return token_rows <= self.gemv_max_rows or (wide is not None and wide[0] <= token_rows <= wide[1])
+        return token_rows <= self.gemv_max_rows or token_rows in self.dot_gemv_rows
 
 
 def step_weights(predictor: nn.Module, layers: Sequence[FusedLayer]) -> StepWeights:

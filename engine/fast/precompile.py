@@ -147,8 +147,7 @@ def run_job(job: dict) -> None:
     for tiles in ("gemv", "dot_gemv"):
         spec[tiles] = {name: GemvConfig(**tile) for name, tile in spec[tiles].items()}
     spec["step_tiles"] = StepTiles(**spec["step_tiles"])
-    if spec.get("dot_gemv_rows") is not None:  # (a JSON list)
-        spec["dot_gemv_rows"] = tuple(spec["dot_gemv_rows"])
+    spec["dot_gemv_rows"] = tuple(spec["dot_gemv_rows"])  # (a JSON list)
     sizes = sorted(job["sizes"])
     slots = GenerationSlots(sizes[-1], job["talker_hidden"], job["talker_vocab"], device=device, dtype=dtype)
     slots.start_many(list(range(sizes[-1])), [Sampling()] * sizes[-1], list(range(sizes[-1])))
