@@ -84,8 +84,8 @@ def variants(best: dict[str, GemvConfig]) -> dict[str, Any]:
         "fused": FrameKernels(),
         "fused, gemv up to 64 rows (before 2026-12-01)": FrameKernels(gemv_max_rows=64, prologue_max_rows=16),
         "fused, norms apart": FrameKernels(prologue_max_rows=0),
-        "fused, cuBLAS >16 rows": FrameKernels(gemv_max_rows=16, prologue_max_rows=4, dot_gemv_rows=()),
-        "fused, cuBLAS from 3 rows (before 2026-12-04)": FrameKernels(dot_gemv_rows=()),
+        "fused, cuBLAS >16 rows": FrameKernels(gemv_max_rows=16, prologue_max_rows=4, dot_gemv={}),
+        "fused, cuBLAS from 3 rows (before 2026-12-04)": FrameKernels(dot_gemv={}),
         "fused, sampler radix 4": FrameKernels(radix_bits=4),
     }
     if best:

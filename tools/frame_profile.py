@@ -39,10 +39,11 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
     persistent_queries_first  1-token steps' attention loads its queries with the key and value (`StepTiles`)
     persistent_pps2_qf  both: two programs per SM and queries first
     attn_qf    the kernel chain's `cp_attention` with queries first in 1-token steps (`FrameKernels`)
-    cublas_wide  products of 3+ token rows in cuBLAS (the defaults before 2026-12-04: no `dot_gemv_rows`)
-    gemv64_pdl  the products of 16, 32, 64 and 128 token rows in `gemv` (tensor-core tiles `FrameKernels.dot_gemv`;
-               norms in `rms_norm`), every kernel of those steps a programmatic dependent launch (defaults: 16
-               and 64 rows); `gemv32_pdl` (and `_w8`, `_n32`, `_s3`, `_k64`) the same at 16, 32 and 64 rows
+    cublas_wide  products of 3+ token rows in cuBLAS (the defaults before 2026-12-04: no `FrameKernels.dot_gemv`)
+    gemv64_pdl  the products of 16, 32, 64 and 128 token rows in `gemv` with the 64-row tensor-core tiles of
+               `FrameKernels.dot_gemv` (norms in `rms_norm`), every kernel of those steps a programmatic dependent
+               launch (defaults: 16, 32 and 64 rows, 32 with tiles of its own); `gemv32_pdl` (and `_w8`, `_n32`,
+               `_s3`, `_k64`) the same at 16, 32 and 64 rows
     gemv64_pdl_prefetch  the same, each product program asking L2 for its weight slice before its wait
                (`GemvConfig.prefetch`); `gemv64_pdl_prefetch_qf` also with `attn_qf`
     gemv64_pdl_prologue  with the RMSNorms in the products' prologues at every row count (no `rms_norm` kernels)
@@ -93,17 +94,17 @@ ROUNDS = 5
 
 
 def frame_kernels(variant: str) -> Any:
-    from engine.fast.code_predictor_graph import FrameKernels
+    from engine.fast.code_predictor_graph import DEFAULT_DOT_GEMV, FrameKernels
     from engine.fast.kernels.cp_step import StepTiles
     from engine.fast.kernels.gemv import GemvConfig
 
     kernels = FrameKernels(pdl=ENGINE_DEFAULTS.cp_pdl)
     if variant == "sixteenth":
-        return replace(kernels, pdl=False, dot_gemv_rows=())
+        return replace(kernels, pdl=False, dot_gemv={})
     if variant == "no_pdl":
         return replace(kernels, pdl=False)
     if variant == "cublas_wide":
-        return replace(kernels, dot_gemv_rows=())
+        return replace(kernels, dot_gemv={})
     if variant == "radix4":
         return replace(kernels, radix_bits=4)
     if variant == "pdl":
@@ -127,11 +128,11 @@ def frame_kernels(variant: str) -> Any:
     if variant.startswith(("gemv64", "gemv32")):
         change = {"prefetch": {"prefetch": True}, "w8": {"num_warps": 8}, "s2": {"loop_stages": 2},
                   "s3": {"loop_stages": 3}, "n32": {"block_n": 32}, "k64": {"block_k": 64}}  # fmt: skip
-        tiles = dict(kernels.dot_gemv)
+        tiles = dict(DEFAULT_DOT_GEMV[64])  # the 64-row tiles at every row count, then the variant's change
         for option in variant.split("_")[2:]:
             tiles = {name: replace(tile, **change.get(option, {})) for name, tile in tiles.items()}
         rows = (16, 32, 64) if variant.startswith("gemv32") else (16, 32, 64, 128)
-        return replace(kernels, dot_gemv_rows=rows, pdl=True, dot_gemv=tiles,
+        return replace(kernels, pdl=True, dot_gemv=dict.fromkeys(rows, tiles),
                        prologue_max_rows=128 if variant.endswith("_prologue") else kernels.prologue_max_rows,
                        attention_queries_first=variant.endswith("_qf"))  # fmt: skip
     if variant.startswith("persistent"):

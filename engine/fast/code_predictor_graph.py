@@ -15,7 +15,7 @@ Two ways to run a step (`FrameKernels.fused`):
   previous group's code folded into the projection, SwiGLU into gate|up; `cp_attention` does q/k norm,
   RoPE, the cache write and attention in one kernel; `sampler.sample` draws the group in one kernel and adds
   its code embedding to the frame's fp32 running sum. Above `gemv_max_rows` token rows the products run on
-  tensor cores, in `gemv` tiles at `dot_gemv_rows` (16 and 64) token rows, where every kernel's launch overlaps
+  tensor cores, in `gemv` tiles at the token rows `dot_gemv` lists (16, 32, 64), where every kernel's launch overlaps
   the tail of the one before, else in cuBLAS; the norms then run in `rms_norm`.
 - layers: the fused decoder stack (`decoder.run_layers`, ~10 kernels per layer) and the torch graph sampler.
 With `FrameKernels.persistent_min_rows`, fused steps of that many token rows or more run their projection, layers,
@@ -49,14 +49,17 @@ from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k, sample_tokens
 from engine.model.qwen3_tts import Qwen3TTS
 
 DEFAULT_GEMV = {name: STREAM_TILE for name in ("proj", "qkv", "o", "gate_up", "down", "head")}
-# Tensor-core tiles (columns / K per load / warps / pipelined K tiles) for products of 16+ token rows, when
-# `gemv_max_rows` lets `gemv` run them: the fastest of each product at 64 rows in `tools/gemv_tiles.py` (H200,
-# 2026-12-04; within -0.4..+1.1 us of cuBLAS a call, bare).
-DEFAULT_DOT_GEMV = {
+# Tensor-core tiles (columns / K per load / warps / pipelined K tiles) by token rows, for the steps whose products
+# run in `gemv` on tensor cores: at 16 and 64 rows the fastest of each product at 64 rows in `tools/gemv_tiles.py`
+# (H200, 2026-12-04; within -0.4..+1.1 us of cuBLAS a call, bare), at 32 rows 32 columns a program for every
+# product (tools/frame_profile.py: CP frame at B=32 3.91 ms with the 64-row tiles, 3.11 with these, 3.36 cuBLAS).
+_DOT_TILES = {
     "proj": GemvConfig(16, 128, 4, loop_stages=4), "qkv": GemvConfig(32, 128, 4, loop_stages=4),
     "o": GemvConfig(16, 128, 4, loop_stages=4), "gate_up": GemvConfig(32, 128, 4, loop_stages=4),
     "down": GemvConfig(16, 128, 4, loop_stages=4), "head": GemvConfig(16, 128, 4, loop_stages=4),
 }  # fmt: skip
+_DOT_TILES_32 = {name: replace(tile, block_n=32) for name, tile in _DOT_TILES.items()}
+DEFAULT_DOT_GEMV = {16: _DOT_TILES, 32: _DOT_TILES_32, 64: _DOT_TILES}
 
 
 @dataclass(frozen=True)
@@ -65,20 +68,19 @@ class FrameKernels:
     down, head; `gemv` maps a name to its tile shape. Rows below are token rows (2n in a frame's first step)."""
 
     fused: bool = True
-    # Up to here products run in `gemv` on CUDA cores; above, cuBLAS (or `dot_gemv_rows`). Measured on the H200
+    # Up to here products run in `gemv` on CUDA cores; above, cuBLAS (or `dot_gemv`). Measured on the H200
     # (2026-12-01): the CUDA-core gemv wins at 1-2 token rows (frame 3.8 ms at B=1 against 5.7 ms layered) but
     # loses badly at 4-8 (16.9 ms at B=4).
     gemv_max_rows: int = 2
-    # Token-row counts whose steps run their products in `gemv` on tensor cores (`dot_gemv` tiles), with every
-    # kernel of the step a programmatic dependent launch when `pdl`; other counts above `gemv_max_rows`: cuBLAS.
-    # On the H200 (2026-12-04, tools/frame_profile.py, context 128; bare, these tiles are 0-1 us a call slower
-    # than cuBLAS, but the kernels start in each other's tails): CP frame at B=64 3.56 -> 3.07 ms and at B=16
-    # 3.29 -> 2.88, teacher-forced logits' error 1.007x and 1.012x the plain bf16 predictor's; 32 rows (B=32
-    # 3.36 -> 3.87) and 128 rows (B=128 3.95 -> 4.79) lost with the same tiles, hence a set, not a range.
-    dot_gemv_rows: tuple[int, ...] = (16, 64)
     prologue_max_rows: int = 2  # up to here the RMSNorm runs inside the product; above, its own kernel
     gemv: Mapping[str, GemvConfig] = field(default_factory=lambda: dict(DEFAULT_GEMV))
-    dot_gemv: Mapping[str, GemvConfig] = field(default_factory=lambda: dict(DEFAULT_DOT_GEMV))
+    # Token-row counts whose steps run their products in `gemv` on tensor cores, each with its tiles; every kernel
+    # of such a step is a programmatic dependent launch when `pdl`. Other counts above `gemv_max_rows`: cuBLAS.
+    # On the H200 (2026-12-04, tools/frame_profile.py, context 128; bare, these tiles are 0-1 us a call slower
+    # than cuBLAS, but the kernels start in each other's tails): CP frame at B=16 / 32 / 64 3.30 / 3.36 / 3.57 ms
+    # -> 2.82 / 3.11 / 3.06, teacher-forced logits' error 1.01x the plain bf16 predictor's; at 128 rows these
+    # tiles lost (B=128 3.95 -> 4.79 ms).
+    dot_gemv: Mapping[int, Mapping[str, GemvConfig]] = field(default_factory=lambda: dict(DEFAULT_DOT_GEMV))
     radix_bits: int = 2  # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates
     sampler_warps: int | None = None  # warps of a sampler program (None: 8 for a 2048+ vocabulary, else 4)
     attention_warps: int = 4  # warps of a `cp_attention` program (one per frame row and kv head)
@@ -99,7 +101,7 @@ class FrameKernels:
 
     def runs_gemv(self, token_rows: int) -> bool:
         """Whether a step of this many token rows runs its products in `gemv` (else cuBLAS)."""
-        return token_rows <= self.gemv_max_rows or token_rows in self.dot_gemv_rows
+        return token_rows <= self.gemv_max_rows or token_rows in self.dot_gemv
 
 
 def step_weights(predictor: nn.Module, layers: Sequence[FusedLayer]) -> StepWeights:
@@ -246,7 +248,7 @@ class CodePredictorGraphs:
         k = self.kernels
         rows = index.shape[0] if index is not None else x.shape[0]
         small = k.runs_gemv(rows)
-        config = (k.gemv if rows <= k.gemv_max_rows else k.dot_gemv).get(name, GemvConfig())
+        config = (k.gemv if rows <= k.gemv_max_rows else k.dot_gemv.get(rows, {})).get(name, GemvConfig())
         # The interpreter runs programs one by one in Python: there, one program per product (same code).
         if INTERPRET:
             columns = weight.shape[0] // (2 if silu_mul else 1)

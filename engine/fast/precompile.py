@@ -144,10 +144,10 @@ def run_job(job: dict) -> None:
     for parameter in model.parameters():
         parameter.data.normal_(0.0, 0.02)  # finite values: what is compiled does not depend on them
     spec = dict(job["kernels"])
-    for tiles in ("gemv", "dot_gemv"):
-        spec[tiles] = {name: GemvConfig(**tile) for name, tile in spec[tiles].items()}
+    spec["gemv"] = {name: GemvConfig(**tile) for name, tile in spec["gemv"].items()}
+    spec["dot_gemv"] = {int(rows): {name: GemvConfig(**tile) for name, tile in tiles.items()}
+                        for rows, tiles in spec["dot_gemv"].items()}  # (JSON keys are strings)  # fmt: skip
     spec["step_tiles"] = StepTiles(**spec["step_tiles"])
-    spec["dot_gemv_rows"] = tuple(spec["dot_gemv_rows"])  # (a JSON list)
     sizes = sorted(job["sizes"])
     slots = GenerationSlots(sizes[-1], job["talker_hidden"], job["talker_vocab"], device=device, dtype=dtype)
     slots.start_many(list(range(sizes[-1])), [Sampling()] * sizes[-1], list(range(sizes[-1])))

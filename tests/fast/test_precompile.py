@@ -32,7 +32,7 @@ def test_a_job_round_trips_the_engines_shapes_and_tiles() -> None:
     assert job["kernels"]["gemv"]["qkv"] == {"block_n": 64, "block_k": 512, "num_warps": 8, "use_dot": None,
                                             "loop_stages": 0, "prefetch": False}
     assert job["kernels"]["radix_bits"] == 3 and job["kernels"]["gemv_max_rows"] == 32
-    assert job["kernels"]["dot_gemv"]["down"]["loop_stages"] == kernels.dot_gemv["down"].loop_stages
+    assert job["kernels"]["dot_gemv"]["32"]["down"]["block_n"] == kernels.dot_gemv[32]["down"].block_n
 
 
 def test_a_child_runs_the_fused_frame_from_its_job_alone() -> None:
