@@ -85,7 +85,8 @@ class FrameKernels:
     sampler_warps: int | None = None  # warps of a sampler program (None: 8 for a 2048+ vocabulary, else 4)
     attention_warps: int = 4  # warps of a `cp_attention` program (one per frame row and kv head)
     # 1-token steps' `cp_attention` loads its query heads with the key and value, before the cache writes, so
-    # one trip to memory instead of two (more registers a program); off until measured.
+    # one trip to memory instead of two (more registers a program). On the H200 (2026-12-04, frame_profile) the
+    # same codes bit for bit and no faster (CP frame 2.163 -> 2.156 ms at B=1, 3.527 -> 3.518 at B=64): off.
     attention_queries_first: bool = False
     # Programmatic dependent launch (`kernels.pdl`) in the steps whose products all run in `gemv` (`runs_gemv`):
     # each kernel may start in the tail of the one before and fetch its weights while
