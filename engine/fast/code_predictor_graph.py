@@ -16,7 +16,8 @@ Two ways to run a step (`FrameKernels.fused`):
   RoPE, the cache write and attention in one kernel; `sampler.sample` draws the group in one kernel and adds
   its code embedding to the frame's fp32 running sum. Above `gemv_max_rows` token rows the products run on
   tensor cores, in `gemv` tiles at the token rows `dot_gemv` lists (16, 32, 64), where every kernel's launch overlaps
-  the tail of the one before, else in cuBLAS; the norms then run in `rms_norm`.
+  the tail of the one before, else in cuBLAS; the norms then run in `rms_norm` (or, with
+  `FrameKernels.stream_norms`, inside the next product, from partial sums of squares the last one wrote).
 - layers: the fused decoder stack (`decoder.run_layers`, ~10 kernels per layer) and the torch graph sampler.
 With `FrameKernels.persistent_min_rows`, fused steps of that many token rows or more run their projection, layers,
 final norm and head as ONE persistent kernel (`kernels.cp_step`) and then the sampler: correct, but on the H200
@@ -41,7 +42,7 @@ from engine.fast.kernels import INTERPRET, use_triton
 from engine.fast.kernels.cp_attention import cp_attention
 from engine.fast.kernels.cp_step import PersistentStep, StepTiles, StepWeights
 from engine.fast.kernels.decode_attention import decode_attention
-from engine.fast.kernels.gemv import STREAM_TILE, GemvConfig, gemv
+from engine.fast.kernels.gemv import STREAM_TILE, GemvConfig, gemv, gemv_residual
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.sampler import sample
 from engine.fast.kernels.silu_mul import silu_mul as swiglu
@@ -81,6 +82,11 @@ class FrameKernels:
     # -> 2.82 / 3.11 / 3.06, teacher-forced logits' error 1.01x the plain bf16 predictor's; at 128 rows these
     # tiles lost (B=128 3.95 -> 4.79 ms).
     dot_gemv: Mapping[int, Mapping[str, GemvConfig]] = field(default_factory=lambda: dict(DEFAULT_DOT_GEMV))
+    # In the `dot_gemv` steps, no RMSNorm kernels: each product ending a residual branch (projection, o, down)
+    # writes the residual stream and its programs' shares of each row's sum of squares (`gemv_residual`), and the
+    # next product normalises its x tiles from those (`gemv(norm_squares=...)`): 11 launches fewer a step. Off
+    # until measured on a GPU.
+    stream_norms: bool = False
     radix_bits: int = 2  # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates
     sampler_warps: int | None = None  # warps of a sampler program (None: 8 for a 2048+ vocabulary, else 4)
     attention_warps: int = 4  # warps of a `cp_attention` program (one per frame row and kv head)
@@ -212,6 +218,9 @@ class CodePredictorGraphs:
         minimum = self.kernels.persistent_min_rows
         if self.persistent is not None and minimum is not None and rows >= minimum and use_triton(x):
             return self.persistent.logits(x, index, max(1, start) - 1, self.cos, self.sin, start, tokens)
+        k = self.kernels
+        if k.stream_norms and rows in k.dot_gemv and rows > k.prologue_max_rows and self.projection is not None:
+            return self._step_logits_streamed(x, index, start, tokens)
         eps = layers[0].eps
         if self.projection is not None:
             hidden, _ = self._product("proj", x, self.projection[0], index=index, bias=self.projection[1])
@@ -236,6 +245,37 @@ class CodePredictorGraphs:
         norm = self.predictor.model.norm
         logits, _ = self._product("head", hidden, self.heads[max(1, start) - 1], residual=residual,
                                   norm=norm.weight, eps=norm.eps)  # fmt: skip
+        return logits
+
+    def _step_logits_streamed(self, x: Tensor, index: Tensor | None, start: int, tokens: int) -> Tensor:
+        """`step_logits` without RMSNorm kernels (`FrameKernels.stream_norms`): the residual stream and its
+        partial sums of squares [rows, programs] pass from each branch's last product to the next product."""
+        assert self.projection is not None
+        rows = index.shape[0] if index is not None else x.shape[0]
+        tiles = {name: replace(tile, use_dot=True) for name, tile in self.kernels.dot_gemv[rows].items()}
+        if INTERPRET:  # one program per product, as `_product` does
+            tiles = {name: replace(tile, block_n=4096) for name, tile in tiles.items()}
+        pdl, eps, layers = self._pdl(rows), self.layers[0].eps, self.layers
+        stream, squares = gemv_residual(x, self.projection[0], index=index, bias=self.projection[1],
+                                        config=tiles.get("proj"), pdl=pdl)  # fmt: skip
+        for number, layer in enumerate(layers):
+            qkv, _ = gemv(stream, layer.qkv, norm_weight=layer.input_norm, norm_squares=squares, eps=eps,
+                          config=tiles.get("qkv"), pdl=pdl)  # fmt: skip
+            k_cache, v_cache = self.cache.layer(number)
+            attended = cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, eps, k_cache, v_cache,
+                                    start, tokens, layer.num_heads, layer.num_kv_heads,
+                                    num_warps=self.kernels.attention_warps, pdl=pdl,
+                                    queries_first=self.kernels.attention_queries_first)  # fmt: skip
+            stream, squares = gemv_residual(attended, layer.o, add_to=stream, config=tiles.get("o"), pdl=pdl)
+            act, _ = gemv(stream, layer.gate_up, norm_weight=layer.post_norm, norm_squares=squares, eps=eps,
+                          silu_mul=True, config=tiles.get("gate_up"), pdl=pdl)  # fmt: skip
+            stream, squares = gemv_residual(act, layer.down, add_to=stream, config=tiles.get("down"), pdl=pdl)
+        frame_rows = rows // tokens  # the head reads each frame row's last token
+        stream = stream.view(frame_rows, tokens, -1)[:, -1]
+        squares = squares.view(frame_rows, tokens, -1)[:, -1]
+        norm = self.predictor.model.norm
+        logits, _ = gemv(stream, self.heads[max(1, start) - 1], norm_weight=norm.weight, norm_squares=squares,
+                         eps=norm.eps, config=tiles.get("head"), pdl=pdl)  # fmt: skip
         return logits
 
     def _pdl(self, token_rows: int) -> bool:

@@ -54,6 +54,22 @@ def test_fast_frame_equals_the_plain_executor(model: Qwen3TTS, sizes: tuple[int,
     assert fast.steps.eager_runs == -(-5 // max(sizes))  # one run per piece of the split cohort
 
 
+@pytest.mark.parametrize("sizes", [(8,), (16,)], ids=["first-step", "every-step"])
+def test_fast_frame_with_norms_carried_by_the_residual_stream_equals_the_plain_executor(
+    model: Qwen3TTS, sizes: tuple[int, ...]
+) -> None:
+    """`FrameKernels.stream_norms` (the 16-64 token-row steps without RMSNorm kernels), on the CPU twins."""
+    plain_slots = _slots(model, 6)
+    fast_slots = copy.deepcopy(plain_slots)
+    plain_codes, fast_codes = new_code_buffer(6, 4, model.device), new_code_buffer(6, 4, model.device)
+    fast = CodePredictorGraphs(model, fast_slots, fast_codes, sizes, kernels=FrameKernels(stream_norms=True))
+    kv_slots, streams, frames = [4, 0, 3, 1, 5], [2, 5, 0, 1, 3], [0, 3, 1, 2, 0]
+    fast.predict(kv_slots, streams, frames)
+    CodePredictorExecutor(model, plain_slots, plain_codes, max_batch=8).predict(kv_slots, streams, frames)
+    assert torch.equal(fast_codes, plain_codes) and fast_codes[streams, frames].ne(0).any()
+    torch.testing.assert_close(fast_slots.frame_embed, plain_slots.frame_embed, rtol=1e-5, atol=1e-5)
+
+
 def test_a_row_is_independent_of_its_batch(model: Qwen3TTS) -> None:
     slots = _slots(model, 6)
     codes = new_code_buffer(6, 2, model.device)

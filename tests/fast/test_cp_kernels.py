@@ -21,7 +21,8 @@ assert use_triton(torch.zeros(1)), "interpreter mode not active"
 configs = {"qkv": GemvConfig(block_n=8, block_k=32), "down": GemvConfig(block_n=16, block_k=64, use_dot=True),
            "o": GemvConfig(block_n=4, block_k=16, use_dot=False),
            "gate_up": GemvConfig(block_n=8, block_k=16, loop_stages=2),  # the runtime K loop: prologue + SwiGLU
-           "head": GemvConfig(block_n=8, block_k=16, loop_stages=1)}
+           "head": GemvConfig(block_n=8, block_k=16, loop_stages=1),
+           "stream": GemvConfig(block_n=8, block_k=16, use_dot=True, loop_stages=2)}  # 16-column tiles: 2 programs over a 32-wide stream
 print(json.dumps(check_cp_kernels("cpu", torch.float32, hidden=32, input_size=48, heads=4, kv_heads=2,
                                   head_dim=16, inter=80, vocab=300, rows=(1, 3, 17), configs=configs)))
 """
@@ -49,6 +50,8 @@ def test_code_predictor_kernels_match_their_twins_in_the_interpreter() -> None:
     expected = {f"gemv_{k}_r{r}" for k in kinds for r in (1, 3, 17)}
     expected |= {f"cp_attention_p{p}_r{r}" for p in (0, 7, 15) for r in (1, 3, 17)}
     expected |= {f"cp_attention_qf_p7_r{r}" for r in (1, 3, 17)}  # queries loaded first (1-token steps)
+    streamed = ("residual_down", "residual_proj", "norm_squares", "norm_squares_head")
+    expected |= {f"gemv_{k}_r{r}" for k in streamed for r in (1, 3, 17)}
     expected |= {f"{name}_r{r}" for name in ("sampler", "sampler_acc") for r in (1, 3, 17)}
     assert set(errors) == expected
     for name, error in errors.items():
@@ -93,7 +96,7 @@ def test_the_fused_frame_with_norms_apart_and_cublas_products_equals_the_plain_e
 
 
 FRAME_WIDE = """
-import copy, json, torch
+import copy, json, sys, torch
 from engine.executors.code_predictor import CodePredictorExecutor
 from engine.executors.slots import new_code_buffer
 from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
@@ -101,22 +104,25 @@ from engine.model.weights import load_model
 from tests.fast.test_code_predictor_graph import _slots
 torch.set_num_threads(1)
 model = load_model("tiny")
-plain_slots = _slots(model, 8)
+rows, stream_norms = int(sys.argv[1]), sys.argv[2] == "stream"
+plain_slots = _slots(model, rows)
 fast_slots = copy.deepcopy(plain_slots)
-plain_codes, fast_codes = new_code_buffer(8, 2, model.device), new_code_buffer(8, 2, model.device)
-kernels = FrameKernels()
+plain_codes, fast_codes = new_code_buffer(rows, 2, model.device), new_code_buffer(rows, 2, model.device)
+kernels = FrameKernels(stream_norms=stream_norms)
 assert all(map(kernels.runs_gemv, (16, 32, 64))) and not any(map(kernels.runs_gemv, (8, 128)))
-rows = list(range(8))
-CodePredictorGraphs(model, fast_slots, fast_codes, (8,), kernels=kernels).predict(rows, rows, [1] * 8)
-CodePredictorExecutor(model, plain_slots, plain_codes, max_batch=8).predict(rows, rows, [1] * 8)
+order = list(range(rows))
+CodePredictorGraphs(model, fast_slots, fast_codes, (rows,), kernels=kernels).predict(order, order, [1] * rows)
+CodePredictorExecutor(model, plain_slots, plain_codes, max_batch=rows).predict(order, order, [1] * rows)
 print(json.dumps({"codes": bool(torch.equal(fast_codes, plain_codes)), "written": bool(fast_codes.ne(0).any()),
                   "embed": float((fast_slots.frame_embed - plain_slots.frame_embed).abs().max())}))
 """
 
 
-def test_the_fused_frame_with_tensor_core_products_at_16_token_rows_equals_the_plain_executor() -> None:
-    """8 frame rows: the first step's 16 token rows run the default tensor-core `gemv` tiles (norms apart), the
-    later 8-row steps cuBLAS."""
-    result = run_interpreted(FRAME_WIDE, timeout_s=600)
+@pytest.mark.parametrize(("rows", "norms"), [(8, "kernels"), (8, "stream"), (16, "stream")])
+def test_the_fused_frame_with_tensor_core_products_equals_the_plain_executor(rows: int, norms: str) -> None:
+    """8 frame rows: the first step's 16 token rows run the default tensor-core `gemv` tiles, the later 8-row steps
+    cuBLAS; 16 frame rows: every step in `gemv` (32 and 16 token rows). Norms in `rms_norm` kernels, or carried by
+    the residual stream's products as partial sums of squares (`FrameKernels.stream_norms`)."""
+    result = run_interpreted(FRAME_WIDE, timeout_s=600, args=(str(rows), norms))
     assert result["codes"] and result["written"]
     assert result["embed"] < 1e-5

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from engine.fast.kernels import use_triton
 from engine.fast.kernels.cp_attention import cp_attention, cp_attention_reference
-from engine.fast.kernels.gemv import GemvConfig, gemv, gemv_reference
+from engine.fast.kernels.gemv import GemvConfig, gemv, gemv_reference, gemv_residual, gemv_residual_reference
 from engine.fast.kernels.sampler import sample, sample_reference
 from engine.fast.measure import relative_l2
 from engine.model.layers import RotaryEmbedding
@@ -93,6 +93,23 @@ def check_cp_kernels(
         run_gemv("down", r, rand(r, inter, scale=0.3), weights["down"])
         pairs = rand(r, 2, hidden)  # the frame's first step: the head reads every second token row
         run_gemv("head", r, pairs[:, 1], weights["head"], residual=rand(r, 2, hidden)[:, 1], norm_weight=norm)
+
+        # The residual stream's products (`gemv_residual`: the stream and its shares of each row's sum of squares)
+        # and the products normed from those shares; the head reads every second token row, its shares too.
+        tile = configs.get("stream")
+        for name, kw in (("down", {"add_to": res}), ("proj", {"index": index[:, 1], "bias": bias})):
+            source = rand(r, inter, scale=0.3) if name == "down" else table
+            stream, squares = gemv_residual(source, weights[name], config=tile, **kw)  # type: ignore[arg-type]
+            stream_ref, squares_ref = gemv_residual_reference(source, weights[name], config=tile, **kw)  # type: ignore[arg-type]
+            errors[f"gemv_residual_{name}_r{r}"] = max(relative_l2(stream, stream_ref),
+                                                        relative_l2(squares, squares_ref))  # fmt: skip
+        y, _ = gemv(stream, weights["qkv"], norm_weight=norm, norm_squares=squares, config=tile)
+        errors[f"gemv_norm_squares_r{r}"] = relative_l2(y, gemv_reference(stream, weights["qkv"], norm_weight=norm)[0])
+        pairs, pair_squares = gemv_residual(rand(2 * r, inter, scale=0.3), weights["down"], add_to=rand(2 * r, hidden),
+                                            config=tile)  # fmt: skip
+        last, last_squares = pairs.view(r, 2, hidden)[:, 1], pair_squares.view(r, 2, -1)[:, 1]
+        y, _ = gemv(last, weights["head"], norm_weight=norm, norm_squares=last_squares, config=tile)
+        errors[f"gemv_norm_squares_head_r{r}"] = relative_l2(y, gemv_reference(last, weights["head"], norm_weight=norm)[0])
 
     rotary = RotaryEmbedding(head_dim, 1_000_000.0).to(device)
     rotary.reset_inv_freq()

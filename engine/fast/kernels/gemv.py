@@ -17,6 +17,9 @@ Around the product, in the same kernel, so the layer needs fewer launches (each 
                                                                writes s, the next residual)
     epilogue  y = acc + bias                                  (nn.Linear with bias, rounded once)
               y = silu(gate) * up                             (W = [gate; up] of 2N rows: `silu_mul`'s rounding)
+              y = add_to + acc (+ bias), with each program's share of every row's sum of y^2 ([R, programs]
+                                                              fp32: `gemv_residual`, the end of a residual branch)
+    prologue  xn = norm_w * rms_norm(x) from those shares     (`norm_squares`: no pass over x, no norm kernel)
 
     x [*, K] (rows addressed by index or 0..R-1; any row stride)   W [N or 2N, K] contiguous
     -> y [R, N] in x's dtype (and s [R, K] when a residual is given)
@@ -78,13 +81,14 @@ if HAVE_TRITON:
 
     @triton.jit
     def _gemv_kernel(
-        x_ptr, index_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, sum_ptr,
-        rows, n_out, stride_x, stride_index, stride_res, stride_out, eps,
+        x_ptr, index_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, sum_ptr, sq_in_ptr, add_ptr, sq_out_ptr,
+        rows, n_out, stride_x, stride_index, stride_res, stride_out, stride_sq_in, stride_add, parts_in, eps,
         K: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
         HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, USE_DOT: tl.constexpr, DTYPE: tl.constexpr,
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr, PER_LINE: tl.constexpr,
-        PREFETCH_LINES: tl.constexpr,
+        PREFETCH_LINES: tl.constexpr, NORM_SQUARES: tl.constexpr, BLOCK_P: tl.constexpr, ADD_TO: tl.constexpr,
+        SQUARES_OUT: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         r = tl.arange(0, BLOCK_R)
@@ -113,7 +117,12 @@ if HAVE_TRITON:
             source = r
         x_rows = x_ptr + source.to(tl.int64)[:, None] * stride_x  # [BR,1]
 
-        if HAS_NORM:  # first pass over x: the row norms (and the new residual, written once)
+        if NORM_SQUARES:  # the row norms from the producer's partial sums of squares: no pass over x
+            p = tl.arange(0, BLOCK_P)
+            parts = tl.load(sq_in_ptr + r[:, None] * stride_sq_in + p[None, :],
+                            mask=r_mask[:, None] & (p < parts_in)[None, :], other=0.0)  # [BR, BP] fp32
+            rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=1) / K + eps)
+        elif HAS_NORM:  # first pass over x: the row norms (and the new residual, written once)
             squares = tl.zeros([BLOCK_R], dtype=tl.float32)
             for k0 in tl.static_range(0, K, BLOCK_K):
                 kk = k0 + tl.arange(0, BLOCK_K)
@@ -201,6 +210,13 @@ if HAVE_TRITON:
         else:
             y = acc
         out_mask = r_mask[:, None] & n_mask[None, :]
+        if ADD_TO:  # the residual stream's next value: the plain add of the rounded product
+            added = tl.load(add_ptr + r[:, None] * stride_add + n[None, :], mask=out_mask, other=0.0)
+            y = _rounded(_rounded(y, DTYPE) + added.to(tl.float32), DTYPE)
+        if SQUARES_OUT:  # this program's columns' share of each row's sum of squares, as the norm reads it
+            stream = y.to(out_ptr.dtype.element_ty).to(tl.float32)
+            share = tl.sum(tl.where(out_mask, stream * stream, 0.0), axis=1)  # [BR]
+            tl.store(sq_out_ptr + r * tl.num_programs(0) + pid, share, mask=r_mask)
         tl.store(
             out_ptr + r[:, None] * stride_out + n[None, :], y.to(out_ptr.dtype.element_ty), mask=out_mask
         )
@@ -251,6 +267,12 @@ def launch_tile(rows: int, k: int, config: GemvConfig) -> tuple[bool, int, int, 
     return use_dot, block_r, block_n, block_k
 
 
+def _parts(rows: int, k: int, n_out: int, config: GemvConfig) -> tuple[int, int]:
+    """(programs, columns a program) of a launch: the shares a row's sum of squares comes in (`gemv_residual`)."""
+    block_n = launch_tile(rows, k, config)[2]
+    return -(-n_out // block_n), block_n
+
+
 def gemv_reference(
     x: Tensor, weight: Tensor, *, index: Tensor | None = None, residual: Tensor | None = None,
     norm_weight: Tensor | None = None, eps: float = 1e-6, bias: Tensor | None = None, silu_mul: bool = False,
@@ -267,21 +289,40 @@ def gemv_reference(
     return F.linear(x, weight, bias), s
 
 
+def gemv_residual_reference(
+    x: Tensor, weight: Tensor, *, index: Tensor | None = None, add_to: Tensor | None = None,
+    bias: Tensor | None = None, config: GemvConfig | None = None,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """The twin of `gemv_residual`: the plain linear (+ the plain add), and the sums of squares of its rounded
+    values in the kernel's column shares."""
+    y, _ = gemv_reference(x, weight, index=index, bias=bias)
+    if add_to is not None:
+        y = add_to + y
+    parts, columns = _parts(y.shape[0], x.shape[1], y.shape[1], config or GemvConfig())
+    squares = F.pad(y.float().square(), (0, parts * columns - y.shape[1]))
+    return y, squares.view(y.shape[0], parts, columns).sum(-1)
+
+
 def gemv(
     x: Tensor, weight: Tensor, *, index: Tensor | None = None, residual: Tensor | None = None,
     norm_weight: Tensor | None = None, eps: float = 1e-6, bias: Tensor | None = None, silu_mul: bool = False,
     config: GemvConfig | None = None, out: Tensor | None = None, sum_out: Tensor | None = None,
-    pdl: bool = False,
+    pdl: bool = False, norm_squares: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
     """x [X,K] (last dim contiguous, any row stride; rows index[r] when index [R] int64 is given, else all
     X rows), weight [N,K] (or [2N,K] = [gate; up] with silu_mul) contiguous, residual [R,K] (last dim
     contiguous), norm_weight [K], bias [N] -> (y [R,N], residual + x [R,K] when a residual is given, else
     None). `out` / `sum_out` (last dim contiguous) receive them when given. `pdl`: launched as a programmatic
-    dependent of the kernel before it (`kernels.pdl`), its first weight tile fetched before waiting for it."""
+    dependent of the kernel before it (`kernels.pdl`), its first weight tile fetched before waiting for it.
+    `norm_squares` [R,P] fp32 (last dim contiguous, any row stride; with norm_weight, without a residual): the
+    rows of x are the residual stream `gemv_residual` wrote, normed from its shares of their sums of squares
+    instead of a pass over x (the twin norms x itself)."""
     if residual is not None and norm_weight is None:
         raise ValueError("gemv: a residual is only added in the norm prologue")
     if bias is not None and silu_mul:
         raise ValueError("gemv: bias and silu_mul do not combine")
+    if norm_squares is not None and (norm_weight is None or residual is not None or index is not None):
+        raise ValueError("gemv: norm_squares norms the rows of x as they are (no residual, no index)")
     if not use_triton(x):
         y, s = gemv_reference(x, weight, index=index, residual=residual, norm_weight=norm_weight, eps=eps,
                               bias=bias, silu_mul=silu_mul)  # fmt: skip
@@ -291,31 +332,74 @@ def gemv(
             s = sum_out.copy_(s)
         return y, s
     config = config or GemvConfig()
-    assert x.stride(-1) == 1 and weight.is_contiguous() and (residual is None or residual.stride(-1) == 1)
     rows = index.shape[0] if index is not None else x.shape[0]
     k = x.shape[1]
     n_out = weight.shape[0] // 2 if silu_mul else weight.shape[0]
     if out is None:
         out = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
-    assert out.shape == (rows, n_out) and out.stride(-1) == 1
     s = None
     if residual is not None:
         s = torch.empty(rows, k, dtype=x.dtype, device=x.device) if sum_out is None else sum_out
         assert s.shape == (rows, k) and s.is_contiguous()
+    _launch(x, weight, index, residual, norm_weight, eps, bias, silu_mul, config, out, s, pdl, norm_squares, None,
+            None)  # fmt: skip
+    return out, s
+
+
+def gemv_residual(
+    x: Tensor, weight: Tensor, *, index: Tensor | None = None, add_to: Tensor | None = None,
+    bias: Tensor | None = None, config: GemvConfig | None = None, pdl: bool = False,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """The product that ends a residual branch, with what the next RMSNorm needs: x [X,K] (rows index[r] when
+    given), weight [N,K], add_to [R,N] (last dim contiguous), bias [N] -> (y = add_to + x @ W^T (+ bias), each
+    add and the product rounded as the plain ops, [R,N]; squares [R,P] fp32: each of the launch's P programs'
+    share of every row's sum of y^2 over its columns). `gemv(y, ..., norm_weight=w, norm_squares=squares)` then
+    normalises y's rows without an RMSNorm kernel or a pass over y."""
+    config = config or GemvConfig()
+    if not use_triton(x):
+        return gemv_residual_reference(x, weight, index=index, add_to=add_to, bias=bias, config=config)
+    rows = index.shape[0] if index is not None else x.shape[0]
+    k, n_out = x.shape[1], weight.shape[0]
+    out = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
+    squares = torch.empty(rows, _parts(rows, k, n_out, config)[0], dtype=torch.float32, device=x.device)
+    _launch(x, weight, index, None, None, 1e-6, bias, False, config, out, None, pdl, None, add_to, squares)
+    return out, squares
+
+
+def _launch(
+    x: Tensor, weight: Tensor, index: Tensor | None, residual: Tensor | None, norm_weight: Tensor | None,
+    eps: float, bias: Tensor | None, silu_mul: bool, config: GemvConfig, out: Tensor, s: Tensor | None, pdl: bool,
+    norm_squares: Tensor | None, add_to: Tensor | None, squares_out: Tensor | None,
+) -> None:  # fmt: skip
+    """One `_gemv_kernel` launch with every option as its callers resolved it."""
+    assert x.stride(-1) == 1 and weight.is_contiguous() and (residual is None or residual.stride(-1) == 1)
+    rows = index.shape[0] if index is not None else x.shape[0]
+    k = x.shape[1]
+    n_out = out.shape[1]
+    assert out.shape[0] == rows and out.stride(-1) == 1
+    assert norm_squares is None or (norm_squares.stride(-1) == 1 and norm_squares.dtype == torch.float32)
+    assert add_to is None or (add_to.shape == out.shape and add_to.stride(-1) == 1)
     use_dot, block_r, block_n, block_k = launch_tile(rows, k, config)
+    programs = triton.cdiv(n_out, block_n)
+    assert squares_out is None or (squares_out.shape == (rows, programs) and squares_out.is_contiguous())
     per_line = 128 // weight.element_size()  # values in a 128-byte L2 line
     prefetch_lines = _next_power_of_2(triton.cdiv(k, per_line)) if config.prefetch and pdl_enabled(pdl) else 0
-    _gemv_kernel[(triton.cdiv(n_out, block_n),)](
+    parts_in = norm_squares.shape[1] if norm_squares is not None else 1
+    _gemv_kernel[(programs,)](
         x, index if index is not None else x, residual if residual is not None else x,
         norm_weight if norm_weight is not None else x, weight, bias if bias is not None else x, out,
-        s if s is not None else out, rows, n_out, x.stride(0), index.stride(0) if index is not None else 0,
-        residual.stride(0) if residual is not None else 0, out.stride(0), eps,
+        s if s is not None else out, norm_squares if norm_squares is not None else out,
+        add_to if add_to is not None else out, squares_out if squares_out is not None else out,
+        rows, n_out, x.stride(0), index.stride(0) if index is not None else 0,
+        residual.stride(0) if residual is not None else 0, out.stride(0),
+        norm_squares.stride(0) if norm_squares is not None else 0, add_to.stride(0) if add_to is not None else 0,
+        parts_in, eps,
         K=k, HAS_INDEX=index is not None, HAS_NORM=norm_weight is not None, HAS_RESIDUAL=residual is not None,
         HAS_BIAS=bias is not None, SILU_MUL=silu_mul, USE_DOT=use_dot, DTYPE=TRITON_DTYPES[x.dtype],
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
-        BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=block_k >= k and not config.loop_stages,
-        PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages, PER_LINE=per_line,
-        PREFETCH_LINES=prefetch_lines,
-        num_warps=config.num_warps, **launch_options(pdl),
+        BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k,
+        ONE_CHUNK=block_k >= k and not config.loop_stages and norm_squares is None,
+        PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages, PER_LINE=per_line, PREFETCH_LINES=prefetch_lines,
+        NORM_SQUARES=norm_squares is not None, BLOCK_P=_next_power_of_2(parts_in), ADD_TO=add_to is not None,
+        SQUARES_OUT=squares_out is not None, num_warps=config.num_warps, **launch_options(pdl),
     )  # fmt: skip
-    return out, s
