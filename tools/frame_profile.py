@@ -40,6 +40,8 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
     persistent_pps2_qf  both: two programs per SM and queries first
     stream_norms  the 16-64 token-row steps without `rms_norm` kernels: the residual stream's products pass the
                row norms' partial sums of squares to the next product (`FrameKernels.stream_norms`)
+    attn_dot   `cp_attention`'s two products as fp32 `tl.dot` (`FrameKernels.attention_dot`); `stream_norms_attn_dot`
+               both
     attn_qf    the kernel chain's `cp_attention` with queries first in 1-token steps (`FrameKernels`)
     cublas_wide  products of 3+ token rows in cuBLAS (the defaults before 2026-12-04: no `FrameKernels.dot_gemv`)
     gemv64_pdl  the products of 16, 32, 64 and 128 token rows in `gemv` with the 64-row tensor-core tiles of
@@ -89,7 +91,7 @@ VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apar
             "persistent_queries_first", "persistent_pps2_qf", "attn_qf", "gemv64_pdl", "gemv64_pdl_prefetch",
             "gemv64_pdl_prefetch_qf", "gemv64_pdl_prologue", "gemv64_pdl_w8", "gemv64_pdl_s2", "gemv64_pdl_s3",
             "gemv64_pdl_n32", "gemv64_pdl_k64", "gemv32_pdl", "gemv32_pdl_w8", "gemv32_pdl_n32", "gemv32_pdl_s3",
-            "gemv32_pdl_k64", "stream_norms")
+            "gemv32_pdl_k64", "stream_norms", "attn_dot", "stream_norms_attn_dot")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -125,8 +127,8 @@ def frame_kernels(variant: str) -> Any:
         return replace(kernels, attention_warps=int(variant[-1]))
     if variant == "sampler_warps4":
         return replace(kernels, sampler_warps=4)
-    if variant == "stream_norms":
-        return replace(kernels, stream_norms=True)
+    if variant.startswith(("stream_norms", "attn_dot")):
+        return replace(kernels, stream_norms=variant.startswith("stream_norms"), attention_dot=variant.endswith("attn_dot"))
     if variant == "attn_qf":
         return replace(kernels, attention_queries_first=True)
     if variant.startswith(("gemv64", "gemv32")):

@@ -94,6 +94,9 @@ class FrameKernels:
     # one trip to memory instead of two (more registers a program). On the H200 (2026-12-04, frame_profile) the
     # same codes bit for bit and no faster (CP frame 2.163 -> 2.156 ms at B=1, 3.527 -> 3.518 at B=64): off.
     attention_queries_first: bool = False
+    # `cp_attention`'s two products (q k^T over at most 16 keys, weights x values) as fp32 `tl.dot` over the query
+    # heads padded to 16 rows, instead of broadcast products summed across threads; off until measured on a GPU.
+    attention_dot: bool = False
     # Programmatic dependent launch (`kernels.pdl`) in the steps whose products all run in `gemv` (`runs_gemv`):
     # each kernel may start in the tail of the one before and fetch its weights while
     # that one finishes. On the H200 (2026-12-02, tools/frame_profile.py, round-robin): CP frame 2.41 -> 2.16 ms
@@ -234,7 +237,8 @@ class CodePredictorGraphs:
             attended = cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, eps, k_cache, v_cache,
                                     start, tokens, layer.num_heads, layer.num_kv_heads,
                                     num_warps=self.kernels.attention_warps, pdl=self._pdl(qkv.shape[0]),
-                                    queries_first=self.kernels.attention_queries_first)  # fmt: skip
+                                    queries_first=self.kernels.attention_queries_first,
+                                    dot=self.kernels.attention_dot)  # fmt: skip
             hidden, _ = self._product("o", attended, layer.o)
             act, residual = self._product("gate_up", hidden, layer.gate_up, residual=residual,
                                           norm=layer.post_norm, eps=eps, silu_mul=True)  # fmt: skip
@@ -265,7 +269,8 @@ class CodePredictorGraphs:
             attended = cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, eps, k_cache, v_cache,
                                     start, tokens, layer.num_heads, layer.num_kv_heads,
                                     num_warps=self.kernels.attention_warps, pdl=pdl,
-                                    queries_first=self.kernels.attention_queries_first)  # fmt: skip
+                                    queries_first=self.kernels.attention_queries_first,
+                                    dot=self.kernels.attention_dot)  # fmt: skip
             stream, squares = gemv_residual(attended, layer.o, add_to=stream, config=tiles.get("o"), pdl=pdl)
             act, _ = gemv(stream, layer.gate_up, norm_weight=layer.post_norm, norm_squares=squares, eps=eps,
                           silu_mul=True, config=tiles.get("gate_up"), pdl=pdl)  # fmt: skip

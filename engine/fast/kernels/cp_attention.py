@@ -58,13 +58,15 @@ if HAVE_TRITON:
         start, eps, scale, stride_s, stride_k, stride_l,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
         D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, CACHE: tl.constexpr,
-        QUERIES_FIRST: tl.constexpr = False,
+        QUERIES_FIRST: tl.constexpr = False, DOT: tl.constexpr = False,
     ):  # fmt: skip
         """Frame row b, kv head j: everything the module docstring lists, with the q/k norm weights (and their
         rotate-half partners) already loaded as fp32 [D]. CACHE: the load modifier for qkv (".cg" where qkv was
         written earlier in the same kernel, by other SMs, so no stale L1 line can be read). QUERIES_FIRST (one
         token): the query heads are loaded with the key and value, before the cache writes, which the compiler
-        may not move a later load above: one trip to memory instead of two."""
+        may not move a later load above: one trip to memory instead of two. DOT (GP >= 16, the query heads
+        padded with masked rows): q k^T and the weighted sum of values as fp32 `tl.dot` products ("ieee": no
+        TF32 rounding) instead of broadcast products summed across threads."""
         width: tl.constexpr = (H + 2 * K) * D
         d = tl.arange(0, D)
         d_rot = (d + D // 2) % D
@@ -116,11 +118,17 @@ if HAVE_TRITON:
                                 cache_modifier=CACHE).to(tl.float32)  # fmt: skip
             q = _norm_rope(x, x_rot, qw, qw_rot, c, s, eps, d, D, DTYPE)  # [GP, D]
             visible = positions <= start + t  # (a later token's key and value get weight 0)
-            scores = tl.sum(q[:, None, :] * keys[None, :, :], axis=2) * scale  # [GP, BL]
+            if DOT:
+                scores = tl.dot(q, tl.trans(keys), input_precision="ieee") * scale  # [GP, BL]
+            else:
+                scores = tl.sum(q[:, None, :] * keys[None, :, :], axis=2) * scale  # [GP, BL]
             scores = tl.where(visible[None, :], scores, float("-inf"))
             weights = tl.exp(scores - tl.max(scores, axis=1)[:, None])
             weights = weights / tl.sum(weights, axis=1)[:, None]
-            out = tl.sum(weights[:, :, None] * values[None, :, :], axis=1)  # [GP, D]
+            if DOT:
+                out = tl.dot(weights, values, input_precision="ieee")  # [GP, D]
+            else:
+                out = tl.sum(weights[:, :, None] * values[None, :, :], axis=1)  # [GP, D]
             out_ptrs = out_ptr + (b * T + t) * H * D + heads[:, None] * D + d[None, :]
             tl.store(out_ptrs, out.to(DTYPE), mask=g_mask[:, None])
 
@@ -141,13 +149,13 @@ if HAVE_TRITON:
         start, eps, scale, stride_s, stride_k, stride_l,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
         D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PDL: tl.constexpr,
-        QUERIES_FIRST: tl.constexpr,
+        QUERIES_FIRST: tl.constexpr, DOT: tl.constexpr,
     ):  # fmt: skip
         qw, qw_rot, kw, kw_rot = norm_weights(qw_ptr, kw_ptr, D)
         wait_for_producer(PDL)  # the norm weights above are constants; qkv and the cache are not
         attend_row_head(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr,
                         tl.program_id(0), tl.program_id(1), start, eps, scale, stride_s, stride_k, stride_l,
-                        T, H, K, G, GP, D, BLOCK_L, DTYPE, "", QUERIES_FIRST)  # fmt: skip
+                        T, H, K, G, GP, D, BLOCK_L, DTYPE, "", QUERIES_FIRST, DOT)  # fmt: skip
 
 
 def cp_attention_reference(
@@ -168,12 +176,14 @@ def cp_attention(
     qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float,
     k_cache: Tensor, v_cache: Tensor, start: int, tokens: int, num_heads: int, num_kv_heads: int,
     out: Tensor | None = None, num_warps: int = 4, pdl: bool = False, queries_first: bool = False,
+    dot: bool = False,
 ) -> Tensor:  # fmt: skip
     """qkv [B*T,(H+2K)D] contiguous, cos/sin [L,D], caches [S>=B,K,L,D]; tokens T at positions start..start+T-1
     -> attention output [B*T, H*D] (into `out`, contiguous, when given); the new keys and values are written
     into the caches in place. `num_warps` of each (frame row, kv head) program. `pdl`: launched as a programmatic
     dependent of the kernel before it (`kernels.pdl`). `queries_first` (one token a row only; ignored otherwise):
-    the query heads are loaded with the key and value, before the cache writes (`attend_row_head`)."""
+    the query heads are loaded with the key and value, before the cache writes (`attend_row_head`). `dot`: the
+    two attention products as fp32 `tl.dot` over the query heads padded to 16 rows (`attend_row_head`)."""
     if not use_triton(qkv):
         result = cp_attention_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, start, tokens,
                                         num_heads, num_kv_heads)  # fmt: skip
@@ -189,8 +199,8 @@ def cp_attention(
     _cp_attention_kernel[(rows // tokens, num_kv_heads)](
         qkv, cos, sin, q_weight, k_weight, k_cache, v_cache, out, start, eps, 1.0 / math.sqrt(d),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        T=tokens, H=num_heads, K=num_kv_heads, G=group, GP=triton.next_power_of_2(group), D=d,
+        T=tokens, H=num_heads, K=num_kv_heads, G=group, GP=max(16 if dot else 1, triton.next_power_of_2(group)), D=d,
         BLOCK_L=triton.next_power_of_2(k_cache.shape[2]), DTYPE=TRITON_DTYPES[qkv.dtype], PDL=pdl_enabled(pdl),
-        QUERIES_FIRST=queries_first and tokens == 1, num_warps=num_warps, **launch_options(pdl),
+        QUERIES_FIRST=queries_first and tokens == 1, DOT=dot, num_warps=num_warps, **launch_options(pdl),
     )  # fmt: skip
     return out

@@ -117,7 +117,8 @@ def check_cp_kernels(
     cos, sin = cos[0, 0].contiguous(), sin[0, 0].contiguous()  # [L,D]
     qw, kw = 1.0 + rand(head_dim, scale=0.1), 1.0 + rand(head_dim, scale=0.1)
     for r in rows:
-        for start, tokens, first in ((0, 2, False), (7, 1, False), (positions - 1, 1, False), (7, 1, True)):
+        cases = ((0, 2, ""), (7, 1, ""), (positions - 1, 1, ""), (7, 1, "qf"), (0, 2, "dot"), (7, 1, "dot"))
+        for start, tokens, variant in cases:
             caches = [rand(r + 1, kv_heads, positions, head_dim) for _ in range(2)]
             clean = [c.clone() for c in caches]
             qkv = rand(r * tokens, qkv_width)
@@ -126,12 +127,13 @@ def check_cp_kernels(
                     c[:, :, start:] = float("nan")
                 c_clean[:, :, start:] = 0.0  # the twin masks after the product: it needs finite keys
             out = cp_attention(qkv, cos, sin, qw, kw, 1e-6, *caches, start, tokens, heads, kv_heads,
-                               out=nan(r * tokens, heads * head_dim), queries_first=first)  # fmt: skip
+                               out=nan(r * tokens, heads * head_dim), queries_first=variant == "qf",
+                               dot=variant == "dot")  # fmt: skip
             ref = cp_attention_reference(qkv, cos, sin, qw, kw, 1e-6, *clean, start, tokens, heads, kv_heads)
             written = slice(start, start + tokens)
             cache_error = max(relative_l2(c[:r, :, written], c_ref[:r, :, written])
                               for c, c_ref in zip(caches, clean, strict=True))  # fmt: skip
-            name = f"cp_attention{'_qf' if first else ''}_p{start}_r{r}"
+            name = f"cp_attention{'_' if variant else ''}{variant}_p{start}_r{r}"
             errors[name] = max(relative_l2(out, ref), cache_error)
             if low_precision:
                 wide = [c.float() for c in clean]
