@@ -67,14 +67,9 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
+    from engine.fast.kernels.clock import globaltimer
     from engine.fast.kernels.cp_attention import attend_row_head, norm_weights
     from engine.fast.kernels.snake import TRITON_DTYPES
-
-    @triton.jit
-    def _globaltimer():
-        """The GPU's nanosecond clock (%globaltimer, shared by all SMs)."""
-        return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
-                                         pack=1)  # fmt: skip
 
     @triton.jit
     def _grid_barrier(sync_ptr, target):
@@ -249,7 +244,7 @@ if HAVE_TRITON:
             if PERSISTENT:  # noqa: SIM102 (constexpr, then a runtime condition)
                 if phase > phase_first:  # wait for the phase before; its weights' reads overlap the wait
                     if TIMELINE:  # the phase before ends here for this program
-                        tl.store(stamps_ptr + (2 * phase - 1) * nprog + pid, _globaltimer())
+                        tl.store(stamps_ptr + (2 * phase - 1) * nprog + pid, globaltimer())
                     if PREFETCH:
                         _prefetch_phase(phase, rows, n, pid, nprog, proj_w_ptr, qkv_w_ptr, o_w_ptr, gate_up_w_ptr,
                                         down_w_ptr, head_w_ptr, KIN, HID, H, D, INTER, VOCAB, L, QKV, SPLIT,
@@ -259,7 +254,7 @@ if HAVE_TRITON:
                                         SPLIT, BLOCK_R, BLOCK_N, LAYER_PHASES)  # fmt: skip
                     _grid_barrier(sync_ptr, (phase - phase_first) * nprog)
             if TIMELINE:  # this phase's work starts here for this program
-                tl.store(stamps_ptr + 2 * phase * nprog + pid, _globaltimer())
+                tl.store(stamps_ptr + 2 * phase * nprog + pid, globaltimer())
             if phase == 0:  # the projection's K slices -> part (or the rows themselves)
                 if HAS_PROJ:
                     _product(x_ptr, x_stride, index_ptr, index_stride, rows, proj_w_ptr, part_ptr, HID, part_stride,
@@ -313,7 +308,7 @@ if HAVE_TRITON:
                              part_stride, HID, pid, nprog, INTER, False, False, SPLIT, BLOCK_R, BLOCK_N, BLOCK_K,
                              STAGES, DTYPE, DOT_DTYPE, PRECISION, ".cg")  # fmt: skip
         if TIMELINE:
-            tl.store(stamps_ptr + (2 * phase_last - 1) * nprog + pid, _globaltimer())
+            tl.store(stamps_ptr + (2 * phase_last - 1) * nprog + pid, globaltimer())
         if PERSISTENT:  # noqa: SIM102 (constexpr, then a runtime condition): the last program out zeroes both
             if tl.atomic_add(sync_ptr + 1, 1, sem="acq_rel", scope="gpu") == nprog - 1:
                 tl.store(sync_ptr, 0)

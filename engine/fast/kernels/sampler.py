@@ -30,11 +30,18 @@ from engine.fast.kernels.pdl import launch_options
 from engine.fast.sampling import sample_tokens
 from engine.model.rng import GROUPS_PER_FRAME
 
+# A timeline row per program (`sample(timeline=...)`, CUDA only): %globaltimer ns after the PDL wait, after the
+# loads, before the top-k search, after it, after the softmax, after the token's store, after the embedding
+# accumulate; then the search's round count.
+TIMELINE_STAGES = 8
+TIMELINE_NAMES = ("loads", "min/max/count", "top-k search", "softmax", "race + argmax", "accumulate")
+
 if HAVE_TRITON:
     import triton
     import triton.language as tl
     from triton.language.extra.cuda import libdevice
 
+    from engine.fast.kernels.clock import globaltimer
     from engine.fast.kernels.pdl import wait_for_producer
 
     @triton.jit
@@ -50,9 +57,12 @@ if HAVE_TRITON:
         vocab, hidden, stride_scores, stride_temp, stride_out, group,
         CAP: tl.constexpr, GROUPS: tl.constexpr, RADIX_BITS: tl.constexpr, ACCUMULATE: tl.constexpr,
         PRECISE: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr,
+        stamps_ptr, TIMELINE: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         wait_for_producer(PDL)
+        if TIMELINE:  # the row's stamps: TIMELINE (`TIMELINE_STAGES`, 0: none) a program
+            tl.store(stamps_ptr + b * TIMELINE, globaltimer())
         v = tl.arange(0, BLOCK_V)
         valid = v < vocab
         scores = tl.load(scores_ptr + b * stride_scores + v, mask=valid, other=float("-inf")).to(tl.float32)
@@ -68,15 +78,21 @@ if HAVE_TRITON:
         key = tl.where(warped == 0.0, 0, key)
         limited = (top_k > 0) & (top_k <= tl.minimum(vocab, CAP))
         # Invariant: count(key >= lo) >= k and count(key > hi) < k; lo ends on the k-th largest key.
+        if TIMELINE:
+            tl.store(stamps_ptr + b * TIMELINE + 1, globaltimer())
         lo = tl.min(tl.where(valid, key, 2147483647), axis=0).to(tl.int64)
         hi = tl.max(tl.where(valid, key, -2147483647), axis=0).to(tl.int64)
+        rounds = 0
         if limited:
             digits = tl.arange(0, 1 << RADIX_BITS).to(tl.int64)  # candidate j: lo + ceil(j * width / 2^bits)
             # The search stops as soon as exactly top_k keys are >= lo: {key >= lo} is then the top-k set
             # itself (a tie at the k-th value would make that count exceed k), so the tokens are those of the
             # full search, which needs all 32 / RADIX_BITS rounds only when lo must land on a tied k-th value.
             count_lo = tl.sum(valid.to(tl.int32), axis=0)  # keys >= lo (= the row's minimum)
+            if TIMELINE:
+                tl.store(stamps_ptr + b * TIMELINE + 2, globaltimer())
             while (count_lo > top_k) & (lo < hi):
+                rounds += 1
                 width = hi - lo + 1
                 cand = lo + ((digits * width + (1 << RADIX_BITS) - 1) >> RADIX_BITS)  # [2^bits], ascending
                 # every candidate <= hi + 1 <= key(+inf) + 1 fits int32: compare in 32 bits
@@ -90,6 +106,10 @@ if HAVE_TRITON:
             keep = valid & (key >= lo)
         else:
             keep = valid
+            if TIMELINE:  # (no search: its stage takes no time)
+                tl.store(stamps_ptr + b * TIMELINE + 2, globaltimer())
+        if TIMELINE:
+            tl.store(stamps_ptr + b * TIMELINE + 3, globaltimer())
 
         top = tl.max(warped, axis=0)  # the largest value is always kept: the softmax's max
         if PRECISE:  # libdevice expf/logf, as torch's kernels call them (the interpreter has no libdevice)
@@ -97,6 +117,8 @@ if HAVE_TRITON:
         else:
             e = tl.where(keep, tl.exp(warped - top), 0.0)
         probs = tl.div_rn(e, tl.sum(e, axis=0))
+        if TIMELINE:
+            tl.store(stamps_ptr + b * TIMELINE + 4, globaltimer())
 
         seed = tl.load(seeds_ptr + b).to(tl.uint64, bitcast=True)
         counter = tl.load(frames_ptr + b).to(tl.uint64, bitcast=True) * GROUPS + group.to(tl.uint64) + 1
@@ -112,12 +134,17 @@ if HAVE_TRITON:
         greedy = tl.load(greedy_ptr + b).to(tl.int1)
         token = tl.where(greedy, tl.argmax(scores, axis=0), drawn).to(tl.int64)
         tl.store(out_ptr + b * stride_out, token)
+        if TIMELINE:
+            tl.store(stamps_ptr + b * TIMELINE + 5, globaltimer())
         if ACCUMULATE:
             h = tl.arange(0, BLOCK_H)
             h_mask = h < hidden
             row = tl.load(table_ptr + token * hidden + h, mask=h_mask, other=0.0).to(tl.float32)
             total = tl.load(acc_ptr + b * hidden + h, mask=h_mask, other=0.0)
             tl.store(acc_ptr + b * hidden + h, total + row, mask=h_mask)
+        if TIMELINE:
+            tl.store(stamps_ptr + b * TIMELINE + 6, globaltimer())
+            tl.store(stamps_ptr + b * TIMELINE + 7, rounds)
 
 
 def sample_reference(
@@ -138,14 +165,18 @@ def sample(
     scores: Tensor, greedy: Tensor, temperature: Tensor, top_k: Tensor, cap: int, seeds: Tensor,
     frames: Tensor, group: int, *, out: Tensor | None = None, table: Tensor | None = None,
     acc: Tensor | None = None, radix_bits: int = 2, num_warps: int | None = None, pdl: bool = False,
+    timeline: Tensor | None = None,
 ) -> Tensor:  # fmt: skip
     """scores [B,V] (last dim contiguous), greedy [B] bool, temperature [B,1] fp32, top_k/seeds/frames [B]
     int64 -> tokens [B] int64 (written into `out` [B] int64, any stride, when given). With `table` [V',H]
     and `acc` [B,H] fp32 contiguous, acc[b] += table[token[b]]. `num_warps` of a row's program (None: 8 for a
     vocabulary of 2048 or more, else 4). `pdl`: launched as a programmatic dependent of
-    the kernel before it (`kernels.pdl`)."""
+    the kernel before it (`kernels.pdl`). `timeline` [B, TIMELINE_STAGES] int64 (CUDA only, a diagnostic): each
+    program's stage stamps and search rounds."""
     if (table is None) != (acc is None):
         raise ValueError("sample: table and acc come together")
+    if timeline is not None and (INTERPRET or timeline.shape != (scores.shape[0], TIMELINE_STAGES)):
+        raise ValueError(f"sample: a timeline is [rows, {TIMELINE_STAGES}] int64, on CUDA only")
     if not use_triton(scores):
         return sample_reference(scores, greedy, temperature, top_k, cap, seeds, frames, group, out=out,
                                 table=table, acc=acc)  # fmt: skip
@@ -161,6 +192,7 @@ def sample(
         vocab, hidden, scores.stride(0), temperature.stride(0), out.stride(0), group,
         CAP=cap, GROUPS=GROUPS_PER_FRAME, RADIX_BITS=radix_bits, ACCUMULATE=table is not None, PRECISE=not INTERPRET,
         BLOCK_V=triton.next_power_of_2(vocab), BLOCK_H=triton.next_power_of_2(hidden), PDL=pdl_enabled(pdl),
+        stamps_ptr=timeline if timeline is not None else out, TIMELINE=TIMELINE_STAGES if timeline is not None else 0,
         num_warps=num_warps or (8 if vocab >= 2048 else 4), **launch_options(pdl),
     )  # fmt: skip
     return out
