@@ -17,12 +17,12 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
     norms_apart  every RMSNorm in an `rms_norm` kernel of its own instead of the next product's prologue
     wide_prologues  the products with a norm prologue (qkv, gate_up, head) 16 columns a program: 4x fewer
                programs re-read the row, its residual and the norm weight
-    radix4     the sampler's top-k search in 8 passes over 16 candidates (defaults: 16 passes over 4)
+    radix4, radix3, radix1  the sampler's top-k search over 16, 8 or 2 candidates a pass (defaults: 4)
     warps4     every 1-2 row product with 4 warps a program (defaults: 8)
     narrow     every 1-2 row product with half the output columns a program (twice the programs)
     previous   the 1-2 row tiles before 2026-12-02: 8-32 columns and K 512 a 4-warp program
     attn_warps2, attn_warps1  `cp_attention` programs of 2 or 1 warps (defaults: 4)
-    sampler_warps4  sampler programs of 4 warps (defaults: 8 for the 2048-wide vocabulary)
+    sampler_warps4, sampler_warps16  sampler programs of 4 or 16 warps (defaults: 8 for the 2048-wide vocabulary)
     talker_gemv  the talker's 1-2 row decode steps with their products in `gemv` (`TalkerGraphs.gemv_max_rows`,
                engine `--talker-gemv-rows 2`); the code predictor as `defaults`
     talker_rope  the talker's q/k norm and RoPE inside its decode attention (`TalkerGraphs.fused_rope`, engine
@@ -56,7 +56,7 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
     persistent_split1, persistent_split8, persistent_no_prefetch  the products a norm follows in 1 or 8 K slices
                (default 4), or no L2 prefetch of a phase's weights before its barrier
 
-The sampler's search finds the exact k-th value whatever its radix, so `radix4` must draw bitwise the same codes
+The sampler's search finds the exact k-th value whatever its radix, so `radix*` must draw bitwise the same codes
 as `defaults`, and `pdl` / `no_pdl` change only when kernels start (checked over three frame steps; exit status 1 if either
 differs; the other variants report whether theirs agree). Then the kernels of
 one replay of each (torch profiler): calls, microseconds, and the replay's span minus its kernels' time (the gaps
@@ -83,7 +83,8 @@ from engine.settings import EngineSettings  # noqa: E402
 from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
 ENGINE_DEFAULTS = EngineSettings("1.7b", "")
-VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apart", "wide_prologues", "radix4", "warps4", "narrow",
+VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apart", "wide_prologues", "radix4", "radix3", "radix1",
+            "warps4", "narrow", "sampler_warps16",
             "previous", "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv", "talker_rope", "talker_gemv_rope",
             "persistent", "persistent_phased", "persistent_n16", "persistent_r128", "persistent_k64", "persistent_w8",
             "persistent_split1", "persistent_split8", "persistent_no_prefetch", "persistent_k256", "persistent_s2",
@@ -109,8 +110,8 @@ def frame_kernels(variant: str) -> Any:
         return replace(kernels, pdl=False)
     if variant == "cublas_wide":
         return replace(kernels, dot_gemv={})
-    if variant == "radix4":
-        return replace(kernels, radix_bits=4)
+    if variant.startswith("radix"):
+        return replace(kernels, radix_bits=int(variant[-1]))
     if variant == "pdl":
         return replace(kernels, pdl=True)
     if variant == "norms_apart":
@@ -125,8 +126,8 @@ def frame_kernels(variant: str) -> Any:
                                       for name, columns in PREVIOUS_COLUMNS.items()})  # fmt: skip
     if variant in ("attn_warps2", "attn_warps1"):
         return replace(kernels, attention_warps=int(variant[-1]))
-    if variant == "sampler_warps4":
-        return replace(kernels, sampler_warps=4)
+    if variant.startswith("sampler_warps"):
+        return replace(kernels, sampler_warps=int(variant.removeprefix("sampler_warps")))
     if variant.startswith(("stream_norms", "attn_dot")):
         return replace(kernels, stream_norms=variant.startswith("stream_norms"), attention_dot=variant.endswith("attn_dot"))
     if variant == "attn_qf":
@@ -330,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     for b, ratios in report.get("teacher_forced_ratio", {}).items():
         print(f"teacher-forced B={b}, error / plain bf16's (<= 1.1): "
               + ", ".join(f"{name} {ratio:.3f}" for name, ratio in ratios.items()))  # fmt: skip
-    exact = ("radix4", "pdl", "no_pdl")  # variants that must reproduce the defaults bit for bit
+    exact = ("radix4", "radix3", "radix1", "pdl", "no_pdl")  # variants that must reproduce the defaults bit for bit
     forced_ok = all(r <= 1.1 for ratios in report.get("teacher_forced_ratio", {}).values() for r in ratios.values())
     return 0 if forced_ok and all(report["variants"].get(v, {}).get("bitwise_equal", True) for v in exact) else 1
 
