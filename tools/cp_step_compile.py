@@ -14,14 +14,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from tools.kernel_compile import compile_for  # noqa: E402
+
 H100_SHARED_BYTES = 227 * 1024  # the opt-in shared memory of one sm_90 program
 
 
 def compile_step(arch: int, model: str, tokens: int, block_n: int, block_k: int, stages: int, warps: int, split: int,
                  has_index: bool, persistent: bool, queries_first: bool = False) -> dict[str, int]:  # fmt: skip
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     from engine.fast.kernels.cp_step import PHASES_PER_LAYER, _cp_step_kernel
     from engine.model.config import preset
@@ -29,19 +29,6 @@ def compile_step(arch: int, model: str, tokens: int, block_n: int, block_k: int,
     c = preset(model).code_predictor
     hid, heads, kv_heads, d = c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim
     kin = c.input_size
-    def is_pointer(name: str) -> bool:
-        return name.endswith("_ptr")
-
-    signature: dict[str, str] = {}
-    for name in _cp_step_kernel.arg_names:
-        if is_pointer(name):
-            signature[name] = {"index_ptr": "*i64", "sync_ptr": "*i32", "stamps_ptr": "*i64"}.get(name, "*bf16")
-        elif name in ("eps", "scale"):
-            signature[name] = "fp32"
-        elif name.isupper():
-            signature[name] = "constexpr"
-        else:
-            signature[name] = "i32"
     group = heads // kv_heads
     constants = dict(
         T=tokens, KIN=kin, HID=hid, H=heads, KV=kv_heads, D=d, INTER=c.intermediate_size, VOCAB=c.vocab_size,
@@ -53,29 +40,8 @@ def compile_step(arch: int, model: str, tokens: int, block_n: int, block_k: int,
         PERSISTENT=persistent, PREFETCH=persistent, LAYER_PHASES=PHASES_PER_LAYER, TIMELINE=persistent,
         QUERIES_FIRST=queries_first and tokens == 1,
     )  # fmt: skip
-    source = ASTSource(_cp_step_kernel, signature, constexprs=constants)
-    kernel = triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": warps})
-    return {**_resource_usage(kernel.asm["cubin"]), "shared": kernel.metadata.shared}
-
-
-def _resource_usage(cubin: bytes) -> dict[str, int]:
-    """Registers and spilled bytes per thread from the cubin (`cuobjdump`, shipped with Triton's backend)."""
-    import re
-    import subprocess
-    import tempfile
-
-    from triton.backends.nvidia import compiler as nvidia
-
-    tool = Path(nvidia.__file__).parent / "bin" / "cuobjdump"
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        text = subprocess.run([str(tool), "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-    registers = re.search(r"REG:(\d+)", text)
-    stack = re.search(r"STACK:(\d+)", text)
-    spills = sum(int(v) for v in re.findall(r"(?:LOCAL|SPILL)[A-Z_]*:(\d+)", text))
-    return {"registers": int(registers.group(1)) if registers else -1,
-            "spills": spills + (int(stack.group(1)) if stack else 0)}  # fmt: skip
+    pointers = {"index_ptr": "*i64", "sync_ptr": "*i32", "stamps_ptr": "*i64"}
+    return compile_for(_cp_step_kernel, constants, pointers, num_warps=warps, arch=arch)
 
 
 def main(argv: list[str] | None = None) -> int:

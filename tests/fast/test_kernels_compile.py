@@ -1,0 +1,69 @@
+"""The code predictor's kernels compile for the H200's architecture in their GPU-only forms, on a machine without a
+GPU: programmatic dependent launch, per-program L2 prefetch, the residual stream's shares of squares, the
+tensor-core attention products and the sampler's in-kernel clock. Triton's interpreter never runs these branches
+(they are constexpr-off there), so this is the CPU suite's only look at them; each must fit without spilling."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+triton = pytest.importorskip("triton")
+
+from tools.kernel_compile import compile_for, have_ptxas  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not have_ptxas(), reason="Triton without its NVIDIA backend's ptxas")
+
+GEMV = dict(K=1024, HAS_INDEX=False, HAS_NORM=False, HAS_RESIDUAL=False, HAS_BIAS=False, SILU_MUL=False,
+            USE_DOT=True, PRECISION="tf32", BLOCK_R=64, BLOCK_N=16, BLOCK_K=128, ONE_CHUNK=False, PDL=True,
+            LOOP_STAGES=4, PER_LINE=64, PREFETCH_LINES=0, NORM_SQUARES=False, BLOCK_P=1, ADD_TO=False,
+            SQUARES_OUT=False)  # fmt: skip
+GEMV_CASES = {
+    "prefetch": {"PREFETCH_LINES": 16},
+    "residual-stream": {"K": 2048, "ADD_TO": True, "SQUARES_OUT": True},
+    "projection-stream": {"K": 2048, "HAS_INDEX": True, "HAS_BIAS": True, "SQUARES_OUT": True},
+    "norm-from-squares": {"BLOCK_N": 32, "HAS_NORM": True, "NORM_SQUARES": True, "BLOCK_P": 64, "SILU_MUL": True},
+}
+GEMV_POINTERS = {"index_ptr": "*i64", "sq_in_ptr": "*fp32", "sq_out_ptr": "*fp32"}
+
+
+def _fits(info: dict[str, Any]) -> None:
+    assert 0 < info["registers"] <= 255 and info["spills"] == 0
+    assert 0 < info["shared"] <= 227 * 1024
+
+
+@pytest.mark.parametrize("case", list(GEMV_CASES))
+def test_the_tensor_core_gemv_compiles_in_its_pdl_forms(case: str) -> None:
+    from engine.fast.kernels.gemv import _gemv_kernel
+
+    constants = {**GEMV, "DTYPE": triton.language.bfloat16, **GEMV_CASES[case]}
+    _fits(compile_for(_gemv_kernel, constants, GEMV_POINTERS))
+
+
+def test_rms_norm_compiles_as_a_programmatic_dependent() -> None:
+    from engine.fast.kernels.rmsnorm import _rms_norm_kernel
+
+    info = compile_for(_rms_norm_kernel, dict(HAS_RESIDUAL=True, BLOCK=1024, PDL=True))
+    assert 0 < info["registers"] <= 255 and info["spills"] == 0
+
+
+@pytest.mark.parametrize(("tokens", "dot", "queries_first"), [(1, True, False), (2, True, False), (1, False, True)],
+                         ids=["dot-lookup", "dot-first-step", "queries-first"])  # fmt: skip
+def test_the_attention_compiles_in_its_opt_in_forms(tokens: int, dot: bool, queries_first: bool) -> None:
+    from engine.fast.kernels.cp_attention import _cp_attention_kernel
+
+    constants = dict(T=tokens, H=16, K=8, G=2, GP=16 if dot else 2, D=128, BLOCK_L=16,
+                     DTYPE=triton.language.bfloat16, PDL=True, QUERIES_FIRST=queries_first, DOT=dot)  # fmt: skip
+    _fits(compile_for(_cp_attention_kernel, constants))
+
+
+def test_the_sampler_compiles_with_its_timeline() -> None:
+    from engine.fast.kernels.sampler import TIMELINE_STAGES, _sample_kernel
+
+    constants = dict(CAP=64, GROUPS=16, RADIX_BITS=2, ACCUMULATE=True, PRECISE=True, BLOCK_V=2048, BLOCK_H=1024,
+                     PDL=True, TIMELINE=TIMELINE_STAGES)  # fmt: skip
+    pointers = {"greedy_ptr": "*i1", "temp_ptr": "*fp32", "topk_ptr": "*i64", "seeds_ptr": "*i64",
+                "frames_ptr": "*i64", "out_ptr": "*i64", "acc_ptr": "*fp32", "stamps_ptr": "*i64"}  # fmt: skip
+    info = compile_for(_sample_kernel, constants, pointers, num_warps=8)
+    assert 0 < info["registers"] <= 255 and info["spills"] == 0
