@@ -28,6 +28,8 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
     talker_rope  the talker's q/k norm and RoPE inside its decode attention (`TalkerGraphs.fused_rope`, engine
                `--talker-fused-rope`; the same roundings, the norms' sums perhaps in another order)
     talker_gemv_rope  both
+    talker_chain  the talker's 16-64 row decode steps as `run_layers_chained` (`TalkerGraphs.chain_rows`: tensor-core
+               `gemv` products but down, every kernel a programmatic dependent launch); the code predictor as `defaults`
     persistent  every code-predictor step as one persistent kernel (`FrameKernels.persistent_min_rows` 1,
                `kernels.cp_step`: grid barriers between its phases); the same arithmetic, fp32 sums in another order
     persistent_phased  the same kernel launched once per phase (no barriers): what the barriers save
@@ -92,7 +94,7 @@ VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apar
             "persistent_queries_first", "persistent_pps2_qf", "attn_qf", "gemv64_pdl", "gemv64_pdl_prefetch",
             "gemv64_pdl_prefetch_qf", "gemv64_pdl_prologue", "gemv64_pdl_w8", "gemv64_pdl_s2", "gemv64_pdl_s3",
             "gemv64_pdl_n32", "gemv64_pdl_k64", "gemv32_pdl", "gemv32_pdl_w8", "gemv32_pdl_n32", "gemv32_pdl_s3",
-            "gemv32_pdl_k64", "stream_norms", "attn_dot", "stream_norms_attn_dot")
+            "gemv32_pdl_k64", "stream_norms", "attn_dot", "stream_norms_attn_dot", "talker_chain")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -162,14 +164,16 @@ def frame_kernels(variant: str) -> Any:
     return kernels
 
 
-def talker_options(variant: str) -> tuple[int, bool]:
-    """The talker decode's (`gemv_max_rows`, `fused_rope`) in this variant: the engine's defaults, the sixteenth
-    session's (cuBLAS products, a q/k norm + RoPE kernel), or what a `talker_*` variant names."""
+def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...]]:
+    """The talker decode's (`gemv_max_rows`, `fused_rope`, `chain_rows`) in this variant: the engine's defaults, the
+    sixteenth session's (cuBLAS products, a q/k norm + RoPE kernel), or what a `talker_*` variant names."""
+    if variant == "talker_chain":
+        return (ENGINE_DEFAULTS.talker_gemv_rows, True, (16, 32, 64))
     if variant.startswith("talker_"):
-        return (2 if variant.startswith("talker_gemv") else 0, variant.endswith("rope"))
+        return (2 if variant.startswith("talker_gemv") else 0, variant.endswith("rope"), ())
     if variant == "sixteenth":
-        return (0, False)
-    return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope)
+        return (0, False, ())
+    return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, ())
 
 
 def build(model: Any, variants: list[str], batches: list[int], context: int) -> dict[str, Any]:
@@ -184,9 +188,10 @@ def build(model: Any, variants: list[str], batches: list[int], context: int) -> 
     cache = model.talker.new_cache(max(batches), context + 8)
     codes = new_code_buffer(max(batches), 64, model.device)
     talkers = {}  # one graph set per talker configuration the variants use
-    for rows, rope in sorted({talker_options(v) for v in variants}):
-        talkers[rows, rope] = TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows, fused_rope=rope)
-        talkers[rows, rope].decode_steps.capture()
+    for rows, rope, chain in sorted({talker_options(v) for v in variants}):
+        talkers[rows, rope, chain] = TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows, fused_rope=rope,
+                                                  chain_rows=chain)  # fmt: skip
+        talkers[rows, rope, chain].decode_steps.capture()
     predictors = {}
     for variant in variants:
         started = time.perf_counter()

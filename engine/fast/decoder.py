@@ -6,6 +6,8 @@ For one or two token rows (`run_layers_streamed`), six:
             qkv gemv(norm prologue) -> qk_norm_rope -> attention -> o gemv -> gate|up gemv(norm prologue,
             SwiGLU epilogue) -> down gemv,
 where each product streams its weight once at full width (`kernels.gemv`, tiles per shape in `StreamTiles`).
+For tens of rows (`run_layers_chained`, opt-in), the `run_layers` chain without `silu_mul`, in `gemv`'s
+tensor-core tiles and launched as programmatic dependents, each kernel starting in the tail of the one before.
 The arithmetic is the plain `engine.model.layers` arithmetic, rounded at the same places; only GEMM
 shapes change (q|k|v and gate|up as one product), so bf16 results match the plain twin within GEMM
 rounding. `fuse_layers` concatenates the projection weights once and re-points the plain modules'
@@ -148,6 +150,45 @@ def run_layers_streamed(
                              silu_mul=True, config=tiles.gate_up)  # residual: h = x + attn  # fmt: skip
         x, _ = gemv(act, layer.down, config=tiles.down)  # [R,Hd]
     return rms_norm(x, final_norm, layers[0].eps, residual)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class ChainTiles:
+    """Tensor-core `gemv` tiles of the talker's products in `run_layers_chained` (None: cuBLAS): the fastest of
+    each at 64 rows on the H200, bare (2026-12-04, `tools/gemv_tiles.py --model talker --rows 64`, raw
+    docs/bench/gemv-tiles-2026-12-04-s18-talker.json), us a call against cuBLAS: qkv 8.57 (7.54), o 7.10 (6.49),
+    gate|up with its SwiGLU 17.20 (17.16, and `silu_mul` apart); down lost by 4.4 us (16.02 against 11.63), so
+    it stays on cuBLAS."""
+
+    qkv: GemvConfig | None = GemvConfig(block_n=32, block_k=128, num_warps=4, loop_stages=4)
+    o: GemvConfig | None = GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4)
+    gate_up: GemvConfig | None = GemvConfig(block_n=64, block_k=128, num_warps=4, loop_stages=4)
+    down: GemvConfig | None = None
+
+
+def run_layers_chained(
+    layers: list[FusedLayer], x: Tensor, final_norm: Tensor, attend_qkv: Attend, tiles: ChainTiles | None = None,
+) -> Tensor:  # fmt: skip
+    """`run_layers` (with `attend_qkv`) for tens of token rows as a chain of programmatic dependent launches
+    (`kernels.pdl`): the products in `gemv`'s tensor-core tiles (or cuBLAS where `tiles` says None), SwiGLU in
+    gate|up's epilogue, the norms in `rms_norm`, all launched so each starts while the one before finishes;
+    `attend_qkv` should launch its kernels the same way. Same arithmetic and roundings as `run_layers`."""
+    tiles = tiles or ChainTiles()
+
+    def product(x: Tensor, weight: Tensor, config: GemvConfig | None, silu: bool = False) -> Tensor:
+        if config is None:
+            y = x @ weight.T
+            return silu_mul(y) if silu else y
+        return gemv(x, weight, silu_mul=silu, config=config, pdl=True)[0]
+
+    residual: Tensor | None = None
+    for index, layer in enumerate(layers):
+        normed, residual = rms_norm(x, layer.input_norm, layer.eps, residual, pdl=True)  # residual: layer input
+        attended = attend_qkv(index, product(normed, layer.qkv, tiles.qkv))
+        x = product(attended, layer.o, tiles.o)  # [R,Hd]
+        normed, residual = rms_norm(x, layer.post_norm, layer.eps, residual, pdl=True)  # residual: h = x + attn
+        x = product(product(normed, layer.gate_up, tiles.gate_up, silu=True), layer.down, tiles.down)
+    return rms_norm(x, final_norm, layers[0].eps, residual, pdl=True)[0]
 
 
 def rope_tables(rotary: nn.Module, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:

@@ -23,7 +23,7 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engine.executors.slots import GenerationSlots
-from engine.fast.decoder import fuse_layers, rope_tables, run_layers, run_layers_streamed
+from engine.fast.decoder import fuse_layers, rope_tables, run_layers, run_layers_chained, run_layers_streamed
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
 from engine.fast.kernels.decode_attention import decode_attention, decode_attention_rope
 from engine.fast.kernels.sampler import sample
@@ -41,13 +41,17 @@ class TalkerGraphs:
     def __init__(self, model: Qwen3TTS, slots: GenerationSlots, cache: TalkerKVCache, capture_sizes: Sequence[int],
                  *, prefill_sizes: Sequence[int] = (), prefill_buckets: Sequence[int] = (),
                  use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP,
-                 gemv_max_rows: int = 0, fused_rope: bool = False) -> None:  # fmt: skip
+                 gemv_max_rows: int = 0, fused_rope: bool = False,
+                 chain_rows: Sequence[int] = ()) -> None:  # fmt: skip
         """`gemv_max_rows`: decode steps of up to this many rows run `run_layers_streamed` (products as weight
         streams in `gemv`, norms and SwiGLU folded in); above it, and at 0, cuBLAS products (`run_layers`).
         `fused_rope`: decode steps norm and rotate q and k inside the attention's split kernel
-        (`decode_attention_rope`) instead of a `qk_norm_rope` kernel a layer."""
+        (`decode_attention_rope`) instead of a `qk_norm_rope` kernel a layer. `chain_rows` (with `fused_rope`):
+        decode steps of exactly these row counts run `run_layers_chained` (tensor-core `gemv` products, every
+        kernel a programmatic dependent launch); unmeasured on a GPU, so none by default."""
         self.model = model
         self.gemv_max_rows = gemv_max_rows
+        self.chain_rows = tuple(chain_rows) if fused_rope else ()
         self.fused_rope = fused_rope
         self.talker = model.talker
         self.config = model.config.talker
@@ -142,15 +146,22 @@ class TalkerGraphs:
             k_cache, v_cache = self.caches[layer]
             return decode_attention(q, k_cache, v_cache, index, lengths).view(n, -1)
 
+        chained = n in self.chain_rows
+
         def attend_qkv(layer: int, qkv: Tensor) -> Tensor:  # qkv [n,(Hq+2K)D] -> [n,Hq*D]
             k_cache, v_cache = self.caches[layer]
             fused = self.layers[layer]
             return decode_attention_rope(qkv, cos, sin, fused.q_norm, fused.k_norm, fused.eps, k_cache, v_cache,
-                                         index, lengths, fused.num_heads, fused.num_kv_heads).view(n, -1)  # fmt: skip
+                                         index, lengths, fused.num_heads, fused.num_kv_heads,
+                                         pdl=chained).view(n, -1)  # fmt: skip
 
-        stack = run_layers_streamed if n <= self.gemv_max_rows else run_layers
-        hidden = stack(self.layers, x, self.talker.model.norm.weight, cos, sin, self.caches, index, positions, attend,
-                       attend_qkv if self.fused_rope else None)  # fmt: skip
+        norm = self.talker.model.norm.weight
+        if chained:
+            hidden = run_layers_chained(self.layers, x, norm, attend_qkv)
+        else:
+            stack = run_layers_streamed if n <= self.gemv_max_rows else run_layers
+            hidden = stack(self.layers, x, norm, cos, sin, self.caches, index, positions, attend,
+                           attend_qkv if self.fused_rope else None)  # fmt: skip
         self._draw(hidden, index, self.inputs["frame"][:n] + 1, self.inputs["eos_never"][:n].bool())
 
     def _prefill(self, key: tuple[int, int]) -> None:

@@ -67,3 +67,16 @@ def test_the_sampler_compiles_with_its_timeline() -> None:
                 "frames_ptr": "*i64", "out_ptr": "*i64", "acc_ptr": "*fp32", "stamps_ptr": "*i64"}  # fmt: skip
     info = compile_for(_sample_kernel, constants, pointers, num_warps=8)
     assert 0 < info["registers"] <= 255 and info["spills"] == 0
+
+
+def test_the_talker_attention_compiles_as_programmatic_dependents_at_no_extra_cost() -> None:
+    """(The split kernel spills at 4 warps with or without PDL, compiled by Triton 3.9: its resources are compared
+    with its plain launch's, not bounded.)"""
+    from engine.fast.kernels.decode_attention import BLOCK_N, _merge_kernel, _split_rope_kernel
+
+    pointers = {"slots_ptr": "*i64", "lengths_ptr": "*i64", "m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32"}
+    split = dict(H=16, KV=8, G=2, GP=16, D=128, SPLITS=16, CHUNK=128, BLOCK=BLOCK_N, PRECISION="tf32")
+    chained, plain = (compile_for(_split_rope_kernel, {**split, "PDL": pdl}, pointers) for pdl in (True, False))
+    assert chained["spills"] <= plain["spills"] and chained["shared"] == plain["shared"]
+    merge = compile_for(_merge_kernel, dict(H=16, SPLITS=16, CHUNK=128, D=128, PDL=True), pointers)
+    assert 0 < merge["registers"] <= 255 and merge["spills"] == 0

@@ -107,3 +107,47 @@ def test_attention_with_the_qk_norm_and_rope_folded_in_equals_the_two_kernels_it
     result = run_interpreted(ROPE_SCRIPT)
     assert result["finite"], result
     assert result["error"] < 1e-5 and result["cache_error"] < 1e-6, result
+
+
+CHAINED_SCRIPT = """
+import json, torch
+from engine.fast.decoder import fuse_layers, rope_tables, run_layers, run_layers_chained
+from engine.fast.kernels import use_triton
+from engine.fast.kernels.decode_attention import decode_attention_rope
+from engine.model.weights import load_model
+assert use_triton(torch.zeros(1)), "interpreter mode not active"
+torch.manual_seed(0)
+model = load_model("tiny")
+talker = model.talker
+layers = fuse_layers(talker.model.layers)
+rows = 16  # tensor-core gemv tiles from 16 rows
+caches = [talker.new_cache(rows, 32), talker.new_cache(rows, 32)]
+for cache in caches:
+    cache.kv.copy_(torch.randn(cache.kv.shape, generator=torch.Generator().manual_seed(1)))
+index = torch.arange(rows)
+positions = torch.randint(3, 30, (rows,), generator=torch.Generator().manual_seed(2))
+x = torch.randn(rows, model.config.talker.hidden_size, generator=torch.Generator().manual_seed(3))
+cos, sin = rope_tables(talker.rotary, positions, x.dtype)
+outs = []
+for cache, chained in zip(caches, (False, True)):
+    per_layer = [cache.layer(i) for i in range(len(layers))]
+    def attend_qkv(layer, qkv, per_layer=per_layer):
+        fused = layers[layer]
+        return decode_attention_rope(qkv, cos, sin, fused.q_norm, fused.k_norm, fused.eps, *per_layer[layer], index,
+                                     positions + 1, fused.num_heads, fused.num_kv_heads, pdl=chained).view(rows, -1)
+    norm = talker.model.norm.weight
+    if chained:
+        outs.append(run_layers_chained(layers, x, norm, attend_qkv))
+    else:
+        outs.append(run_layers(layers, x, norm, cos, sin, per_layer, index, positions, None, attend_qkv))
+error = float((outs[1] - outs[0]).norm() / outs[0].norm())
+kv_error = float((caches[1].kv - caches[0].kv).abs().max())
+print(json.dumps({"error": error, "kv_error": kv_error}))
+"""
+
+
+def test_the_chained_talker_layers_equal_the_cublas_layers_in_the_interpreter() -> None:
+    """`run_layers_chained` (tensor-core `gemv` products, SwiGLU in gate|up's epilogue, PDL-capable kernels) gives
+    `run_layers`' hidden states and cache writes at 16 rows."""
+    result = run_interpreted(CHAINED_SCRIPT, timeout_s=600)
+    assert result["error"] < 1e-5 and result["kv_error"] < 1e-5

@@ -31,6 +31,8 @@ import torch
 from torch import Tensor
 
 from engine.fast.kernels import HAVE_TRITON, use_triton
+from engine.fast.kernels.pdl import enabled as pdl_enabled
+from engine.fast.kernels.pdl import launch_options
 from engine.fast.kernels.qk_norm_rope import qk_norm_rope_reference
 from engine.model.layers import attend
 
@@ -65,6 +67,8 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
+    from engine.fast.kernels.pdl import wait_for_producer
+
     @triton.jit
     def _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, m_ptr, l_ptr, acc_ptr, b, heads, sp, d,
                       q_mask, H: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr,
@@ -98,11 +102,12 @@ if HAVE_TRITON:
         q_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, m_ptr, l_ptr, acc_ptr, scale,
         stride_s, stride_k, stride_l,
         H: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-        SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
+        SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
         sp = tl.program_id(2)
+        wait_for_producer(PDL)
         length = tl.load(lengths_ptr + b)
         lo = sp * CHUNK
         if lo < length:  # else: nothing to attend; the merge reads only the splits a row has
@@ -132,11 +137,12 @@ if HAVE_TRITON:
         qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, m_ptr, l_ptr, acc_ptr,
         scale, eps, stride_s, stride_k, stride_l,
         H: tl.constexpr, KV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-        SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
+        SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
         sp = tl.program_id(2)
+        wait_for_producer(PDL)
         length = tl.load(lengths_ptr + b)
         lo = sp * CHUNK
         if lo < length:  # else: nothing to attend; the merge reads only the splits a row has
@@ -174,8 +180,9 @@ if HAVE_TRITON:
 
     @triton.jit
     def _merge_kernel(m_ptr, l_ptr, acc_ptr, lengths_ptr, out_ptr, H: tl.constexpr, SPLITS: tl.constexpr,
-                      CHUNK: tl.constexpr, D: tl.constexpr):  # fmt: skip
+                      CHUNK: tl.constexpr, D: tl.constexpr, PDL: tl.constexpr):  # fmt: skip
         row = tl.program_id(0)  # b * H + head
+        wait_for_producer(PDL)
         length = tl.load(lengths_ptr + row // H)
         sp = tl.arange(0, SPLITS)
         used = sp * CHUNK < length  # the splits the row's keys reach (split 0 always: length >= 1)
@@ -223,9 +230,10 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
 
 def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: int, heads: int, kv_heads: int,
                      d: int, dtype: torch.dtype, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor,
-                     config: SplitConfig, *scalars: float, **constexprs: int) -> Tensor:  # fmt: skip
+                     config: SplitConfig, *scalars: float, pdl: bool = False, **constexprs: int) -> Tensor:  # fmt: skip
     """Launch a split kernel over (rows, kv heads, splits) with its partial buffers, then the merge -> [B,H,D].
-    `leading`: the split kernel's arguments before the caches; `scalars`: after the partial buffers."""
+    `leading`: the split kernel's arguments before the caches; `scalars`: after the partial buffers. `pdl`: both
+    launched as programmatic dependents (`kernels.pdl`), each waiting for the kernel before it first."""
     splits, chunk = split_layout(k_cache.shape[2], config)
     device = k_cache.device
     m = torch.empty(rows, heads, splits, dtype=torch.float32, device=device)
@@ -237,21 +245,22 @@ def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: in
         H=heads, D=d, SPLITS=splits, CHUNK=chunk, BLOCK=config.block_n,
         PRECISION="ieee" if dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
         num_warps=config.num_warps, **({} if config.num_stages is None else {"num_stages": config.num_stages}),
-        **constexprs,
+        PDL=pdl_enabled(pdl), **launch_options(pdl), **constexprs,
     )  # fmt: skip
     out = torch.empty(rows, heads, d, dtype=dtype, device=device)
     _merge_kernel[(rows * heads,)](m, l_sum, acc, lengths, out, H=heads, SPLITS=splits, CHUNK=chunk, D=d,
-                                   num_warps=4)  # fmt: skip
+                                   PDL=pdl_enabled(pdl), num_warps=4, **launch_options(pdl))  # fmt: skip
     return out
 
 
 def decode_attention_rope(
     qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float, k_cache: Tensor,
     v_cache: Tensor, slots: Tensor, lengths: Tensor, num_heads: int, num_kv_heads: int,
-    config: SplitConfig | None = None,
+    config: SplitConfig | None = None, pdl: bool = False,
 ) -> Tensor:  # fmt: skip
     """`qk_norm_rope` (at positions lengths - 1) then `decode_attention`, in the split kernel: qkv [B,(H+2K)D]
-    contiguous, cos/sin [B,D] -> [B,H,D] in qkv's dtype; the new keys and values are written into the caches."""
+    contiguous, cos/sin [B,D] -> [B,H,D] in qkv's dtype; the new keys and values are written into the caches.
+    `pdl`: the split and merge kernels as programmatic dependents (`kernels.pdl`)."""
     rows, d = qkv.shape[0], cos.shape[-1]
     if not use_triton(qkv):
         q = qk_norm_rope_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, slots, lengths - 1,
@@ -264,4 +273,4 @@ def decode_attention_rope(
     config = config or default_split_config(rows)
     return _split_and_merge(_split_rope_kernel, (qkv, cos, sin, q_weight, k_weight), rows, num_heads, num_kv_heads,
                             d, qkv.dtype, k_cache, v_cache, slots, lengths, config, 1.0 / math.sqrt(d), eps,
-                            KV=num_kv_heads, G=group, GP=max(16, triton.next_power_of_2(group)))  # fmt: skip
+                            pdl=pdl, KV=num_kv_heads, G=group, GP=max(16, triton.next_power_of_2(group)))  # fmt: skip
