@@ -233,12 +233,7 @@ class CodePredictorGraphs:
         for number, layer in enumerate(layers):
             qkv, residual = self._product("qkv", hidden, layer.qkv, residual=residual, norm=layer.input_norm,
                                           eps=eps)  # fmt: skip
-            k_cache, v_cache = self.cache.layer(number)
-            attended = cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, eps, k_cache, v_cache,
-                                    start, tokens, layer.num_heads, layer.num_kv_heads,
-                                    num_warps=self.kernels.attention_warps, pdl=self._pdl(qkv.shape[0]),
-                                    queries_first=self.kernels.attention_queries_first,
-                                    dot=self.kernels.attention_dot)  # fmt: skip
+            attended = self._attention(number, qkv, start, tokens)
             hidden, _ = self._product("o", attended, layer.o)
             act, residual = self._product("gate_up", hidden, layer.gate_up, residual=residual,
                                           norm=layer.post_norm, eps=eps, silu_mul=True)  # fmt: skip
@@ -265,12 +260,7 @@ class CodePredictorGraphs:
         for number, layer in enumerate(layers):
             qkv, _ = gemv(stream, layer.qkv, norm_weight=layer.input_norm, norm_squares=squares, eps=eps,
                           config=tiles.get("qkv"), pdl=pdl)  # fmt: skip
-            k_cache, v_cache = self.cache.layer(number)
-            attended = cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, eps, k_cache, v_cache,
-                                    start, tokens, layer.num_heads, layer.num_kv_heads,
-                                    num_warps=self.kernels.attention_warps, pdl=pdl,
-                                    queries_first=self.kernels.attention_queries_first,
-                                    dot=self.kernels.attention_dot)  # fmt: skip
+            attended = self._attention(number, qkv, start, tokens)
             stream, squares = gemv_residual(attended, layer.o, add_to=stream, config=tiles.get("o"), pdl=pdl)
             act, _ = gemv(stream, layer.gate_up, norm_weight=layer.post_norm, norm_squares=squares, eps=eps,
                           silu_mul=True, config=tiles.get("gate_up"), pdl=pdl)  # fmt: skip
@@ -282,6 +272,15 @@ class CodePredictorGraphs:
         logits, _ = gemv(stream, self.heads[max(1, start) - 1], norm_weight=norm.weight, norm_squares=squares,
                          eps=norm.eps, config=tiles.get("head"), pdl=pdl)  # fmt: skip
         return logits
+
+    def _attention(self, number: int, qkv: Tensor, start: int, tokens: int) -> Tensor:
+        """Layer `number`'s `cp_attention` over qkv [rows, (H+2K)D] with this frame's kernel options."""
+        layer, k = self.layers[number], self.kernels
+        k_cache, v_cache = self.cache.layer(number)
+        return cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, layer.eps, k_cache, v_cache, start,
+                            tokens, layer.num_heads, layer.num_kv_heads, num_warps=k.attention_warps,
+                            pdl=self._pdl(qkv.shape[0]), queries_first=k.attention_queries_first,
+                            dot=k.attention_dot)  # fmt: skip
 
     def _pdl(self, token_rows: int) -> bool:
         """Whether a kernel of a step with this many token rows launches as a programmatic dependent."""

@@ -4,22 +4,14 @@ code (it launches one phase at a time), so this is the CPU suite's only look at 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 triton = pytest.importorskip("triton")
 
-
-def _ptxas() -> bool:
-    try:
-        from triton.backends.nvidia import compiler
-    except ImportError:
-        return False
-    return (Path(compiler.__file__).parent / "bin" / "ptxas").exists()
+from tools.kernel_compile import have_ptxas  # noqa: E402
 
 
-@pytest.mark.skipif(not _ptxas(), reason="Triton without its NVIDIA backend's ptxas")
+@pytest.mark.skipif(not have_ptxas(), reason="Triton without its NVIDIA backend's ptxas")
 @pytest.mark.parametrize(("tokens", "queries_first"), [(1, False), (2, False), (1, True)],
                          ids=["lookup-step", "first-step", "queries-first"])  # fmt: skip
 def test_the_persistent_step_compiles_for_sm90_and_fits_one_sm(tokens: int, queries_first: bool) -> None:
