@@ -57,6 +57,16 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
                (defaults 4), 32 columns a program, or 64-wide K loads
     persistent_split1, persistent_split8, persistent_no_prefetch  the products a norm follows in 1 or 8 K slices
                (default 4), or no L2 prefetch of a phase's weights before its barrier
+    split2, split4  the tensor-core steps' products (16-64 token rows) with K cut into 2 or 4 slices, one program
+               each, summed by the last slice in (`GemvConfig.split_k`): 2-4x the programs streaming each product;
+               split4_narrow only the products of 64 column tiles (projection, o, down)
+    talker_chain_stream  `talker_chain` without the post-attention norm kernels (`ChainTiles.stream_norms`: o writes
+               the residual stream and its sums of squares, gate|up norms from them); _down with down in a tile too
+               (no norm kernels at all); talker_chain_split every chained product in K slices (`TALKER_SPLIT`),
+               talker_chain_stream_split both
+
+Parts join with +: `stream_norms+split4+talker_chain_stream` applies each code-predictor part in order and the one
+talker part.
 
 The sampler's search finds the exact k-th value whatever its radix, so `radix*` must draw bitwise the same codes
 as `defaults`, and `pdl` / `no_pdl` change only when kernels start (checked over three frame steps; exit status 1 if either
@@ -94,18 +104,42 @@ VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apar
             "persistent_queries_first", "persistent_pps2_qf", "attn_qf", "gemv64_pdl", "gemv64_pdl_prefetch",
             "gemv64_pdl_prefetch_qf", "gemv64_pdl_prologue", "gemv64_pdl_w8", "gemv64_pdl_s2", "gemv64_pdl_s3",
             "gemv64_pdl_n32", "gemv64_pdl_k64", "gemv32_pdl", "gemv32_pdl_w8", "gemv32_pdl_n32", "gemv32_pdl_s3",
-            "gemv32_pdl_k64", "stream_norms", "attn_dot", "stream_norms_attn_dot", "talker_chain")
+            "gemv32_pdl_k64", "stream_norms", "attn_dot", "stream_norms_attn_dot", "talker_chain", "split2", "split4",
+            "split4_narrow", "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
+            "talker_chain_stream_split")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
 
 
 def frame_kernels(variant: str) -> Any:
-    from engine.fast.code_predictor_graph import DEFAULT_DOT_GEMV, FrameKernels
+    """The code predictor's `FrameKernels` in a variant: the engine's, then each of its parts' changes in order."""
+    from engine.fast.code_predictor_graph import FrameKernels
+
+    kernels = FrameKernels(pdl=ENGINE_DEFAULTS.cp_pdl)
+    for part in variant.split("+"):
+        kernels = _cp_change(kernels, part)
+    return kernels
+
+
+def _split_tiles(tiles: dict[str, Any], split: int, names: tuple[str, ...]) -> dict[str, Any]:
+    """Tensor-core tiles with the named products' K in `split` slices (gate|up then 16 columns a program: with its
+    norm and SwiGLU, 32 spill; `tests/fast/test_kernels_compile.py`)."""
+    return {name: replace(tile, split_k=split, block_n=16 if name == "gate_up" else tile.block_n)
+            if name in names else tile for name, tile in tiles.items()}  # fmt: skip
+
+
+def _cp_change(kernels: Any, variant: str) -> Any:
+    """One variant part's change to the code predictor's `FrameKernels` (parts that change only the talker: none)."""
+    from engine.fast.code_predictor_graph import DEFAULT_DOT_GEMV
     from engine.fast.kernels.cp_step import StepTiles
     from engine.fast.kernels.gemv import GemvConfig
 
-    kernels = FrameKernels(pdl=ENGINE_DEFAULTS.cp_pdl)
+    if variant.startswith("split"):  # split2, split4, split4_narrow (only the 64-program products)
+        names = ("proj", "o", "down") if variant.endswith("_narrow") else ("proj", "qkv", "o", "gate_up", "down", "head")
+        split = int(variant.removeprefix("split").removesuffix("_narrow"))
+        return replace(kernels, dot_gemv={rows: _split_tiles(dict(tiles), split, names)
+                                          for rows, tiles in kernels.dot_gemv.items()})  # fmt: skip
     if variant == "sixteenth":
         return replace(kernels, pdl=False, dot_gemv={})
     if variant == "no_pdl":
@@ -130,8 +164,10 @@ def frame_kernels(variant: str) -> Any:
         return replace(kernels, attention_warps=int(variant[-1]))
     if variant.startswith("sampler_warps"):
         return replace(kernels, sampler_warps=int(variant.removeprefix("sampler_warps")))
-    if variant.startswith(("stream_norms", "attn_dot")):
-        return replace(kernels, stream_norms=variant.startswith("stream_norms"), attention_dot=variant.endswith("attn_dot"))
+    if variant.startswith("stream_norms"):  # (and `stream_norms_attn_dot`: both)
+        return replace(kernels, stream_norms=True, attention_dot=variant.endswith("attn_dot") or kernels.attention_dot)
+    if variant == "attn_dot":
+        return replace(kernels, attention_dot=True)
     if variant == "attn_qf":
         return replace(kernels, attention_queries_first=True)
     if variant.startswith(("gemv64", "gemv32")):
@@ -164,16 +200,32 @@ def frame_kernels(variant: str) -> Any:
     return kernels
 
 
-def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...]]:
-    """The talker decode's (`gemv_max_rows`, `fused_rope`, `chain_rows`) in this variant: the engine's defaults, the
-    sixteenth session's (cuBLAS products, a q/k norm + RoPE kernel), or what a `talker_*` variant names."""
-    if variant == "talker_chain":
-        return (ENGINE_DEFAULTS.talker_gemv_rows, True, (16, 32, 64))
-    if variant.startswith("talker_"):
-        return (2 if variant.startswith("talker_gemv") else 0, variant.endswith("rope"), ())
-    if variant == "sixteenth":
-        return (0, False, ())
-    return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, ())
+TALKER_SPLIT = {"qkv": 4, "o": 4, "gate_up": 2, "down": 4}  # K slices of the talker's split-K tiles
+
+
+def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
+    """The talker decode's (`gemv_max_rows`, `fused_rope`, `chain_rows`, `chain_tiles`) in a variant: the engine's
+    defaults, the sixteenth session's (cuBLAS products, a q/k norm + RoPE kernel), or what its `talker_*` part names.
+    talker_chain_stream: `ChainTiles.stream_norms`; _down: down in a tile too (16 columns, K 128 a load, 4 stages);
+    _split: every product in K slices (`TALKER_SPLIT`; down in a tile, gate|up 32 columns, 16 with stream norms)."""
+    from engine.fast.decoder import ChainTiles
+    from engine.fast.kernels.gemv import GemvConfig
+
+    part = next((part for part in variant.split("+") if part.startswith("talker_") or part == "sixteenth"), "")
+    if part.startswith("talker_chain"):
+        tiles = ChainTiles(stream_norms="_stream" in part)
+        if part.endswith(("_down", "_split")):
+            tiles = replace(tiles, down=GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4))
+        if part.endswith("_split"):
+            gate_up = replace(tiles.gate_up, block_n=16 if tiles.stream_norms else 32)
+            whole = {"qkv": tiles.qkv, "o": tiles.o, "gate_up": gate_up, "down": tiles.down}
+            tiles = replace(tiles, **{name: replace(whole[name], split_k=split) for name, split in TALKER_SPLIT.items()})
+        return (ENGINE_DEFAULTS.talker_gemv_rows, True, (16, 32, 64), tiles)
+    if part.startswith("talker_"):
+        return (2 if part.startswith("talker_gemv") else 0, part.endswith("rope"), (), None)
+    if part == "sixteenth":
+        return (0, False, (), None)
+    return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, (), None)
 
 
 def build(model: Any, variants: list[str], batches: list[int], context: int) -> dict[str, Any]:
@@ -188,10 +240,11 @@ def build(model: Any, variants: list[str], batches: list[int], context: int) -> 
     cache = model.talker.new_cache(max(batches), context + 8)
     codes = new_code_buffer(max(batches), 64, model.device)
     talkers = {}  # one graph set per talker configuration the variants use
-    for rows, rope, chain in sorted({talker_options(v) for v in variants}):
-        talkers[rows, rope, chain] = TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows, fused_rope=rope,
-                                                  chain_rows=chain)  # fmt: skip
-        talkers[rows, rope, chain].decode_steps.capture()
+    for options in dict.fromkeys(talker_options(v) for v in variants):
+        rows, rope, chain, tiles = options
+        talkers[options] = TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows, fused_rope=rope,
+                                        chain_rows=chain, chain_tiles=tiles)  # fmt: skip
+        talkers[options].decode_steps.capture()
     predictors = {}
     for variant in variants:
         started = time.perf_counter()
@@ -244,7 +297,8 @@ def kernel_table(fn: Any, replays: int = 5) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 64])
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
+    p.add_argument("--variants", nargs="+", default=list(VARIANTS),
+                   help="names above, or several joined by + (e.g. stream_norms+split4+talker_chain_stream)")
     p.add_argument("--context", type=int, default=CONTEXT, help="talker contexts drawn from N/2..N-1")
     p.add_argument("--exact-context", action="store_true", help="every talker row at exactly --context")
     p.add_argument("--teacher-forced", action="store_true",
@@ -252,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
                         "every batch size: error / the plain bf16 predictor's <= 1.1 (`tools/cp_kernels_check.py`)")
     p.add_argument("--out", default="frame_profile.json")
     args = p.parse_args(argv)
+    for variant in args.variants:
+        unknown = [part for part in variant.split("+") if part not in VARIANTS]
+        if unknown or sum(part.startswith("talker_") for part in variant.split("+")) > 1:
+            p.error(f"variant {variant!r}: unknown parts {unknown} or more than one talker_* part")
     if not torch.cuda.is_available():
         p.error("needs a CUDA device")
     from engine.model.weights import load_model

@@ -23,7 +23,14 @@ from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from engine.executors.slots import GenerationSlots
-from engine.fast.decoder import fuse_layers, rope_tables, run_layers, run_layers_chained, run_layers_streamed
+from engine.fast.decoder import (
+    ChainTiles,
+    fuse_layers,
+    rope_tables,
+    run_layers,
+    run_layers_chained,
+    run_layers_streamed,  # fmt: skip
+)
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
 from engine.fast.kernels.decode_attention import decode_attention, decode_attention_rope
 from engine.fast.kernels.sampler import sample
@@ -42,16 +49,18 @@ class TalkerGraphs:
                  *, prefill_sizes: Sequence[int] = (), prefill_buckets: Sequence[int] = (),
                  use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP,
                  gemv_max_rows: int = 0, fused_rope: bool = False,
-                 chain_rows: Sequence[int] = ()) -> None:  # fmt: skip
+                 chain_rows: Sequence[int] = (), chain_tiles: ChainTiles | None = None) -> None:  # fmt: skip
         """`gemv_max_rows`: decode steps of up to this many rows run `run_layers_streamed` (products as weight
         streams in `gemv`, norms and SwiGLU folded in); above it, and at 0, cuBLAS products (`run_layers`).
         `fused_rope`: decode steps norm and rotate q and k inside the attention's split kernel
         (`decode_attention_rope`) instead of a `qk_norm_rope` kernel a layer. `chain_rows` (with `fused_rope`):
         decode steps of exactly these row counts run `run_layers_chained` (tensor-core `gemv` products, every
-        kernel a programmatic dependent launch); unmeasured on a GPU, so none by default."""
+        kernel a programmatic dependent launch), with `chain_tiles` (None: `ChainTiles()`); unmeasured on a GPU, so
+        none by default."""
         self.model = model
         self.gemv_max_rows = gemv_max_rows
         self.chain_rows = tuple(chain_rows) if fused_rope else ()
+        self.chain_tiles = chain_tiles or ChainTiles()
         self.fused_rope = fused_rope
         self.talker = model.talker
         self.config = model.config.talker
@@ -157,7 +166,7 @@ class TalkerGraphs:
 
         norm = self.talker.model.norm.weight
         if chained:
-            hidden = run_layers_chained(self.layers, x, norm, attend_qkv)
+            hidden = run_layers_chained(self.layers, x, norm, attend_qkv, self.chain_tiles)
         else:
             stack = run_layers_streamed if n <= self.gemv_max_rows else run_layers
             hidden = stack(self.layers, x, norm, cos, sin, self.caches, index, positions, attend,

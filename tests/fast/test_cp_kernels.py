@@ -22,7 +22,8 @@ configs = {"qkv": GemvConfig(block_n=8, block_k=32), "down": GemvConfig(block_n=
            "o": GemvConfig(block_n=4, block_k=16, use_dot=False),
            "gate_up": GemvConfig(block_n=8, block_k=16, loop_stages=2),  # the runtime K loop: prologue + SwiGLU
            "head": GemvConfig(block_n=8, block_k=16, loop_stages=1),
-           "stream": GemvConfig(block_n=8, block_k=16, use_dot=True, loop_stages=2)}  # 16-column tiles: 2 programs over a 32-wide stream
+           "stream": GemvConfig(block_n=8, block_k=16, use_dot=True, loop_stages=2),  # 16-column tiles: 2 programs over a 32-wide stream
+           "split": GemvConfig(block_n=8, block_k=16, use_dot=True, loop_stages=2, split_k=2)}  # K 32 or 64: 1-2 tiles a slice
 print(json.dumps(check_cp_kernels("cpu", torch.float32, hidden=32, input_size=48, heads=4, kv_heads=2,
                                   head_dim=16, inter=80, vocab=300, rows=(1, 3, 17), configs=configs)))
 """
@@ -53,6 +54,8 @@ def test_code_predictor_kernels_match_their_twins_in_the_interpreter() -> None:
     expected |= {f"cp_attention_dot_p{p}_r{r}" for p in (0, 7) for r in (1, 3, 17)}  # products as tl.dot
     streamed = ("residual_down", "residual_proj", "norm_squares", "norm_squares_head")
     expected |= {f"gemv_{k}_r{r}" for k in streamed for r in (1, 3, 17)}
+    split = ("split_o1", "split_o2", "split_residual", "split_gate_up")  # split K, run twice, under each epilogue
+    expected |= {f"gemv_{k}_r{r}" for k in split for r in (1, 3, 17)}
     expected |= {f"{name}_r{r}" for name in ("sampler", "sampler_acc") for r in (1, 3, 17)}
     assert set(errors) == expected
     for name, error in errors.items():

@@ -18,14 +18,27 @@ pytestmark = pytest.mark.skipif(not have_ptxas(), reason="Triton without its NVI
 GEMV = dict(K=1024, HAS_INDEX=False, HAS_NORM=False, HAS_RESIDUAL=False, HAS_BIAS=False, SILU_MUL=False,
             USE_DOT=True, PRECISION="tf32", BLOCK_R=64, BLOCK_N=16, BLOCK_K=128, ONE_CHUNK=False, PDL=True,
             LOOP_STAGES=4, PER_LINE=64, PREFETCH_LINES=0, NORM_SQUARES=False, BLOCK_P=1, ADD_TO=False,
-            SQUARES_OUT=False)  # fmt: skip
+            SQUARES_OUT=False, SPLIT_K=1)  # fmt: skip
 GEMV_CASES = {
     "prefetch": {"PREFETCH_LINES": 16},
     "residual-stream": {"K": 2048, "ADD_TO": True, "SQUARES_OUT": True},
     "projection-stream": {"K": 2048, "HAS_INDEX": True, "HAS_BIAS": True, "SQUARES_OUT": True},
     "norm-from-squares": {"BLOCK_N": 32, "HAS_NORM": True, "NORM_SQUARES": True, "BLOCK_P": 64, "SILU_MUL": True},
+    # the talker's streamed chain (`ChainTiles.stream_norms`): o and down end the branch, gate|up and qkv norm
+    "talker-o-stream": {"K": 2048, "ADD_TO": True, "SQUARES_OUT": True},
+    "talker-gate-up-from-squares": {"K": 2048, "BLOCK_N": 64, "HAS_NORM": True, "NORM_SQUARES": True,
+                                    "BLOCK_P": 128, "SILU_MUL": True},
+    "talker-qkv-from-squares": {"K": 2048, "BLOCK_N": 32, "HAS_NORM": True, "NORM_SQUARES": True, "BLOCK_P": 128},
+    "talker-down-stream": {"K": 6144, "LOOP_STAGES": 2, "ADD_TO": True, "SQUARES_OUT": True},
+    # split K (`GemvConfig.split_k`): the last slice in sums the partials, then each epilogue (gate|up in 16-column
+    # tiles: 32 spill 24 bytes a thread with the norm and SwiGLU)
+    "split-k": {"K": 3072, "LOOP_STAGES": 2, "SPLIT_K": 4},
+    "split-k-residual-stream": {"K": 2048, "LOOP_STAGES": 2, "SPLIT_K": 4, "ADD_TO": True, "SQUARES_OUT": True},
+    "split-k-gate-up-from-squares": {"BLOCK_N": 16, "LOOP_STAGES": 2, "SPLIT_K": 4, "HAS_NORM": True,
+                                     "NORM_SQUARES": True, "BLOCK_P": 64, "SILU_MUL": True},
 }
-GEMV_POINTERS = {"index_ptr": "*i64", "sq_in_ptr": "*fp32", "sq_out_ptr": "*fp32"}
+GEMV_POINTERS = {"index_ptr": "*i64", "sq_in_ptr": "*fp32", "sq_out_ptr": "*fp32", "part_ptr": "*fp32",
+                 "count_ptr": "*i32"}  # fmt: skip
 
 
 def _fits(info: dict[str, Any]) -> None:

@@ -11,6 +11,8 @@ import torch
 
 from engine.executors.slots import GenerationSlots
 from engine.executors.talker import TalkerExecutor
+from engine.fast.decoder import ChainTiles
+from engine.fast.kernels.gemv import GemvConfig
 from engine.fast.talker_graph import TalkerGraphs
 from engine.ipc.messages import Sampling
 from engine.model.qwen3_tts import Qwen3TTS
@@ -28,13 +30,14 @@ def model() -> Qwen3TTS:
 
 
 def _pair(model: Qwen3TTS, sizes: tuple[int, ...], gemv_rows: int = 0, fused_rope: bool = False,
-          chain_rows: tuple[int, ...] = ()) -> tuple[TalkerExecutor, TalkerGraphs]:  # fmt: skip
+          chain_rows: tuple[int, ...] = (), chain_tiles: ChainTiles | None = None) -> tuple[TalkerExecutor, TalkerGraphs]:  # fmt: skip
     c = model.config.talker
     plain_slots = GenerationSlots(6, c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
     fast_slots = copy.deepcopy(plain_slots)
     plain_cache, fast_cache = model.talker.new_cache(6, 64), model.talker.new_cache(6, 64)
     fast = TalkerGraphs(model, fast_slots, fast_cache, sizes, prefill_sizes=(1, 2), prefill_buckets=(8, 16),
-                        gemv_max_rows=gemv_rows, fused_rope=fused_rope, chain_rows=chain_rows)  # fmt: skip
+                        gemv_max_rows=gemv_rows, fused_rope=fused_rope, chain_rows=chain_rows,
+                        chain_tiles=chain_tiles)  # fmt: skip
     return TalkerExecutor(model, plain_slots, plain_cache), fast
 
 
@@ -54,16 +57,25 @@ def _assert_same_state(plain: TalkerExecutor, fast: TalkerGraphs, kv_slots: list
                                    rtol=1e-4, atol=1e-4)  # fmt: skip
 
 
-@pytest.mark.parametrize(("sizes", "gemv_rows", "fused_rope", "chain_rows"),
-                         [((1, 2), 0, False, ()), ((4,), 0, False, ()), ((1, 2), 2, False, ()),
-                          ((1, 2, 4), 2, True, ()), ((2, 4), 0, True, (4,))],
-                         ids=["split", "padded", "streamed", "fused-rope", "chained"])  # fmt: skip
+SPLIT_DOWN = GemvConfig(block_n=16, block_k=16, use_dot=True, loop_stages=2, split_k=2)
+
+
+@pytest.mark.parametrize(("sizes", "gemv_rows", "fused_rope", "chain_rows", "chain_tiles"),
+                         [((1, 2), 0, False, (), None), ((4,), 0, False, (), None), ((1, 2), 2, False, (), None),
+                          ((1, 2, 4), 2, True, (), None), ((2, 4), 0, True, (4,), None),
+                          ((2, 4), 0, True, (4,), ChainTiles(stream_norms=True)),
+                          ((2, 4), 0, True, (4,), ChainTiles(stream_norms=True, down=SPLIT_DOWN))],
+                         ids=["split", "padded", "streamed", "fused-rope", "chained", "chained-stream",
+                              "chained-stream-split-down"])  # fmt: skip
 def test_prefill_and_decode_steps_equal_the_plain_executor(model: Qwen3TTS, sizes: tuple[int, ...], gemv_rows: int,
-                                                           fused_rope: bool, chain_rows: tuple[int, ...]) -> None:  # fmt: skip
+                                                           fused_rope: bool, chain_rows: tuple[int, ...],
+                                                           chain_tiles: ChainTiles | None) -> None:  # fmt: skip
     """streamed: 1-2 row decode steps with their products in `gemv`; fused-rope: q/k norm and RoPE in the
     attention's split kernel (with 4-row steps in cuBLAS and 1-2 row steps in `gemv`); chained: 4-row steps as
-    `run_layers_chained` (products in `gemv`, down in cuBLAS), 2-row steps as before."""
-    plain, fast = _pair(model, sizes, gemv_rows, fused_rope, chain_rows)
+    `run_layers_chained` (products in `gemv`, down in cuBLAS), 2-row steps as before; chained-stream: with the
+    residual stream's sums of squares passed to the next product instead of norm kernels (down in cuBLAS, or in a
+    split-K tile)."""
+    plain, fast = _pair(model, sizes, gemv_rows, fused_rope, chain_rows, chain_tiles)
     kv_slots = [3, 0, 5, 1]
     samplings = [SAMPLINGS[i % len(SAMPLINGS)] for i in range(4)]
     seeds = [7, 8, 9, 10]

@@ -111,9 +111,10 @@ def test_attention_with_the_qk_norm_and_rope_folded_in_equals_the_two_kernels_it
 
 CHAINED_SCRIPT = """
 import json, torch
-from engine.fast.decoder import fuse_layers, rope_tables, run_layers, run_layers_chained
+from engine.fast.decoder import ChainTiles, fuse_layers, rope_tables, run_layers, run_layers_chained
 from engine.fast.kernels import use_triton
 from engine.fast.kernels.decode_attention import decode_attention_rope
+from engine.fast.kernels.gemv import GemvConfig
 from engine.model.weights import load_model
 assert use_triton(torch.zeros(1)), "interpreter mode not active"
 torch.manual_seed(0)
@@ -121,33 +122,42 @@ model = load_model("tiny")
 talker = model.talker
 layers = fuse_layers(talker.model.layers)
 rows = 16  # tensor-core gemv tiles from 16 rows
-caches = [talker.new_cache(rows, 32), talker.new_cache(rows, 32)]
-for cache in caches:
+forms = {"plain": None, "chained": ChainTiles(), "streamed": ChainTiles(stream_norms=True),
+         "streamed_down": ChainTiles(stream_norms=True, down=GemvConfig(block_n=16, block_k=128, loop_stages=2))}
+split = GemvConfig(block_n=16, block_k=16, loop_stages=2, split_k=2)  # every product in two K slices
+forms["split"] = ChainTiles(qkv=split, o=split, gate_up=split, down=split)
+forms["streamed_split"] = ChainTiles(qkv=split, o=split, gate_up=split, down=split, stream_norms=True)
+caches = {name: talker.new_cache(rows, 32) for name in forms}
+for cache in caches.values():
     cache.kv.copy_(torch.randn(cache.kv.shape, generator=torch.Generator().manual_seed(1)))
 index = torch.arange(rows)
 positions = torch.randint(3, 30, (rows,), generator=torch.Generator().manual_seed(2))
 x = torch.randn(rows, model.config.talker.hidden_size, generator=torch.Generator().manual_seed(3))
 cos, sin = rope_tables(talker.rotary, positions, x.dtype)
-outs = []
-for cache, chained in zip(caches, (False, True)):
-    per_layer = [cache.layer(i) for i in range(len(layers))]
-    def attend_qkv(layer, qkv, per_layer=per_layer):
+outs = {}
+for name, tiles in forms.items():
+    per_layer = [caches[name].layer(i) for i in range(len(layers))]
+    def attend_qkv(layer, qkv, per_layer=per_layer, chained=tiles is not None):
         fused = layers[layer]
         return decode_attention_rope(qkv, cos, sin, fused.q_norm, fused.k_norm, fused.eps, *per_layer[layer], index,
                                      positions + 1, fused.num_heads, fused.num_kv_heads, pdl=chained).view(rows, -1)
     norm = talker.model.norm.weight
-    if chained:
-        outs.append(run_layers_chained(layers, x, norm, attend_qkv))
+    if tiles is not None:
+        outs[name] = run_layers_chained(layers, x, norm, attend_qkv, tiles)
     else:
-        outs.append(run_layers(layers, x, norm, cos, sin, per_layer, index, positions, None, attend_qkv))
-error = float((outs[1] - outs[0]).norm() / outs[0].norm())
-kv_error = float((caches[1].kv - caches[0].kv).abs().max())
-print(json.dumps({"error": error, "kv_error": kv_error}))
+        outs[name] = run_layers(layers, x, norm, cos, sin, per_layer, index, positions, None, attend_qkv)
+print(json.dumps({name: {"error": float((outs[name] - outs["plain"]).norm() / outs["plain"].norm()),
+                         "kv_error": float((caches[name].kv - caches["plain"].kv).abs().max())}
+                  for name in forms if name != "plain"}))
 """
 
 
 def test_the_chained_talker_layers_equal_the_cublas_layers_in_the_interpreter() -> None:
     """`run_layers_chained` (tensor-core `gemv` products, SwiGLU in gate|up's epilogue, PDL-capable kernels) gives
-    `run_layers`' hidden states and cache writes at 16 rows."""
+    `run_layers`' hidden states and cache writes at 16 rows; so do its residual-stream forms (`stream_norms`: o,
+    and down when it has a tile, write the stream and its sums of squares, the next product norms from them) and
+    its products in split-K tiles."""
     result = run_interpreted(CHAINED_SCRIPT, timeout_s=600)
-    assert result["error"] < 1e-5 and result["kv_error"] < 1e-5
+    assert set(result) == {"chained", "streamed", "streamed_down", "split", "streamed_split"}
+    for form in result.values():
+        assert form["error"] < 1e-5 and form["kv_error"] < 1e-5, result

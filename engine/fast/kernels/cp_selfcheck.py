@@ -23,6 +23,9 @@ from engine.fast.measure import relative_l2
 from engine.model.layers import RotaryEmbedding
 from engine.model.rng import seed_tensor
 
+# Split-K tile of the checks (`configs["split"]` overrides): 4 slices of the full-size products' K.
+SPLIT_TILE = GemvConfig(block_n=16, block_k=128, use_dot=True, loop_stages=2, split_k=4)
+
 
 def sampler_case(scores: Tensor, group: int, top_k_cap: int) -> tuple[Tensor, Tensor, Tensor, int, Tensor, Tensor]:
     """Per-row sampler settings for a check over scores [R,V], as `sample` takes them after the scores:
@@ -110,6 +113,22 @@ def check_cp_kernels(
         last, last_squares = pairs.view(r, 2, hidden)[:, 1], pair_squares.view(r, 2, -1)[:, 1]
         y, _ = gemv(last, weights["head"], norm_weight=norm, norm_squares=last_squares, config=tile)
         errors[f"gemv_norm_squares_head_r{r}"] = relative_l2(y, gemv_reference(last, weights["head"], norm_weight=norm)[0])
+
+        # Split K (`GemvConfig.split_k`): the slices' partials summed by the last program in, under each epilogue;
+        # twice on other inputs, so a count the first launch left nonzero shows (stores masked off: NaN stays, or
+        # a slice summed before it was written: the first launch's partial).
+        split = configs.get("split", SPLIT_TILE)
+        for repeat in (1, 2):
+            attended = rand(r, heads * head_dim)
+            y, _ = gemv(attended, weights["o"], config=split, out=nan(r, hidden))
+            errors[f"gemv_split_o{repeat}_r{r}"] = relative_l2(y, gemv_reference(attended, weights["o"])[0])
+        stream, squares = gemv_residual(attended, weights["o"], add_to=x, config=split)
+        stream_ref, squares_ref = gemv_residual_reference(attended, weights["o"], add_to=x, config=split)
+        errors[f"gemv_split_residual_r{r}"] = max(relative_l2(stream, stream_ref), relative_l2(squares, squares_ref))
+        y, _ = gemv(stream, weights["gate_up"], norm_weight=norm, norm_squares=squares, silu_mul=True, config=split,
+                    out=nan(r, inter))  # fmt: skip
+        y_ref = gemv_reference(stream, weights["gate_up"], norm_weight=norm, silu_mul=True)[0]
+        errors[f"gemv_split_gate_up_r{r}"] = relative_l2(y, y_ref)
 
     rotary = RotaryEmbedding(head_dim, 1_000_000.0).to(device)
     rotary.reset_inv_freq()

@@ -80,15 +80,46 @@ if HAVE_TRITON:
                                   pack=1)  # fmt: skip
 
     @triton.jit
+    def _sum_k_slices(acc, acc_up, part_ptr, count_ptr, pid, SILU_MUL: tl.constexpr, BLOCK_R: tl.constexpr,
+                      BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):  # fmt: skip
+        """Split K: store this program's fp32 tile(s) [BR, BN] as slice program_id(1)'s partial, count the arrival
+        at count_ptr[pid] (release / acquire), and in the program that arrives last sum every slice's partial in
+        slice order, so the sum is the same whichever arrives last; that program also zeroes the count for the
+        next launch. Returns the sums and `last` [BR] (every row True in that program only; the others' sums are
+        zeros and their stores are masked off by it). (Masks are vectors: the interpreter refuses a scalar one.)"""
+        units: tl.constexpr = 2 if SILU_MUL else 1
+        size: tl.constexpr = BLOCK_R * BLOCK_N
+        tile = tl.arange(0, BLOCK_R)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BR,BN]
+        slices = part_ptr + pid * units * size  # partials [SPLIT_K, programs, units, BR, BN] fp32
+        stride = tl.num_programs(0) * units * size  # one slice's partials
+        mine = slices + tl.program_id(1) * stride
+        tl.store(mine + tile, acc)
+        if SILU_MUL:
+            tl.store(mine + size + tile, acc_up)
+        tl.debug_barrier()  # every warp's partial is stored before the release below
+        arrived = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel", scope="gpu")
+        tl.debug_barrier()
+        keep = (tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.int32) + arrived) == SPLIT_K - 1  # [BR,BN]
+        total = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+        total_up = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
+        for k in tl.range(0, SPLIT_K):  # L2 reads (".cg"): another SM wrote these; a runtime loop, fewer in flight
+            total += tl.load(slices + k * stride + tile, mask=keep, other=0.0, cache_modifier=".cg")
+            if SILU_MUL:
+                total_up += tl.load(slices + k * stride + size + tile, mask=keep, other=0.0, cache_modifier=".cg")
+        if arrived == SPLIT_K - 1:
+            tl.store(count_ptr + pid, 0)
+        return total, total_up, (tl.zeros([BLOCK_R], dtype=tl.int32) + arrived) == SPLIT_K - 1
+
+    @triton.jit
     def _gemv_kernel(
         x_ptr, index_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, sum_ptr, sq_in_ptr, add_ptr, sq_out_ptr,
-        rows, n_out, stride_x, stride_index, stride_res, stride_out, stride_sq_in, stride_add, parts_in, eps,
+        part_ptr, count_ptr, rows, n_out, stride_x, stride_index, stride_res, stride_out, stride_sq_in, stride_add, parts_in, eps,
         K: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
         HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, USE_DOT: tl.constexpr, DTYPE: tl.constexpr,
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr, PER_LINE: tl.constexpr,
         PREFETCH_LINES: tl.constexpr, NORM_SQUARES: tl.constexpr, BLOCK_P: tl.constexpr, ADD_TO: tl.constexpr,
-        SQUARES_OUT: tl.constexpr,
+        SQUARES_OUT: tl.constexpr, SPLIT_K: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         r = tl.arange(0, BLOCK_R)
@@ -118,10 +149,15 @@ if HAVE_TRITON:
         x_rows = x_ptr + source.to(tl.int64)[:, None] * stride_x  # [BR,1]
 
         if NORM_SQUARES:  # the row norms from the producer's partial sums of squares: no pass over x
-            p = tl.arange(0, BLOCK_P)
-            parts = tl.load(sq_in_ptr + r[:, None] * stride_sq_in + p[None, :],
-                            mask=r_mask[:, None] & (p < parts_in)[None, :], other=0.0)  # [BR, BP] fp32
-            rstd = 1.0 / tl.sqrt(tl.sum(parts, axis=1) / K + eps)
+            # 16 shares a load: beside the talker's gate|up tiles, its o's 128 shares at once spilled 104 bytes a
+            # thread, 32 a load spilled 16 in the code predictor's (compiled for sm_90 by Triton 3.9)
+            squares = tl.zeros([BLOCK_R], dtype=tl.float32)
+            for p0 in tl.static_range(0, BLOCK_P, 16):
+                p = p0 + tl.arange(0, 16)
+                parts = tl.load(sq_in_ptr + r[:, None] * stride_sq_in + p[None, :],
+                                mask=r_mask[:, None] & (p < parts_in)[None, :], other=0.0)  # [BR, 16] fp32
+                squares += tl.sum(parts, axis=1)
+            rstd = 1.0 / tl.sqrt(squares / K + eps)
         elif HAS_NORM:  # first pass over x: the row norms (and the new residual, written once)
             squares = tl.zeros([BLOCK_R], dtype=tl.float32)
             for k0 in tl.static_range(0, K, BLOCK_K):
@@ -153,7 +189,11 @@ if HAVE_TRITON:
             # A runtime loop, software-pipelined over LOOP_STAGES tiles: for long K the unrolled loop below keeps
             # every tile's loads in flight at once and spills (ptxas: a 6144-wide K at 8 x 1024 tiles put 4.8 KB
             # a thread on the stack).
-            for k0 in tl.range(0, K, BLOCK_K, num_stages=LOOP_STAGES):
+            if SPLIT_K > 1:  # noqa: SIM108 (constexpr): this program's slice of K (grid axis 1)
+                k_lo = tl.program_id(1) * (K // SPLIT_K)
+            else:
+                k_lo = 0
+            for k0 in tl.range(k_lo, k_lo + K // SPLIT_K, BLOCK_K, num_stages=LOOP_STAGES):
                 kk = k0 + tl.arange(0, BLOCK_K)
                 x = _x_tile(x_rows, res_rows, norm_ptr, kk, r_mask, rstd, K, HAS_RESIDUAL, HAS_NORM, DTYPE)
                 w_mask = n_mask[:, None] & (kk < K)[None, :]
@@ -201,6 +241,9 @@ if HAVE_TRITON:
         if not USE_DOT:
             acc = tl.sum(acc3, axis=2)
             acc_up = tl.sum(acc3_up, axis=2)
+        if SPLIT_K > 1:  # the K slices' fp32 sums meet in the one program that finishes its columns last
+            acc, acc_up, last = _sum_k_slices(acc, acc_up, part_ptr, count_ptr, pid, SILU_MUL, BLOCK_R, BLOCK_N,
+                                              SPLIT_K)  # fmt: skip
 
         if SILU_MUL:  # silu(gate) rounded, times up (each GEMM output rounded first), as `silu_mul`
             gate = _rounded(acc, DTYPE)
@@ -210,13 +253,17 @@ if HAVE_TRITON:
         else:
             y = acc
         out_mask = r_mask[:, None] & n_mask[None, :]
+        row_mask = r_mask
+        if SPLIT_K > 1:  # only the last slice in stores
+            out_mask = out_mask & last[:, None]
+            row_mask = r_mask & last
         if ADD_TO:  # the residual stream's next value: the plain add of the rounded product
             added = tl.load(add_ptr + r[:, None] * stride_add + n[None, :], mask=out_mask, other=0.0)
             y = _rounded(_rounded(y, DTYPE) + added.to(tl.float32), DTYPE)
         if SQUARES_OUT:  # this program's columns' share of each row's sum of squares, as the norm reads it
             stream = y.to(out_ptr.dtype.element_ty).to(tl.float32)
             share = tl.sum(tl.where(out_mask, stream * stream, 0.0), axis=1)  # [BR]
-            tl.store(sq_out_ptr + r * tl.num_programs(0) + pid, share, mask=r_mask)
+            tl.store(sq_out_ptr + r * tl.num_programs(0) + pid, share, mask=row_mask)
         tl.store(
             out_ptr + r[:, None] * stride_out + n[None, :], y.to(out_ptr.dtype.element_ty), mask=out_mask
         )
@@ -231,7 +278,10 @@ class GemvConfig:
     `prefetch`: launched as a programmatic dependent (`pdl`), a program first asks L2 for its whole weight slice
     (one `prefetch.global.L2` per 128-byte line), so the weights stream while the kernel before it finishes.
     On the H200 (2026-12-04, frame_profile `gemv64_pdl_prefetch_qf`, with the queries-first attention too): CP
-    frame at B=64 3.130 against 3.132 ms without either, so off."""
+    frame at B=64 3.130 against 3.132 ms without either, so off.
+    `split_k` > 1 (tensor cores, pipelined loop): each column tile's K cut into that many slices, one program each,
+    so a product of few column tiles has that many times the programs streaming it; the slices' fp32 partials are
+    summed, in slice order, by the slice program that finishes last (`_sum_k_slices`). Unmeasured on a GPU."""
 
     block_n: int = 16
     block_k: int = 512
@@ -239,6 +289,7 @@ class GemvConfig:
     use_dot: bool | None = None
     loop_stages: int = 0
     prefetch: bool = False
+    split_k: int = 1
 
 
 # The tile for 1-2 rows: 4 output columns and the whole K (up to 1024) a program of 8 warps, so a product is
@@ -265,6 +316,23 @@ def launch_tile(rows: int, k: int, config: GemvConfig) -> tuple[bool, int, int, 
     else:  # the broadcast product holds BR*BN*BK values: keep it near 64 per thread
         block_k = max(16, min(block_k, 64 * 32 * config.num_warps // (block_r * block_n)))
     return use_dot, block_r, block_n, block_k
+
+
+_COUNTS: dict[torch.device, Tensor] = {}  # per device: split-K arrival counts, zero between launches
+
+
+def _split_counts(device: torch.device, programs: int) -> Tensor:
+    """The split-K arrival counts [programs] int32 on `device`, all zero: one buffer per device, shared by every
+    split launch (each program's last slice zeroes its count; launches on one stream never overlap their counts,
+    a programmatic dependent's included, which counts only after waiting for the kernel before it). Made the first
+    time outside CUDA-graph capture (a warm-up), so no graph owns its memory."""
+    counts = _COUNTS.get(device)
+    if counts is None or counts.numel() < programs:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("gemv split_k: run the product once before capturing it (its arrival counts)")
+        counts = torch.zeros(max(programs, 4096), dtype=torch.int32, device=device)
+        _COUNTS[device] = counts
+    return counts
 
 
 def _parts(rows: int, k: int, n_out: int, config: GemvConfig) -> tuple[int, int]:
@@ -381,15 +449,25 @@ def _launch(
     assert add_to is None or (add_to.shape == out.shape and add_to.stride(-1) == 1)
     use_dot, block_r, block_n, block_k = launch_tile(rows, k, config)
     programs = triton.cdiv(n_out, block_n)
+    split = config.split_k
+    parts, counts = out, out
+    if split > 1:
+        if not (use_dot and config.loop_stages > 0 and residual is None and not config.prefetch):
+            raise ValueError("gemv split_k: tensor-core tiles, a pipelined loop, no residual prologue, no prefetch")
+        if k % (split * block_k):
+            raise ValueError(f"gemv split_k: K {k} is not {split} slices of whole {block_k}-wide tiles")
+        units = 2 if silu_mul else 1
+        parts = torch.empty(split * programs * units * block_r * block_n, dtype=torch.float32, device=x.device)
+        counts = _split_counts(x.device, programs)
     assert squares_out is None or (squares_out.shape == (rows, programs) and squares_out.is_contiguous())
     per_line = 128 // weight.element_size()  # values in a 128-byte L2 line
     prefetch_lines = _next_power_of_2(triton.cdiv(k, per_line)) if config.prefetch and pdl_enabled(pdl) else 0
     parts_in = norm_squares.shape[1] if norm_squares is not None else 1
-    _gemv_kernel[(programs,)](
+    _gemv_kernel[(programs, split)](
         x, index if index is not None else x, residual if residual is not None else x,
         norm_weight if norm_weight is not None else x, weight, bias if bias is not None else x, out,
         s if s is not None else out, norm_squares if norm_squares is not None else out,
-        add_to if add_to is not None else out, squares_out if squares_out is not None else out,
+        add_to if add_to is not None else out, squares_out if squares_out is not None else out, parts, counts,
         rows, n_out, x.stride(0), index.stride(0) if index is not None else 0,
         residual.stride(0) if residual is not None else 0, out.stride(0),
         norm_squares.stride(0) if norm_squares is not None else 0, add_to.stride(0) if add_to is not None else 0,
@@ -401,5 +479,5 @@ def _launch(
         ONE_CHUNK=block_k >= k and not config.loop_stages and norm_squares is None,
         PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages, PER_LINE=per_line, PREFETCH_LINES=prefetch_lines,
         NORM_SQUARES=norm_squares is not None, BLOCK_P=_next_power_of_2(parts_in), ADD_TO=add_to is not None,
-        SQUARES_OUT=squares_out is not None, num_warps=config.num_warps, **launch_options(pdl),
+        SQUARES_OUT=squares_out is not None, SPLIT_K=split, num_warps=config.num_warps, **launch_options(pdl),
     )  # fmt: skip
