@@ -59,7 +59,8 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
                (default 4), or no L2 prefetch of a phase's weights before its barrier
     split2, split4  the tensor-core steps' products (16-64 token rows) with K cut into 2 or 4 slices, one program
                each, summed by the last slice in (`GemvConfig.split_k`): 2-4x the programs streaming each product;
-               split4_narrow only the products of 64 column tiles (projection, o, down)
+               split4_narrow only the products of 64 column tiles (projection, o, down); split4_128 also the 128
+               token-row steps (a B = 64 frame's first step; the tiles lost there unsplit, 2026-12-04)
     talker_chain_stream  `talker_chain` without the post-attention norm kernels (`ChainTiles.stream_norms`: o writes
                the residual stream and its sums of squares, gate|up norms from them); _down with down in a tile too
                (no norm kernels at all); talker_chain_split every chained product in K slices (`TALKER_SPLIT`),
@@ -105,7 +106,7 @@ VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apar
             "gemv64_pdl_prefetch_qf", "gemv64_pdl_prologue", "gemv64_pdl_w8", "gemv64_pdl_s2", "gemv64_pdl_s3",
             "gemv64_pdl_n32", "gemv64_pdl_k64", "gemv32_pdl", "gemv32_pdl_w8", "gemv32_pdl_n32", "gemv32_pdl_s3",
             "gemv32_pdl_k64", "stream_norms", "attn_dot", "stream_norms_attn_dot", "talker_chain", "split2", "split4",
-            "split4_narrow", "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
+            "split4_narrow", "split4_128", "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
             "talker_chain_stream_split")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
@@ -135,11 +136,14 @@ def _cp_change(kernels: Any, variant: str) -> Any:
     from engine.fast.kernels.cp_step import StepTiles
     from engine.fast.kernels.gemv import GemvConfig
 
-    if variant.startswith("split"):  # split2, split4, split4_narrow (only the 64-program products)
+    if variant.startswith("split"):  # split2, split4, split4_narrow (only the 64-program products), split4_128
         names = ("proj", "o", "down") if variant.endswith("_narrow") else ("proj", "qkv", "o", "gate_up", "down", "head")
-        split = int(variant.removeprefix("split").removesuffix("_narrow"))
-        return replace(kernels, dot_gemv={rows: _split_tiles(dict(tiles), split, names)
-                                          for rows, tiles in kernels.dot_gemv.items()})  # fmt: skip
+        split = int(variant.removeprefix("split")[0])
+        tiles = dict(kernels.dot_gemv)
+        if variant.endswith("_128"):  # a B = 64 frame's first step too (2 token rows a frame row)
+            tiles[128] = DEFAULT_DOT_GEMV[64]
+        return replace(kernels, dot_gemv={rows: _split_tiles(dict(row_tiles), split, names)
+                                          for rows, row_tiles in tiles.items()})  # fmt: skip
     if variant == "sixteenth":
         return replace(kernels, pdl=False, dot_gemv={})
     if variant == "no_pdl":

@@ -101,6 +101,8 @@ def test_the_fused_frame_with_norms_apart_and_cublas_products_equals_the_plain_e
 
 FRAME_WIDE = """
 import copy, json, sys, torch
+from dataclasses import replace
+from engine.fast.kernels.gemv import GemvConfig
 from engine.executors.code_predictor import CodePredictorExecutor
 from engine.executors.slots import new_code_buffer
 from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
@@ -108,12 +110,15 @@ from engine.model.weights import load_model
 from tests.fast.test_code_predictor_graph import _slots
 torch.set_num_threads(1)
 model = load_model("tiny")
-rows, stream_norms = int(sys.argv[1]), sys.argv[2] == "stream"
+rows, norms = int(sys.argv[1]), sys.argv[2]
 plain_slots = _slots(model, rows)
 fast_slots = copy.deepcopy(plain_slots)
 plain_codes, fast_codes = new_code_buffer(rows, 2, model.device), new_code_buffer(rows, 2, model.device)
-kernels = FrameKernels(stream_norms=stream_norms)
+kernels = FrameKernels(stream_norms=norms.startswith("stream"))
 assert all(map(kernels.runs_gemv, (16, 32, 64))) and not any(map(kernels.runs_gemv, (8, 128)))
+if norms.endswith("split"):  # every product in 2 K slices (the tiny model's K: 32 or 64)
+    split = GemvConfig(block_n=16, block_k=16, loop_stages=2, split_k=2)
+    kernels = replace(kernels, dot_gemv={r: dict.fromkeys(tiles, split) for r, tiles in kernels.dot_gemv.items()})
 order = list(range(rows))
 CodePredictorGraphs(model, fast_slots, fast_codes, (rows,), kernels=kernels).predict(order, order, [1] * rows)
 CodePredictorExecutor(model, plain_slots, plain_codes, max_batch=rows).predict(order, order, [1] * rows)
@@ -122,11 +127,13 @@ print(json.dumps({"codes": bool(torch.equal(fast_codes, plain_codes)), "written"
 """
 
 
-@pytest.mark.parametrize(("rows", "norms"), [(8, "kernels"), (8, "stream"), (16, "stream")])
+@pytest.mark.parametrize(("rows", "norms"), [(8, "kernels"), (8, "stream"), (16, "stream"), (16, "split"),
+                                            (16, "stream_split")])  # fmt: skip
 def test_the_fused_frame_with_tensor_core_products_equals_the_plain_executor(rows: int, norms: str) -> None:
     """8 frame rows: the first step's 16 token rows run the default tensor-core `gemv` tiles, the later 8-row steps
     cuBLAS; 16 frame rows: every step in `gemv` (32 and 16 token rows). Norms in `rms_norm` kernels, or carried by
-    the residual stream's products as partial sums of squares (`FrameKernels.stream_norms`)."""
+    the residual stream's products as partial sums of squares (`FrameKernels.stream_norms`); products in split-K
+    tiles (`GemvConfig.split_k`)."""
     result = run_interpreted(FRAME_WIDE, timeout_s=600, args=(str(rows), norms))
     assert result["codes"] and result["written"]
     assert result["embed"] < 1e-5
