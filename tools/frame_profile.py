@@ -22,7 +22,9 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
     narrow     every 1-2 row product with half the output columns a program (twice the programs)
     previous   the 1-2 row tiles before 2026-12-02: 8-32 columns and K 512 a 4-warp program
     attn_warps2, attn_warps1  `cp_attention` programs of 2 or 1 warps (defaults: 4)
-    sampler_warps4, sampler_warps16  sampler programs of 4 or 16 warps (defaults: 8 for the 2048-wide vocabulary)
+    sampler_warps2, sampler_warps4, sampler_warps16  sampler programs of 2, 4 or 16 warps (defaults: 8 for the
+               2048-wide vocabulary; fewer warps, fewer cross-warp steps in each of the search's reductions; 2 warps
+               fit without spilling with `radix1`: `radix1+sampler_warps2`)
     talker_gemv  the talker's 1-2 row decode steps with their products in `gemv` (`TalkerGraphs.gemv_max_rows`,
                engine `--talker-gemv-rows 2`); the code predictor as `defaults`
     talker_rope  the talker's q/k norm and RoPE inside its decode attention (`TalkerGraphs.fused_rope`, engine
@@ -106,7 +108,7 @@ VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apar
             "gemv64_pdl_prefetch_qf", "gemv64_pdl_prologue", "gemv64_pdl_w8", "gemv64_pdl_s2", "gemv64_pdl_s3",
             "gemv64_pdl_n32", "gemv64_pdl_k64", "gemv32_pdl", "gemv32_pdl_w8", "gemv32_pdl_n32", "gemv32_pdl_s3",
             "gemv32_pdl_k64", "stream_norms", "attn_dot", "stream_norms_attn_dot", "talker_chain", "split2", "split4",
-            "split4_narrow", "split4_128", "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
+            "split4_narrow", "split4_128", "sampler_warps2", "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
             "talker_chain_stream_split")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
