@@ -2,7 +2,7 @@
 
 The talker's decode step spends a third of its time at 64 rows in `decode_attention` (H200, 2026-12-02:
 `_split_kernel` 0.93 ms of a 2.78 ms step, 28 calls). This script times every `SplitConfig` of a grid (keys per
-split, keys per inner step, warps, pipelining stages) on the full-size talker's heads (16 query heads, 8 kv
+split or interleaved programs per (row, kv head), keys per inner step, warps, pipelining stages) on the full-size talker's heads (16 query heads, 8 kv
 heads, head dim 128, bf16, a 2048-position cache) for each batch size and context range, per call, inside one
 CUDA graph of many calls that each read other cache slots, so every call streams its keys and values from HBM
 (not the 60 MiB L2) as the 28 layers do, and prints each against the copy-bandwidth floor of what it reads (64
@@ -48,7 +48,10 @@ def configs() -> list[SplitConfig]:
         SplitConfig(keys_per_split=kps, block_n=64, num_warps=warps, num_stages=stages)
         for kps, warps, stages in itertools.product((64, 128, 256), (4, 8), (None, 2, 4))
     ]
-    grid += [SplitConfig(keys_per_split=kps, block_n=32) for kps in (64, 128)]
+    grid += [SplitConfig(keys_per_split=kps, block_n=32, num_warps=warps) for kps in (32, 64, 128) for warps in (4, 8)]
+    # interleaved splits: P programs a (row, kv head), program p taking key blocks p, p + P, ...
+    grid += [SplitConfig(programs=programs, block_n=block, num_warps=warps)
+             for programs, block, warps in itertools.product((2, 4, 8, 16), (32, 64), (4, 8))]  # fmt: skip
     return grid
 
 
@@ -103,6 +106,8 @@ def bench(batches: list[int], contexts: list[tuple[int, int]]) -> dict[str, Any]
 
 def describe(t: dict[str, Any]) -> str:
     stages = "-" if t["num_stages"] is None else t["num_stages"]
+    if t.get("programs") is not None:
+        return f"P {t['programs']:>2} interleaved bn {t['block_n']:>2} w{t['num_warps']} s{stages}"
     return f"kps {t['keys_per_split']:>3} bn {t['block_n']:>2} w{t['num_warps']} s{stages}"
 
 

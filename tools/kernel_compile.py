@@ -21,8 +21,9 @@ FLOAT_SCALARS = ("eps", "scale")
 
 
 def compile_for(kernel: Any, constants: dict[str, Any], pointers: dict[str, str] | None = None, *,
-                num_warps: int = 4, arch: int = 90) -> dict[str, int]:  # fmt: skip
-    """-> registers and spilled bytes a thread, shared bytes a program, of `kernel` compiled for sm_`arch`."""
+                num_warps: int = 4, arch: int = 90, num_stages: int | None = None) -> dict[str, int]:  # fmt: skip
+    """-> registers and spilled bytes a thread, shared bytes a program, of `kernel` compiled for sm_`arch`
+    (`num_stages`: Triton's software-pipelining depth; None: its default)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -37,7 +38,8 @@ def compile_for(kernel: Any, constants: dict[str, Any], pointers: dict[str, str]
         else:
             signature[name] = "fp32" if name in FLOAT_SCALARS else "i32"
     source = ASTSource(kernel, signature, constexprs=constants)
-    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
+    options = {"num_warps": num_warps, **({} if num_stages is None else {"num_stages": num_stages})}
+    compiled = triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
     return {**resource_usage(compiled.asm["cubin"]), "shared": compiled.metadata.shared}
 
 

@@ -57,15 +57,20 @@ print(json.dumps({"splits": splits, "chunk": chunk, "error": float((ours - their
 
 @pytest.mark.parametrize(
     "config",
-    [{}, {"keys_per_split": 64}, {"keys_per_split": 128, "block_n": 32, "num_stages": 2}],
-    ids=["256-key-splits", "64-key-splits", "32-key-steps"],
+    [{}, {"keys_per_split": 64}, {"keys_per_split": 128, "block_n": 32, "num_stages": 2},
+     {"programs": 4, "block_n": 32}, {"programs": 2}],
+    ids=["256-key-splits", "64-key-splits", "32-key-steps", "interleaved-4", "interleaved-2"],
 )
 def test_decode_attention_over_several_splits_reads_each_row_up_to_its_length_only(config: dict) -> None:
     """Rows ending at, just before and just after split and block boundaries, up to the cache's capacity, for
-    split configurations `tools/attention_bench.py` sweeps."""
+    split configurations `tools/attention_bench.py` sweeps: contiguous splits, or (`programs`) interleaved ones,
+    program p taking key blocks p, p + P, ..."""
     result = run_interpreted(f"CONFIG = {json.dumps(json.dumps(config))}\n" + SPLITS_SCRIPT)
     block = config.get("block_n", 64)
-    assert result["splits"] >= 4 and result["chunk"] % block == 0  # several splits of whole blocks
+    if "programs" in config:
+        assert result["splits"] == config["programs"] and result["chunk"] == block
+    else:
+        assert result["splits"] >= 4 and result["chunk"] % block == 0  # several splits of whole blocks
     assert result["error"] < 1e-5, result
 
 
@@ -92,7 +97,7 @@ for b in range(rows):  # the new position and everything after it: nothing may r
 q = qk_norm_rope_reference(qkv, cos, sin, q_w, k_w, 1e-6, k_ref, v_ref, slots, lengths - 1, heads, kv_heads)
 theirs = decode_attention_reference(q, k_ref, v_ref, slots, lengths)
 ours = decode_attention_rope(qkv, cos, sin, q_w, k_w, 1e-6, k, v, slots, lengths, heads, kv_heads,
-                             SplitConfig(keys_per_split=64))
+                             SplitConfig(**json.loads(CONFIG)))
 written = torch.stack([torch.stack((k[s, :, n - 1], v[s, :, n - 1])) for s, n in zip(slots, lengths.tolist())])
 expected = torch.stack([torch.stack((k_ref[s, :, n - 1], v_ref[s, :, n - 1])) for s, n in zip(slots, lengths.tolist())])
 print(json.dumps({"error": float((ours - theirs).norm() / theirs.norm()),
@@ -101,10 +106,13 @@ print(json.dumps({"error": float((ours - theirs).norm() / theirs.norm()),
 """
 
 
-def test_attention_with_the_qk_norm_and_rope_folded_in_equals_the_two_kernels_it_replaces() -> None:
+@pytest.mark.parametrize("config", [{"keys_per_split": 64}, {"programs": 4, "block_n": 32}],
+                         ids=["64-key-splits", "interleaved-4"])  # fmt: skip
+def test_attention_with_the_qk_norm_and_rope_folded_in_equals_the_two_kernels_it_replaces(config: dict) -> None:
     """Every row's new key and value reach the cache (poisoned there before the call) as `qk_norm_rope` writes
-    them, and attention over chunks that end at, before and after split boundaries reads them."""
-    result = run_interpreted(ROPE_SCRIPT)
+    them, and attention over chunks that end at, before and after split boundaries reads them (interleaved: the
+    program whose blocks hold the new position writes it)."""
+    result = run_interpreted(f"CONFIG = {json.dumps(json.dumps(config))}\n" + ROPE_SCRIPT)
     assert result["finite"], result
     assert result["error"] < 1e-5 and result["cache_error"] < 1e-6, result
 

@@ -10,6 +10,9 @@ row's length: a row costs the keys it has. How long a chunk is depends on the ba
 64 keys for up to 4 rows, whose few programs must each stream little, up to 256 for 128 rows, where short
 chunks only add partials to merge. (Before programs returned early, 64-key chunks of a 2048-position cache
 made 30 of 32 programs per (row, kv head) do masked work: at 80 RPS this kernel was 12 % of all GPU time.)
+Interleaved splits (`SplitConfig.programs`, opt-in, unmeasured): P programs per (row, kv head) whatever the
+capacity, program p taking the row's key blocks p, p + P, p + 2P, ... into one partial, so the grid does not grow
+with the cache and a short row still spreads over P programs.
 
     q [B,H,D]   k_cache, v_cache [S,K,L,D]   slots [B] int64   lengths [B] int64   -> out [B,H,D]
 
@@ -49,6 +52,11 @@ class SplitConfig:
     block_n: int = BLOCK_N  # keys per inner step
     num_warps: int = 4
     num_stages: int | None = None  # Triton's software pipelining depth (None: its default)
+    # Interleaved splits: this many programs per (row, kv head) whatever the cache's capacity (a power of two;
+    # keys_per_split then unused), program p taking key blocks p, p + P, p + 2P, ... of block_n keys. The grid no
+    # longer spans the capacity (a 2048-position cache in 128-key splits is 16 programs a (row, kv head), 15 with
+    # nothing to do at context 128), and short contexts still spread over P programs. None: contiguous splits.
+    programs: int | None = None
 
 
 def default_split_config(rows: int) -> SplitConfig:
@@ -72,13 +80,14 @@ if HAVE_TRITON:
     @triton.jit
     def _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, m_ptr, l_ptr, acc_ptr, b, heads, sp, d,
                       q_mask, H: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr,
-                      BLOCK: tl.constexpr, PRECISION: tl.constexpr):  # fmt: skip
-        """Queries q [GP, D] (heads [GP] of row b) over cache keys lo..hi-1 (at `base`, `stride_l` apart) -> split
-        sp's partial (max, sum, weighted values) in fp32, stored in the partial buffers (masked by q_mask)."""
+                      BLOCK: tl.constexpr, PRECISION: tl.constexpr, STEP: tl.constexpr):  # fmt: skip
+        """Queries q [GP, D] (heads [GP] of row b) over the cache's BLOCK-key blocks starting at lo, lo + STEP, ...
+        below hi (at `base`, `stride_l` apart) -> split sp's partial (max, sum, weighted values) in fp32, stored in
+        the partial buffers (masked by q_mask). STEP = BLOCK: keys lo..hi-1; SPLITS * BLOCK: interleaved."""
         m = tl.full([GP], float("-inf"), tl.float32)
         l_sum = tl.zeros([GP], tl.float32)
         acc = tl.zeros([GP, D], tl.float32)
-        for start in range(lo, hi, BLOCK):  # stops at the row's length; the last block's tail is masked
+        for start in range(lo, hi, STEP):  # stops at the row's length; the last block's tail is masked
             n = start + tl.arange(0, BLOCK)
             k_mask = n < hi
             offsets = base + n[:, None] * stride_l + d[None, :]
@@ -103,6 +112,7 @@ if HAVE_TRITON:
         stride_s, stride_k, stride_l,
         H: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
+        INTERLEAVED: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
@@ -111,7 +121,10 @@ if HAVE_TRITON:
         length = tl.load(lengths_ptr + b)
         lo = sp * CHUNK
         if lo < length:  # else: nothing to attend; the merge reads only the splits a row has
-            hi = tl.minimum(lo + CHUNK, length)
+            if INTERLEAVED:  # noqa: SIM108 (constexpr)
+                hi = length
+            else:
+                hi = tl.minimum(lo + CHUNK, length)
             slot = tl.load(slots_ptr + b)
             g = tl.arange(0, GP)
             d = tl.arange(0, D)
@@ -120,7 +133,7 @@ if HAVE_TRITON:
             q = tl.load(q_ptr + (b * H + heads[:, None]) * D + d[None, :], mask=q_mask[:, None], other=0.0)
             base = slot * stride_s + j * stride_k
             _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, m_ptr, l_ptr, acc_ptr, b, heads, sp, d,
-                          q_mask, H, GP, D, SPLITS, BLOCK, PRECISION)  # fmt: skip
+                          q_mask, H, GP, D, SPLITS, BLOCK, PRECISION, SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
 
     @triton.jit
     def _norm_rope_rows(x, x_rot, w, w_rot, c, s, eps, d, D: tl.constexpr, DTYPE: tl.constexpr):
@@ -138,6 +151,7 @@ if HAVE_TRITON:
         scale, eps, stride_s, stride_k, stride_l,
         H: tl.constexpr, KV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
+        INTERLEAVED: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
@@ -146,7 +160,12 @@ if HAVE_TRITON:
         length = tl.load(lengths_ptr + b)
         lo = sp * CHUNK
         if lo < length:  # else: nothing to attend; the merge reads only the splits a row has
-            hi = tl.minimum(lo + CHUNK, length)
+            if INTERLEAVED:  # the new position's block is this program's
+                hi = length
+                holds_new = ((length - 1) // BLOCK) % SPLITS == sp
+            else:  # the new position is in this chunk
+                hi = tl.minimum(lo + CHUNK, length)
+                holds_new = length - 1 < hi
             slot = tl.load(slots_ptr + b)
             dtype = k_ptr.dtype.element_ty
             g = tl.arange(0, GP)
@@ -163,7 +182,7 @@ if HAVE_TRITON:
             qw_rot = tl.load(qw_ptr + d_rot).to(tl.float32)
             q = _norm_rope_rows(x, x_rot.to(tl.float32), qw, qw_rot, c, s_, eps, d, D, dtype)  # [GP, D]
             base = slot * stride_s + j * stride_k
-            if length - 1 < hi:  # this chunk holds the new position: its key and value go into the cache first
+            if holds_new:  # this program's keys include the new position: its key and value go into the cache first
                 one = tl.arange(0, 1)
                 head = row + (H + j + one[:, None]) * D  # [1, D]
                 kw = tl.load(kw_ptr + d).to(tl.float32)
@@ -176,7 +195,7 @@ if HAVE_TRITON:
                 tl.store(v_ptr + new, tl.load(row + (H + KV + j + one[:, None]) * D + d[None, :]))
                 tl.debug_barrier()  # the block's threads read those cache rows below
             _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, m_ptr, l_ptr, acc_ptr, b, heads, sp, d,
-                          q_mask, H, GP, D, SPLITS, BLOCK, PRECISION)  # fmt: skip
+                          q_mask, H, GP, D, SPLITS, BLOCK, PRECISION, SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
 
     @triton.jit
     def _merge_kernel(m_ptr, l_ptr, acc_ptr, lengths_ptr, out_ptr, H: tl.constexpr, SPLITS: tl.constexpr,
@@ -205,8 +224,13 @@ def decode_attention_reference(q: Tensor, k_cache: Tensor, v_cache: Tensor, slot
 
 def split_layout(max_len: int, config: SplitConfig | None = None) -> tuple[int, int]:
     """Cache capacity -> (splits, keys per split); both static, so the grid is the same every step. Splits are
-    a power of two (the merge's arange) of at most `keys_per_split` keys, whole `block_n` steps."""
+    a power of two (the merge's arange) of at most `keys_per_split` keys, whole `block_n` steps. Interleaved
+    (`SplitConfig.programs`): (programs, block_n), split p's first key at p * block_n."""
     config = config or SplitConfig()
+    if config.programs is not None:
+        if config.programs < 1 or config.programs & (config.programs - 1):
+            raise ValueError(f"interleaved splits: programs must be a power of two, got {config.programs}")
+        return config.programs, config.block_n
     splits = min(MAX_SPLITS, 1 << max(0, math.ceil(math.log2(math.ceil(max_len / config.keys_per_split)))))
     chunk = math.ceil(math.ceil(max_len / splits) / config.block_n) * config.block_n
     return splits, chunk
@@ -245,7 +269,7 @@ def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: in
         H=heads, D=d, SPLITS=splits, CHUNK=chunk, BLOCK=config.block_n,
         PRECISION="ieee" if dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
         num_warps=config.num_warps, **({} if config.num_stages is None else {"num_stages": config.num_stages}),
-        PDL=pdl_enabled(pdl), **launch_options(pdl), **constexprs,
+        PDL=pdl_enabled(pdl), INTERLEAVED=config.programs is not None, **launch_options(pdl), **constexprs,
     )  # fmt: skip
     out = torch.empty(rows, heads, d, dtype=dtype, device=device)
     _merge_kernel[(rows * heads,)](m, l_sum, acc, lengths, out, H=heads, SPLITS=splits, CHUNK=chunk, D=d,
