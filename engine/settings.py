@@ -44,6 +44,8 @@ PROFILE_KINDS = ("torch", "host")  # engine/profiling.py: StepProfiler, HostProf
 CODEC_KERNELS = ("ops", "fused", "fused-convs")  # (docs/engine.md)
 CODEC_LAYOUTS = ("ncl", "channels-last")  # the fast codec vocoder's activation memory (engine/fast/codec_fast.py)
 STREAM_PRIORITIES = ("equal", "generation", "codec")  # CUDA: the stream served first (docs/engine.md)
+TALKER_CHAINS = ("off", "on", "stream")  # the fast talker's 16-64 row decode (`talker_graph.chain_options`)
+SPLIT_K = (1, 2, 4)  # K slices of a split-K product (`GemvConfig.split_k`)
 CHUNK_POLICIES = ("slack", "adaptive", "fixed")
 ADMISSION = ("auto", "on", "off")
 FAST_PATHS = ("auto", "on", "off")
@@ -119,6 +121,11 @@ class EngineSettings:
     cp_pdl: bool = True  # cp_kernels fused: its Triton-product steps' kernels as programmatic dependent launches
     talker_gemv_rows: int = 2  # fast talker: decode steps of up to this many rows with its products in `gemv`
     talker_fused_rope: bool = True  # fast talker: q/k norm and RoPE inside the decode attention's split kernel
+    # Prepared on the CPU, not yet measured on a GPU (docs/benchmarks.md, twenty-first session), so off:
+    cp_stream_norms: bool = False  # cp_kernels fused: 16-64 token-row steps without RMSNorm kernels
+    cp_split_k: int = 1  # cp_kernels fused: the tensor-core products' K in this many slices (1, 2, 4)
+    talker_chain: str = "off"  # fast talker: 16-64 row decode steps as one PDL chain: off | on | stream
+    talker_split_k: int = 1  # talker_chain on / stream: its products' K in this many slices (1, 2, 4)
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
     rescue_slack_ms: float = SchedulerConfig().rescue_slack_ms  # a playing stream this near running dry goes first
@@ -191,6 +198,14 @@ class EngineSettings:
             raise ValueError("codec_kernels fused-convs needs codec_layout channels-last")
         if self.precompile_workers < -1:
             raise ValueError("precompile_workers must be >= 0, or -1 for one per core")
+        _check_choice("talker_chain", self.talker_chain, TALKER_CHAINS)
+        for name in ("cp_split_k", "talker_split_k"):
+            if getattr(self, name) not in SPLIT_K:
+                raise ValueError(f"{name} must be one of {', '.join(map(str, SPLIT_K))}; got {getattr(self, name)}")
+        if self.talker_chain != "off" and not self.talker_fused_rope:
+            raise ValueError("talker_chain needs talker_fused_rope (its attention kernels are the fused ones)")
+        if self.talker_split_k > 1 and self.talker_chain == "off":
+            raise ValueError("talker_split_k splits the chained talker's products: it needs talker_chain on or stream")
         SilenceConfig(threshold_dbfs=self.silence_threshold_dbfs, max_trim_ms=self.max_trim_ms)  # validates
 
     # ------------------------------------------------------------ derived sizes
@@ -462,6 +477,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--talker-fused-rope", action=argparse.BooleanOptionalAction, default=d.talker_fused_rope,
                    help="fast talker: norm and rotate q and k inside the decode attention's split kernel instead of a "
                         "kernel of their own (on by default: 28 fewer launches a decode step, the same roundings)")
+    p.add_argument("--cp-stream-norms", action=argparse.BooleanOptionalAction, default=d.cp_stream_norms,
+                   help="with --cp-kernels fused: the 16-64 token-row steps without RMSNorm kernels, each product "
+                        "ending a residual branch passing the rows' sums of squares to the next (11 launches fewer "
+                        "a step; prepared, not yet measured on a GPU: off)")
+    p.add_argument("--cp-split-k", type=int, default=d.cp_split_k, choices=SPLIT_K,
+                   help="with --cp-kernels fused: the 16-64 token-row steps' products with K cut into this many "
+                        "slices, one program each (more programs streaming each weight; prepared, not yet "
+                        "measured on a GPU: 1)")
+    p.add_argument("--talker-chain", default=d.talker_chain, choices=TALKER_CHAINS,
+                   help="fast talker: its 16-64 row decode steps as one chain of programmatic-dependent Triton "
+                        "kernels (on), also without the norm kernels a tile product's residual stream replaces "
+                        "(stream); needs --talker-fused-rope (prepared, not yet measured on a GPU: off)")
+    p.add_argument("--talker-split-k", type=int, default=d.talker_split_k, choices=SPLIT_K,
+                   help="with --talker-chain: its products with K cut into this many slices (down then in a "
+                        "Triton tile too)")
     p.add_argument("--precompile-workers", type=int, default=d.precompile_workers,
                    help="with --cp-kernels fused: child processes that compile its Triton kernels in parallel before "
                         "capture (-1: one per CPU core, at most 8; 0: the capture compiles them one by one)")

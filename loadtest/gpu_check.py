@@ -37,7 +37,7 @@ import torch
 
 from engine.fast.measure import cuda_median_ms, relative_l2
 from engine.scheduling.costmodel import COSTS_DIR
-from engine.settings import EngineSettings
+from engine.settings import SPLIT_K, TALKER_CHAINS, EngineSettings
 from loadtest.revision import source_revision
 
 COPY_BANDWIDTH = 4255e9  # B/s, measured device-to-device copy on the H200 (h200-floors.md)
@@ -59,8 +59,13 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     from engine.executors.code_predictor import CodePredictorExecutor
     from engine.executors.slots import GenerationSlots, new_code_buffer
     from engine.executors.talker import TalkerExecutor
-    from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
-    from engine.fast.talker_graph import TalkerGraphs
+    from engine.fast.code_predictor_graph import (
+        DEFAULT_DOT_GEMV,
+        CodePredictorGraphs,
+        FrameKernels,
+        split_products,
+    )
+    from engine.fast.talker_graph import TalkerGraphs, chain_options
     from engine.model.weights import load_model
 
     model = load_model(args.preset, device=DEVICE, dtype=DTYPE)
@@ -70,15 +75,18 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     cache = model.talker.new_cache(slots_n, args.context + 8)
     codes = new_code_buffer(slots_n, 64, model.device)
     t0 = time.perf_counter()
-    kernels = FrameKernels(fused=args.cp_kernels == "fused", pdl=args.cp_pdl)
+    kernels = FrameKernels(fused=args.cp_kernels == "fused", pdl=args.cp_pdl, stream_norms=args.cp_stream_norms,
+                           dot_gemv=split_products(DEFAULT_DOT_GEMV, args.cp_split_k))  # fmt: skip
     if kernels.fused and DEVICE == "cuda":  # the frame's Triton kernels compile in parallel children, not serially
         from engine.fast.precompile import default_workers, precompile_frames
         from engine.fast.sampling import DEFAULT_TOP_K_CAP
 
         precompile_frames(model.config.talker, model.config.code_predictor, DTYPE, BATCHES, kernels,
                           DEFAULT_TOP_K_CAP, default_workers())  # fmt: skip
+    chain_rows, chain_tiles = chain_options(args.talker_chain, args.talker_split_k)
     fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256),
-                               gemv_max_rows=args.talker_gemv_rows, fused_rope=args.talker_fused_rope)  # fmt: skip
+                               gemv_max_rows=args.talker_gemv_rows, fused_rope=args.talker_fused_rope,
+                               chain_rows=chain_rows, chain_tiles=chain_tiles)  # fmt: skip
     # The code-predictor path the engine serves with (--cp-kernels); tools/cp_kernels_check.py compares them.
     fast_cp = CodePredictorGraphs(model, slots, codes, BATCHES, kernels=kernels)
     fast_talker.decode_steps.capture()
@@ -410,6 +418,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=EngineSettings("1.7b", "").cp_pdl,
                    help="the fused code predictor's Triton-product steps as programmatic dependent launches "
                         "(default: the engine's)")
+    engine = EngineSettings("1.7b", "")
+    p.add_argument("--cp-stream-norms", action=argparse.BooleanOptionalAction, default=engine.cp_stream_norms,
+                   help="the fused code predictor's 16-64 token-row steps without norm kernels (default: the engine's)")
+    p.add_argument("--cp-split-k", type=int, default=engine.cp_split_k, choices=SPLIT_K,
+                   help="the fused code predictor's tensor-core products' K slices (default: the engine's)")
+    p.add_argument("--talker-chain", default=engine.talker_chain, choices=TALKER_CHAINS,
+                   help="the fast talker's 16-64 row decode as one kernel chain (default: the engine's)")
+    p.add_argument("--talker-split-k", type=int, default=engine.talker_split_k, choices=SPLIT_K,
+                   help="the chained talker's products' K slices (default: the engine's)")
     args = p.parse_args(argv)
     if args.dry_run:
         return dry_run(args)
@@ -420,7 +437,9 @@ def main(argv: list[str] | None = None) -> int:
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": commit,
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "command": " ".join(sys.argv),
         "options": {"cp_kernels": args.cp_kernels, "cp_pdl": args.cp_pdl, "talker_gemv_rows": args.talker_gemv_rows,
-                    "talker_fused_rope": args.talker_fused_rope},
+                    "talker_fused_rope": args.talker_fused_rope, "cp_stream_norms": args.cp_stream_norms,
+                    "cp_split_k": args.cp_split_k, "talker_chain": args.talker_chain,
+                    "talker_split_k": args.talker_split_k},
     }  # fmt: skip
     try:
         import triton

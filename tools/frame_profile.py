@@ -125,27 +125,18 @@ def frame_kernels(variant: str) -> Any:
     return kernels
 
 
-def _split_tiles(tiles: dict[str, Any], split: int, names: tuple[str, ...]) -> dict[str, Any]:
-    """Tensor-core tiles with the named products' K in `split` slices (gate|up then 16 columns a program: with its
-    norm and SwiGLU, 32 spill; `tests/fast/test_kernels_compile.py`)."""
-    return {name: replace(tile, split_k=split, block_n=16 if name == "gate_up" else tile.block_n)
-            if name in names else tile for name, tile in tiles.items()}  # fmt: skip
-
-
 def _cp_change(kernels: Any, variant: str) -> Any:
     """One variant part's change to the code predictor's `FrameKernels` (parts that change only the talker: none)."""
-    from engine.fast.code_predictor_graph import DEFAULT_DOT_GEMV
+    from engine.fast.code_predictor_graph import DEFAULT_DOT_GEMV, PRODUCTS, split_products
     from engine.fast.kernels.cp_step import StepTiles
     from engine.fast.kernels.gemv import GemvConfig
 
     if variant.startswith("split"):  # split2, split4, split4_narrow (only the 64-program products), split4_128
-        names = ("proj", "o", "down") if variant.endswith("_narrow") else ("proj", "qkv", "o", "gate_up", "down", "head")
-        split = int(variant.removeprefix("split")[0])
+        names = ("proj", "o", "down") if variant.endswith("_narrow") else PRODUCTS
         tiles = dict(kernels.dot_gemv)
         if variant.endswith("_128"):  # a B = 64 frame's first step too (2 token rows a frame row)
             tiles[128] = DEFAULT_DOT_GEMV[64]
-        return replace(kernels, dot_gemv={rows: _split_tiles(dict(row_tiles), split, names)
-                                          for rows, row_tiles in tiles.items()})  # fmt: skip
+        return replace(kernels, dot_gemv=split_products(tiles, int(variant.removeprefix("split")[0]), names))
     if variant == "sixteenth":
         return replace(kernels, pdl=False, dot_gemv={})
     if variant == "no_pdl":
@@ -206,27 +197,21 @@ def _cp_change(kernels: Any, variant: str) -> Any:
     return kernels
 
 
-TALKER_SPLIT = {"qkv": 4, "o": 4, "gate_up": 2, "down": 4}  # K slices of the talker's split-K tiles
-
-
 def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
     """The talker decode's (`gemv_max_rows`, `fused_rope`, `chain_rows`, `chain_tiles`) in a variant: the engine's
     defaults, the sixteenth session's (cuBLAS products, a q/k norm + RoPE kernel), or what its `talker_*` part names.
-    talker_chain_stream: `ChainTiles.stream_norms`; _down: down in a tile too (16 columns, K 128 a load, 4 stages);
-    _split: every product in K slices (`TALKER_SPLIT`; down in a tile, gate|up 32 columns, 16 with stream norms)."""
-    from engine.fast.decoder import ChainTiles
+    talker_chain_stream: `ChainTiles.stream_norms` (engine `--talker-chain stream`); _down: down in a tile too (16
+    columns, K 128 a load, 4 stages); _split: every product in 4 K slices, gate|up in 2 (`ChainTiles.split`, engine
+    `--talker-split-k 4`)."""
     from engine.fast.kernels.gemv import GemvConfig
+    from engine.fast.talker_graph import chain_options
 
     part = next((part for part in variant.split("+") if part.startswith("talker_") or part == "sixteenth"), "")
     if part.startswith("talker_chain"):
-        tiles = ChainTiles(stream_norms="_stream" in part)
-        if part.endswith(("_down", "_split")):
+        rows, tiles = chain_options("stream" if "_stream" in part else "on", 4 if part.endswith("_split") else 1)
+        if part.endswith("_down"):
             tiles = replace(tiles, down=GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4))
-        if part.endswith("_split"):
-            gate_up = replace(tiles.gate_up, block_n=16 if tiles.stream_norms else 32)
-            whole = {"qkv": tiles.qkv, "o": tiles.o, "gate_up": gate_up, "down": tiles.down}
-            tiles = replace(tiles, **{name: replace(whole[name], split_k=split) for name, split in TALKER_SPLIT.items()})
-        return (ENGINE_DEFAULTS.talker_gemv_rows, True, (16, 32, 64), tiles)
+        return (ENGINE_DEFAULTS.talker_gemv_rows, True, rows, tiles)
     if part.startswith("talker_"):
         return (2 if part.startswith("talker_gemv") else 0, part.endswith("rope"), (), None)
     if part == "sixteenth":

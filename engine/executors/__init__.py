@@ -102,7 +102,8 @@ class Executors:
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
                  top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True, codec_first: bool = False,
                  cp_kernels: str = "layers", cp_pdl: bool = False, talker_gemv_rows: int = 0,
-                 talker_fused_rope: bool = False, precompile_workers: int = 0,
+                 talker_fused_rope: bool = False, cp_stream_norms: bool = False, cp_split_k: int = 1,
+                 talker_chain: str = "off", talker_split_k: int = 1, precompile_workers: int = 0,
                  voices: VoiceBank | None = None, ragged_codec: bool = False,
                  codec_kernels: str = "fused", codec_layout: str = "channels-last") -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
@@ -115,6 +116,9 @@ class Executors:
         `cp_pdl`: the fused frame's Triton-product steps' kernels as programmatic dependent launches (`FrameKernels.pdl`);
         `talker_gemv_rows`: the fast talker's decode steps of up to this many rows in `gemv` (`TalkerGraphs`);
         `talker_fused_rope`: the fast talker's q/k norm and RoPE inside its decode attention (`TalkerGraphs`);
+        `cp_stream_norms`, `cp_split_k`: the fused frame's 16-64 token-row steps without norm kernels
+        (`FrameKernels.stream_norms`), their products' K in slices (`split_products`); `talker_chain`,
+        `talker_split_k`: the fast talker's 16-64 row decode steps as one kernel chain (`chain_options`);
         `precompile_workers`: child processes that compile the fused frame's Triton kernels before capture
         (engine/fast/precompile.py; 0: the capture compiles them one by one);
         `voices`: where a Base model's saved voices come from (None: a bank without a store);
@@ -152,25 +156,34 @@ class Executors:
             self.codec_stream = torch.cuda.Stream(model.device, priority=HIGH_STREAM_PRIORITY if codec_first else 0)
         # Imported here: engine.fast.talker_graph and code_predictor_graph import engine.executors.slots, so a
         # module-level import would be circular for whoever imports engine.fast first.
-        from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
-        from engine.fast.talker_graph import TalkerGraphs
+        from engine.fast.code_predictor_graph import (
+            DEFAULT_DOT_GEMV,
+            CodePredictorGraphs,
+            FrameKernels,
+            split_products,
+        )
+        from engine.fast.talker_graph import TalkerGraphs, chain_options
 
         self.talker: TalkerExecutor | TalkerGraphs
         self.code_predictor: CodePredictorExecutor | CodePredictorGraphs
         if fast.talker:
             assert shapes is not None
+            chain_rows, chain_tiles = chain_options(talker_chain, talker_split_k)
             self.talker = TalkerGraphs(model, self.generation, self.kv_cache, shapes.batch,
                                        prefill_sizes=shapes.prefill_batch, prefill_buckets=shapes.prefill_buckets,
                                        top_k_cap=top_k_cap, gemv_max_rows=talker_gemv_rows,
-                                       fused_rope=talker_fused_rope)  # fmt: skip
+                                       fused_rope=talker_fused_rope, chain_rows=chain_rows,
+                                       chain_tiles=chain_tiles)  # fmt: skip
         else:
             self.talker = TalkerExecutor(model, self.generation, self.kv_cache)
         if fast.code_predictor:
             assert shapes is not None
             self.code_predictor = CodePredictorGraphs(model, self.generation, self.codes, shapes.batch,
                                                       top_k_cap=top_k_cap,
-                                                      kernels=FrameKernels(fused=cp_kernels == "fused",
-                                                                           pdl=cp_pdl))  # fmt: skip
+                                                      kernels=FrameKernels(fused=cp_kernels == "fused", pdl=cp_pdl,
+                                                                           stream_norms=cp_stream_norms,
+                                                                           dot_gemv=split_products(DEFAULT_DOT_GEMV,
+                                                                                                   cp_split_k)))  # fmt: skip
         else:
             self.code_predictor = CodePredictorExecutor(model, self.generation, self.codes, max_batch)
         codec_shapes = (shapes.codec_batch, shapes.codec_frames) if fast.codec and shapes is not None else None

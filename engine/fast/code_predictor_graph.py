@@ -61,6 +61,20 @@ _DOT_TILES = {
 }  # fmt: skip
 _DOT_TILES_32 = {name: replace(tile, block_n=32) for name, tile in _DOT_TILES.items()}
 DEFAULT_DOT_GEMV = {16: _DOT_TILES, 32: _DOT_TILES_32, 64: _DOT_TILES}
+PRODUCTS = ("proj", "qkv", "o", "gate_up", "down", "head")
+
+
+def split_products(dot_gemv: Mapping[int, Mapping[str, GemvConfig]], slices: int,
+                   names: Sequence[str] = PRODUCTS) -> dict[int, dict[str, GemvConfig]]:  # fmt: skip
+    """Tensor-core tiles (`FrameKernels.dot_gemv`) with the named products' K in `slices` slices
+    (`GemvConfig.split_k`: that many times the programs streaming a product); a split gate|up takes 16 columns a
+    program (32 spill with its norm and SwiGLU, compiled for sm_90: tests/fast/test_kernels_compile.py)."""
+    def split(name: str, tile: GemvConfig) -> GemvConfig:
+        if slices == 1 or name not in names:
+            return tile
+        return replace(tile, split_k=slices, block_n=16 if name == "gate_up" else tile.block_n)
+
+    return {rows: {name: split(name, tile) for name, tile in tiles.items()} for rows, tiles in dot_gemv.items()}
 
 
 @dataclass(frozen=True)

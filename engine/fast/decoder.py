@@ -20,7 +20,7 @@ supplied by the caller (decode over per-row lengths, or the code predictor's sho
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import Tensor, nn
@@ -171,6 +171,19 @@ class ChainTiles:
     gate_up: GemvConfig | None = GemvConfig(block_n=64, block_k=128, num_warps=4, loop_stages=4)
     down: GemvConfig | None = None
     stream_norms: bool = False
+
+    def split(self, slices: int) -> ChainTiles:
+        """These tiles with every product's K in `slices` slices (`GemvConfig.split_k`), gate|up in at most 2 (16
+        columns a program with stream norms, 32 without: wider spills, compiled for sm_90), down in a 16-column
+        tile (split too) instead of cuBLAS."""
+        if slices == 1:
+            return self
+        if self.qkv is None or self.o is None or self.gate_up is None:
+            raise ValueError("split tiles need qkv, o and gate|up in gemv tiles")
+        down = self.down or GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4)
+        gate_up = replace(self.gate_up, block_n=16 if self.stream_norms else 32, split_k=min(slices, 2))
+        return replace(self, qkv=replace(self.qkv, split_k=slices), o=replace(self.o, split_k=slices),
+                       gate_up=gate_up, down=replace(down, split_k=slices))  # fmt: skip
 
 
 def run_layers_chained(

@@ -39,9 +39,22 @@ from engine.ipc.messages import Sampling
 from engine.model import sampling as sampler
 from engine.model.kv_cache import TalkerKVCache
 from engine.model.qwen3_tts import Qwen3TTS
+from engine.settings import TALKER_CHAINS
 
 # cuDNN attention is left out of captured prefill: its graph-capture safety is not established here.
 CAPTURE_SAFE_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+CHAIN_ROWS = (16, 32, 64)  # decode row counts `run_layers_chained` was written for (tensor-core tiles from 16 rows)
+
+
+def chain_options(mode: str, slices: int = 1) -> tuple[tuple[int, ...], ChainTiles | None]:
+    """The engine's `--talker-chain` / `--talker-split-k` as (`chain_rows`, `chain_tiles`) for `TalkerGraphs`:
+    off (none), on (`run_layers_chained` at `CHAIN_ROWS`), stream (with `ChainTiles.stream_norms`); the products'
+    K in `slices` slices (`ChainTiles.split`)."""
+    if mode not in TALKER_CHAINS:
+        raise ValueError(f"talker chain mode must be one of {', '.join(TALKER_CHAINS)}, got {mode!r}")
+    if mode == "off":
+        return (), None
+    return CHAIN_ROWS, ChainTiles(stream_norms=mode == "stream").split(slices)
 
 
 class TalkerGraphs:

@@ -310,6 +310,48 @@ def test_the_talker_kernel_options_reach_the_fast_talker(fast_model: Qwen3TTS) -
     assert isinstance(executors.talker, TalkerGraphs) and executors.talker.fused_rope
 
 
+def test_the_prepared_kernel_options_reach_the_fast_paths_and_leave_their_results_unchanged(
+    fast_model: Qwen3TTS,
+) -> None:  # fmt: skip
+    """--cp-stream-norms, --cp-split-k, --talker-chain and --talker-split-k (off by default until measured on a GPU)
+    reach the code predictor's `FrameKernels` and the talker's chain rows and tiles; on the CPU every kernel runs its
+    twin, so the frame's codes equal the defaults'."""
+    defaults = EngineSettings(model="tiny", socket="@x")
+    assert (defaults.cp_stream_norms, defaults.cp_split_k, defaults.talker_chain, defaults.talker_split_k) == (
+        False, 1, "off", 1)  # fmt: skip
+    on = parse_args(["--model", "tiny", "--socket", "@x", "--cp-stream-norms", "--cp-split-k", "4",
+                     "--talker-chain", "stream", "--talker-split-k", "2"])  # fmt: skip
+    shapes = CaptureShapes(batch=(1, 2), prefill_batch=(1,), prefill_buckets=(16,), codec_batch=(1,),
+                           codec_frames=(1,))  # fmt: skip
+    frames = {}
+    for settings in (defaults, on):
+        executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
+                              silence=settings.silence_config(), fast=FastPath(talker=True, code_predictor=True),
+                              shapes=shapes, cp_kernels="fused", cp_stream_norms=settings.cp_stream_norms,
+                              cp_split_k=settings.cp_split_k, talker_fused_rope=True,
+                              talker_chain=settings.talker_chain, talker_split_k=settings.talker_split_k)  # fmt: skip
+        talker, predictor = executors.talker, executors.code_predictor
+        assert isinstance(talker, TalkerGraphs) and isinstance(predictor, CodePredictorGraphs)
+        kernels = predictor.kernels
+        assert kernels.stream_norms is settings.cp_stream_norms
+        assert {tile.split_k for tiles in kernels.dot_gemv.values() for tile in tiles.values()} == {settings.cp_split_k}
+        assert talker.chain_rows == ((16, 32, 64) if settings.talker_chain != "off" else ())
+        assert talker.chain_tiles.stream_norms is (settings.talker_chain == "stream")
+        assert talker.chain_tiles.qkv is not None and talker.chain_tiles.qkv.split_k == settings.talker_split_k
+        executors.generation.hidden.normal_(generator=torch.Generator().manual_seed(5))
+        executors.generation.code0.fill_(3)
+        for slot in range(2):
+            executors.generation.start(slot, GREEDY, seed=9 + slot)
+        predictor.capture()
+        predictor.predict([0, 1], [0, 1], [0, 0])
+        frames[settings.cp_split_k] = executors.codes[:2, 0].clone()
+    assert torch.equal(frames[1], frames[4])
+    for bad in ({"talker_chain": "on", "talker_fused_rope": False}, {"talker_split_k": 2}, {"cp_split_k": 3},
+                {"talker_chain": "yes"}):  # fmt: skip
+        with pytest.raises(ValueError, match="talker_chain|split_k"):
+            EngineSettings(model="tiny", socket="@x", **bad)  # type: ignore[arg-type]
+
+
 def test_codec_precision_must_match_the_loaded_codec(tiny_model: Qwen3TTS) -> None:
     with pytest.raises(ValueError, match="needs the codec loaded in torch.bfloat16"):
         Executors(tiny_model, kv_slots=2, streams=2, max_context=128, max_frames=16, max_batch=2,
