@@ -111,6 +111,9 @@ class FrameKernels:
     # `cp_attention`'s two products (q k^T over at most 16 keys, weights x values) as fp32 `tl.dot` over the query
     # heads padded to 16 rows, instead of broadcast products summed across threads; off until measured on a GPU.
     attention_dot: bool = False
+    # `cp_attention` loads the earlier positions' keys and values before its PDL wait (they were written dozens of
+    # launches back), so only the qkv loads follow the product it waits for; off until measured on a GPU.
+    attention_early_cache: bool = False
     # Programmatic dependent launch (`kernels.pdl`) in the steps whose products all run in `gemv` (`runs_gemv`):
     # each kernel may start in the tail of the one before and fetch its weights while
     # that one finishes. On the H200 (2026-12-02, tools/frame_profile.py, round-robin): CP frame 2.41 -> 2.16 ms
@@ -294,7 +297,7 @@ class CodePredictorGraphs:
         return cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, layer.eps, k_cache, v_cache, start,
                             tokens, layer.num_heads, layer.num_kv_heads, num_warps=k.attention_warps,
                             pdl=self._pdl(qkv.shape[0]), queries_first=k.attention_queries_first,
-                            dot=k.attention_dot)  # fmt: skip
+                            dot=k.attention_dot, early_cache=k.attention_early_cache)  # fmt: skip
 
     def _pdl(self, token_rows: int) -> bool:
         """Whether a kernel of a step with this many token rows launches as a programmatic dependent."""

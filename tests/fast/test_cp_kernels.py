@@ -52,6 +52,7 @@ def test_code_predictor_kernels_match_their_twins_in_the_interpreter() -> None:
     expected |= {f"cp_attention_p{p}_r{r}" for p in (0, 7, 15) for r in (1, 3, 17)}
     expected |= {f"cp_attention_qf_p7_r{r}" for r in (1, 3, 17)}  # queries loaded first (1-token steps)
     expected |= {f"cp_attention_dot_p{p}_r{r}" for p in (0, 7) for r in (1, 3, 17)}  # products as tl.dot
+    expected |= {f"cp_attention_early_p7_r{r}" for r in (1, 3, 17)}  # earlier positions loaded before the PDL wait
     streamed = ("residual_down", "residual_proj", "norm_squares", "norm_squares_head")
     expected |= {f"gemv_{k}_r{r}" for k in streamed for r in (1, 3, 17)}
     split = ("split_o1", "split_o2", "split_residual", "split_gate_up")  # split K, run twice, under each epilogue

@@ -61,13 +61,16 @@ def test_rms_norm_compiles_as_a_programmatic_dependent() -> None:
     assert 0 < info["registers"] <= 255 and info["spills"] == 0
 
 
-@pytest.mark.parametrize(("tokens", "dot", "queries_first"), [(1, True, False), (2, True, False), (1, False, True)],
-                         ids=["dot-lookup", "dot-first-step", "queries-first"])  # fmt: skip
-def test_the_attention_compiles_in_its_opt_in_forms(tokens: int, dot: bool, queries_first: bool) -> None:
+@pytest.mark.parametrize(("tokens", "dot", "queries_first", "early"),
+                         [(1, True, False, False), (2, True, False, False), (1, False, True, False),
+                          (1, False, False, True)],
+                         ids=["dot-lookup", "dot-first-step", "queries-first", "early-cache"])  # fmt: skip
+def test_the_attention_compiles_in_its_opt_in_forms(tokens: int, dot: bool, queries_first: bool, early: bool) -> None:
     from engine.fast.kernels.cp_attention import _cp_attention_kernel
 
     constants = dict(T=tokens, H=16, K=8, G=2, GP=16 if dot else 2, D=128, BLOCK_L=16,
-                     DTYPE=triton.language.bfloat16, PDL=True, QUERIES_FIRST=queries_first, DOT=dot)  # fmt: skip
+                     DTYPE=triton.language.bfloat16, PDL=True, QUERIES_FIRST=queries_first, DOT=dot,
+                     EARLY=early)  # fmt: skip
     _fits(compile_for(_cp_attention_kernel, constants))
 
 

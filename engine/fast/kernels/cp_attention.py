@@ -53,15 +53,29 @@ if HAVE_TRITON:
         return n * c[None, :] + n_rot * s[None, :]
 
     @triton.jit
+    def load_earlier(k_cache_ptr, v_cache_ptr, b, j, start, stride_s, stride_k, stride_l, D: tl.constexpr,
+                     BLOCK_L: tl.constexpr):  # fmt: skip
+        """Frame row b, kv head j: the keys and values of positions 0..start-1 (earlier steps wrote them) as fp32
+        [BLOCK_L, D], zeros past them."""
+        d = tl.arange(0, D)
+        positions = tl.arange(0, BLOCK_L)
+        kv = b * stride_s + j * stride_k + positions[:, None] * stride_l + d[None, :]
+        earlier = (positions < start)[:, None]
+        keys = tl.load(k_cache_ptr + kv, mask=earlier, other=0.0).to(tl.float32)  # [BL, D]
+        values = tl.load(v_cache_ptr + kv, mask=earlier, other=0.0).to(tl.float32)
+        return keys, values
+
+    @triton.jit
     def attend_row_head(
         qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr, b, j,
-        start, eps, scale, stride_s, stride_k, stride_l,
+        start, eps, scale, stride_s, stride_k, stride_l, keys, values,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
         D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, CACHE: tl.constexpr,
         QUERIES_FIRST: tl.constexpr = False, DOT: tl.constexpr = False,
     ):  # fmt: skip
         """Frame row b, kv head j: everything the module docstring lists, with the q/k norm weights (and their
-        rotate-half partners) already loaded as fp32 [D]. CACHE: the load modifier for qkv (".cg" where qkv was
+        rotate-half partners) already loaded as fp32 [D], and the earlier positions' keys and values
+        (`load_earlier`). CACHE: the load modifier for qkv (".cg" where qkv was
         written earlier in the same kernel, by other SMs, so no stale L1 line can be read). QUERIES_FIRST (one
         token): the query heads are loaded with the key and value, before the cache writes, which the compiler
         may not move a later load above: one trip to memory instead of two. DOT (GP >= 16, the query heads
@@ -76,12 +90,8 @@ if HAVE_TRITON:
         g_mask = g < G
         heads = j * G + g  # query heads of kv head j
         positions = tl.arange(0, BLOCK_L)
-        kv = cache + positions[:, None] * stride_l + d[None, :]
-        # Keys and values of the earlier steps come from the cache (written by earlier kernels); this step's are
-        # computed here and merged in registers, so the cache writes below are never read back by this program.
-        earlier = (positions < start)[:, None]
-        keys = tl.load(k_cache_ptr + kv, mask=earlier, other=0.0).to(tl.float32)  # [BL, D]
-        values = tl.load(v_cache_ptr + kv, mask=earlier, other=0.0).to(tl.float32)
+        # Keys and values of the earlier steps came from the cache (`keys`, `values`); this step's are computed
+        # here and merged in registers, so the cache writes below are never read back by this program.
         if QUERIES_FIRST:
             tl.static_assert(T == 1, "queries first: one token a row")
             q_first = qkv_ptr + b * width + heads[:, None] * D
@@ -149,13 +159,20 @@ if HAVE_TRITON:
         start, eps, scale, stride_s, stride_k, stride_l,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
         D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PDL: tl.constexpr,
-        QUERIES_FIRST: tl.constexpr, DOT: tl.constexpr,
+        QUERIES_FIRST: tl.constexpr, DOT: tl.constexpr, EARLY: tl.constexpr,
     ):  # fmt: skip
+        b, j = tl.program_id(0), tl.program_id(1)
         qw, qw_rot, kw, kw_rot = norm_weights(qw_ptr, kw_ptr, D)
-        wait_for_producer(PDL)  # the norm weights above are constants; qkv and the cache are not
-        attend_row_head(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr,
-                        tl.program_id(0), tl.program_id(1), start, eps, scale, stride_s, stride_k, stride_l,
-                        T, H, K, G, GP, D, BLOCK_L, DTYPE, "", QUERIES_FIRST, DOT)  # fmt: skip
+        if EARLY:  # the earlier steps' keys and values: written by a kernel at least two launches back (below)
+            keys, values = load_earlier(k_cache_ptr, v_cache_ptr, b, j, start, stride_s, stride_k, stride_l, D,
+                                        BLOCK_L)  # fmt: skip
+        wait_for_producer(PDL)  # the norm weights above are constants; qkv is not
+        if not EARLY:
+            keys, values = load_earlier(k_cache_ptr, v_cache_ptr, b, j, start, stride_s, stride_k, stride_l, D,
+                                        BLOCK_L)  # fmt: skip
+        attend_row_head(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr, b, j,
+                        start, eps, scale, stride_s, stride_k, stride_l, keys, values, T, H, K, G, GP, D, BLOCK_L,
+                        DTYPE, "", QUERIES_FIRST, DOT)  # fmt: skip
 
 
 def cp_attention_reference(
@@ -176,14 +193,18 @@ def cp_attention(
     qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float,
     k_cache: Tensor, v_cache: Tensor, start: int, tokens: int, num_heads: int, num_kv_heads: int,
     out: Tensor | None = None, num_warps: int = 4, pdl: bool = False, queries_first: bool = False,
-    dot: bool = False,
+    dot: bool = False, early_cache: bool = False,
 ) -> Tensor:  # fmt: skip
     """qkv [B*T,(H+2K)D] contiguous, cos/sin [L,D], caches [S>=B,K,L,D]; tokens T at positions start..start+T-1
     -> attention output [B*T, H*D] (into `out`, contiguous, when given); the new keys and values are written
     into the caches in place. `num_warps` of each (frame row, kv head) program. `pdl`: launched as a programmatic
     dependent of the kernel before it (`kernels.pdl`). `queries_first` (one token a row only; ignored otherwise):
     the query heads are loaded with the key and value, before the cache writes (`attend_row_head`). `dot`: the
-    two attention products as fp32 `tl.dot` over the query heads padded to 16 rows (`attend_row_head`)."""
+    two attention products as fp32 `tl.dot` over the query heads padded to 16 rows (`attend_row_head`).
+    `early_cache` (with `pdl`): the earlier positions' keys and values are loaded before waiting for the kernel
+    before (the previous step's attention wrote them, dozens of launches back: a programmatic dependent starts
+    only once the kernel two back has completed and its writes are visible), so those loads leave the critical
+    path after the qkv product."""
     if not use_triton(qkv):
         result = cp_attention_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, start, tokens,
                                         num_heads, num_kv_heads)  # fmt: skip
@@ -201,6 +222,7 @@ def cp_attention(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         T=tokens, H=num_heads, K=num_kv_heads, G=group, GP=max(16 if dot else 1, triton.next_power_of_2(group)), D=d,
         BLOCK_L=triton.next_power_of_2(k_cache.shape[2]), DTYPE=TRITON_DTYPES[qkv.dtype], PDL=pdl_enabled(pdl),
-        QUERIES_FIRST=queries_first and tokens == 1, DOT=dot, num_warps=num_warps, **launch_options(pdl),
+        QUERIES_FIRST=queries_first and tokens == 1, DOT=dot, EARLY=early_cache, num_warps=num_warps,
+        **launch_options(pdl),
     )  # fmt: skip
     return out

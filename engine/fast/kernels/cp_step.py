@@ -68,7 +68,7 @@ if HAVE_TRITON:
     import triton.language as tl
 
     from engine.fast.kernels.clock import globaltimer
-    from engine.fast.kernels.cp_attention import attend_row_head, norm_weights
+    from engine.fast.kernels.cp_attention import attend_row_head, load_earlier, norm_weights
     from engine.fast.kernels.snake import TRITON_DTYPES
 
     @triton.jit
@@ -288,10 +288,12 @@ if HAVE_TRITON:
                     qw, qw_rot, kw, kw_rot = norm_weights(q_norm_ptr + layer * D, k_norm_ptr + layer * D, D)
                     k_cache = kv_ptr + layer * kv_layer_stride  # (int32: ~21M elements at 1.7B, B = 128)
                     for item in range(pid, n * KV, nprog):
+                        keys, values = load_earlier(k_cache, k_cache + kv_stride, item // KV, item % KV, start,
+                                                    stride_s, stride_k, stride_l, D, BLOCK_L)  # fmt: skip
                         attend_row_head(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache,
                                         k_cache + kv_stride, att_ptr, item // KV, item % KV, start, eps, scale,
-                                        stride_s, stride_k, stride_l, T, H, KV, G, GP, D, BLOCK_L, DTYPE,
-                                        ".cg", QUERIES_FIRST)  # fmt: skip
+                                        stride_s, stride_k, stride_l, keys, values, T, H, KV, G, GP, D, BLOCK_L,
+                                        DTYPE, ".cg", QUERIES_FIRST)  # fmt: skip
                 elif kind == 3:
                     _product(att_ptr, H * D, att_ptr, 0, rows, o_w_ptr + layer * HID * H * D, part_ptr, HID,
                              part_stride, HID, pid, nprog, H * D, False, False, SPLIT, BLOCK_R, BLOCK_N, BLOCK_K,
