@@ -48,9 +48,10 @@ DOT_COLUMNS, DOT_K_LOADS, DOT_STAGES = (16, 32, 64), (64, 128, 256), (0, 2, 3, 4
 DOT_ROWS = 16  # from here the steps norm apart and the grid is tensor-core tiles
 
 
-def tile_grid(k: int, silu: bool, rows: int = 1) -> list[Any]:
+def tile_grid(k: int, silu: bool, rows: int = 1, splits: tuple[int, ...] = (1,)) -> list[Any]:
     """The tiles tried for one product at `rows` rows. CUDA-core tiles: 16 or 32 weight values a thread, K unrolled
-    only up to 8 loads. Tensor-core tiles: one per distinct launch (`launch_tile` caps K per load by the rows)."""
+    only up to 8 loads. Tensor-core tiles: one per distinct launch (`launch_tile` caps K per load by the rows), in
+    each of `splits` K slices (`GemvConfig.split_k`: pipelined loops over whole tiles only)."""
     from engine.fast.kernels.gemv import GemvConfig, launch_tile
 
     grid = []
@@ -61,18 +62,23 @@ def tile_grid(k: int, silu: bool, rows: int = 1) -> list[Any]:
                 grid.append(GemvConfig(block_n=columns, block_k=k_load, num_warps=warps, loop_stages=stages))
         return grid
     launched = set()
-    for columns, k_load, warps, stages in itertools.product(DOT_COLUMNS, DOT_K_LOADS, WARPS, DOT_STAGES):
-        config = GemvConfig(block_n=columns, block_k=k_load, num_warps=warps, use_dot=True, loop_stages=stages)
+    for columns, k_load, warps, stages, split in itertools.product(DOT_COLUMNS, DOT_K_LOADS, WARPS, DOT_STAGES,
+                                                                   splits):  # fmt: skip
+        config = GemvConfig(block_n=columns, block_k=k_load, num_warps=warps, use_dot=True, loop_stages=stages,
+                            split_k=split)  # fmt: skip
         tile = launch_tile(rows, k, config)
-        if (tile, warps, stages) in launched or (stages == 0 and k // tile[3] > 8):
+        if (tile, warps, stages, split) in launched or (stages == 0 and k // tile[3] > 8):
             continue
-        launched.add((tile, warps, stages))
+        if split > 1 and (stages == 0 or k % (split * tile[3])):
+            continue
+        launched.add((tile, warps, stages, split))
         grid.append(config)
     return grid
 
 
 def label(config: Any) -> str:
-    return f"{config.block_n}/{config.block_k}/{config.num_warps}/{config.loop_stages}"
+    split = f"/s{config.split_k}" if config.split_k > 1 else ""
+    return f"{config.block_n}/{config.block_k}/{config.num_warps}/{config.loop_stages}{split}"
 
 
 def today_tile(model: str, name: str, rows: int) -> Any:
@@ -87,7 +93,7 @@ def today_tile(model: str, name: str, rows: int) -> Any:
 
 
 def bench_product(model: str, name: str, rows: int, device: str, scale: int, grid_limit: int | None,
-                  compile_only: bool = False) -> dict[str, Any]:  # fmt: skip
+                  compile_only: bool = False, splits: tuple[int, ...] = (1,)) -> dict[str, Any]:  # fmt: skip
     import torch
 
     from engine.fast.kernels.gemv import gemv, gemv_reference
@@ -119,7 +125,7 @@ def bench_product(model: str, name: str, rows: int, device: str, scale: int, gri
     out = torch.empty(rows, columns, device=device, dtype=dtype)
     total = torch.empty(rows, k, device=device, dtype=dtype) if norm and not dot else None
     today = today_tile(model, name, rows)
-    grid = tile_grid(k, silu, rows)[:grid_limit]
+    grid = tile_grid(k, silu, rows, splits)[:grid_limit]
     tiles = ([("today", today)] if today is not None else []) + [(label(c), c) for c in grid]
     result: dict[str, Any] = {"rows": rows, "n": n, "k": k, "tiles": [], "wrong": [], "unlaunchable": []}
     for tile_name, config in tiles:
@@ -164,7 +170,8 @@ def _compile_in_parallel(args: argparse.Namespace) -> None:
     """Every (product, rows) grid compiled in its own process, `--jobs` at a time: Triton's on-disk cache then
     hands the timing process its kernels without compiling them one by one."""
     cmds = [[sys.executable, __file__, "--model", args.model, "--rows", str(rows), "--products", name,
-             "--compile-only", "--out", os.devnull] for rows in args.rows for name in args.products]  # fmt: skip
+             "--split-k", *map(str, args.split_k), "--compile-only", "--out", os.devnull]
+            for rows in args.rows for name in args.products]  # fmt: skip
     running: list[subprocess.Popen[bytes]] = []
     for cmd in cmds:
         if len(running) >= args.jobs:
@@ -180,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, nargs="+", default=[1])
     parser.add_argument("--products", nargs="+", default=None, help="default: every product of --model")
     parser.add_argument("--jobs", type=int, default=0, help="compile the grids in this many processes first")
+    parser.add_argument("--split-k", type=int, nargs="+", default=[1],
+                        help="tensor-core tiles in these many K slices each (`GemvConfig.split_k`; default 1)")
     parser.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=Path("gemv_tiles.json"))
     parser.add_argument("--dry-run", action="store_true", help="CPU, Triton's interpreter, tiny shapes, 2 tiles")
@@ -200,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                               "torch": torch.__version__, "model": args.model, "products": {}}  # fmt: skip
     for rows in args.rows:
         for name in args.products:
-            result = bench_product(args.model, name, rows, device, scale, limit, args.compile_only)
+            result = bench_product(args.model, name, rows, device, scale, limit, args.compile_only,
+                                   tuple(args.split_k))  # fmt: skip
             report["products"][f"{name}@{rows}"] = result
             if device == "cpu" or args.compile_only:
                 print(f"{name:8s} rows {rows}: {len(result['tiles'])} tiles agree with the twin, "
