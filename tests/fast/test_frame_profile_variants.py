@@ -1,0 +1,38 @@
+"""tools/frame_profile.py's variants as its GPU run builds them, checked on the CPU: every named variant yields a
+code-predictor `FrameKernels` and talker options, parts joined by + apply in order without undoing each other, and
+an unknown part is refused before any device work."""
+
+from __future__ import annotations
+
+import pytest
+
+from tools import frame_profile
+
+
+def test_every_named_variant_builds_its_kernels_and_talker_options() -> None:
+    for name in frame_profile.VARIANTS:
+        kernels = frame_profile.frame_kernels(name)
+        rows, rope, chain, tiles = frame_profile.talker_options(name)
+        assert kernels.fused and rows in (0, 2) and isinstance(rope, bool)
+        assert (tiles is not None) == bool(chain) == name.startswith("talker_chain"), name
+
+
+def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
+    kernels = frame_profile.frame_kernels("stream_norms+attn_dot+split4+attn_early")
+    assert kernels.stream_norms and kernels.attention_dot and kernels.attention_early_cache
+    assert {tile.split_k for tiles in kernels.dot_gemv.values() for tile in tiles.values()} == {4}
+    assert all(tiles["gate_up"].block_n == 16 for tiles in kernels.dot_gemv.values())  # split gate|up: 16 columns
+    narrow = frame_profile.frame_kernels("split4_narrow").dot_gemv[64]
+    assert {name for name, tile in narrow.items() if tile.split_k == 4} == {"proj", "o", "down"}
+    assert 128 in frame_profile.frame_kernels("split4_128").dot_gemv  # a B = 64 frame's first step too
+    _, _, chain, tiles = frame_profile.talker_options("stream_norms+talker_chain_stream_split")
+    assert chain == (16, 32, 64) and tiles.stream_norms and tiles.down is not None
+    assert (tiles.qkv.split_k, tiles.o.split_k, tiles.gate_up.split_k, tiles.down.split_k) == (4, 4, 2, 4)
+    assert frame_profile.talker_options("split4")[2] == ()  # a code-predictor part leaves the talker alone
+
+
+@pytest.mark.parametrize("variant", ["stream_norm", "talker_chain+talker_chain_stream"])
+def test_an_unknown_part_or_two_talker_parts_are_refused(variant: str) -> None:
+    with pytest.raises(SystemExit) as refused:
+        frame_profile.main(["--variants", "defaults", variant])
+    assert refused.value.code == 2
