@@ -178,12 +178,10 @@ class Executors:
             self.talker = TalkerExecutor(model, self.generation, self.kv_cache)
         if fast.code_predictor:
             assert shapes is not None
+            kernels = FrameKernels(fused=cp_kernels == "fused", pdl=cp_pdl, stream_norms=cp_stream_norms,
+                                   dot_gemv=split_products(DEFAULT_DOT_GEMV, cp_split_k))  # fmt: skip
             self.code_predictor = CodePredictorGraphs(model, self.generation, self.codes, shapes.batch,
-                                                      top_k_cap=top_k_cap,
-                                                      kernels=FrameKernels(fused=cp_kernels == "fused", pdl=cp_pdl,
-                                                                           stream_norms=cp_stream_norms,
-                                                                           dot_gemv=split_products(DEFAULT_DOT_GEMV,
-                                                                                                   cp_split_k)))  # fmt: skip
+                                                      top_k_cap=top_k_cap, kernels=kernels)  # fmt: skip
         else:
             self.code_predictor = CodePredictorExecutor(model, self.generation, self.codes, max_batch)
         codec_shapes = (shapes.codec_batch, shapes.codec_frames) if fast.codec and shapes is not None else None

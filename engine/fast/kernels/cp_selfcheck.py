@@ -124,7 +124,8 @@ def check_cp_kernels(
             errors[f"gemv_split_o{repeat}_r{r}"] = relative_l2(y, gemv_reference(attended, weights["o"])[0])
         stream, squares = gemv_residual(attended, weights["o"], add_to=x, config=split)
         stream_ref, squares_ref = gemv_residual_reference(attended, weights["o"], add_to=x, config=split)
-        errors[f"gemv_split_residual_r{r}"] = max(relative_l2(stream, stream_ref), relative_l2(squares, squares_ref))
+        errors[f"gemv_split_residual_r{r}"] = max(relative_l2(stream, stream_ref),
+                                                  relative_l2(squares, squares_ref))  # fmt: skip
         y, _ = gemv(stream, weights["gate_up"], norm_weight=norm, norm_squares=squares, silu_mul=True, config=split,
                     out=nan(r, inter))  # fmt: skip
         y_ref = gemv_reference(stream, weights["gate_up"], norm_weight=norm, silu_mul=True)[0]
@@ -148,7 +149,8 @@ def check_cp_kernels(
                 c_clean[:, :, start:] = 0.0  # the twin masks after the product: it needs finite keys
             out = cp_attention(qkv, cos, sin, qw, kw, 1e-6, *caches, start, tokens, heads, kv_heads,
                                out=nan(r * tokens, heads * head_dim), queries_first=variant == "qf",
-                               dot=variant == "dot", early_cache=variant == "early", pdl=variant == "early")  # fmt: skip
+                               dot=variant == "dot", early_cache=variant == "early",
+                               pdl=variant == "early")  # fmt: skip
             ref = cp_attention_reference(qkv, cos, sin, qw, kw, 1e-6, *clean, start, tokens, heads, kv_heads)
             written = slice(start, start + tokens)
             cache_error = max(relative_l2(c[:r, :, written], c_ref[:r, :, written])

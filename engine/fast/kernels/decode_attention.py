@@ -133,7 +133,8 @@ if HAVE_TRITON:
             q = tl.load(q_ptr + (b * H + heads[:, None]) * D + d[None, :], mask=q_mask[:, None], other=0.0)
             base = slot * stride_s + j * stride_k
             _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, m_ptr, l_ptr, acc_ptr, b, heads, sp, d,
-                          q_mask, H, GP, D, SPLITS, BLOCK, PRECISION, SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
+                          q_mask, H, GP, D, SPLITS, BLOCK, PRECISION,
+                          SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
 
     @triton.jit
     def _norm_rope_rows(x, x_rot, w, w_rot, c, s, eps, d, D: tl.constexpr, DTYPE: tl.constexpr):
@@ -195,7 +196,8 @@ if HAVE_TRITON:
                 tl.store(v_ptr + new, tl.load(row + (H + KV + j + one[:, None]) * D + d[None, :]))
                 tl.debug_barrier()  # the block's threads read those cache rows below
             _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, m_ptr, l_ptr, acc_ptr, b, heads, sp, d,
-                          q_mask, H, GP, D, SPLITS, BLOCK, PRECISION, SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
+                          q_mask, H, GP, D, SPLITS, BLOCK, PRECISION,
+                          SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
 
     @triton.jit
     def _merge_kernel(m_ptr, l_ptr, acc_ptr, lengths_ptr, out_ptr, H: tl.constexpr, SPLITS: tl.constexpr,

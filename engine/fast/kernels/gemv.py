@@ -113,7 +113,8 @@ if HAVE_TRITON:
     @triton.jit
     def _gemv_kernel(
         x_ptr, index_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, sum_ptr, sq_in_ptr, add_ptr, sq_out_ptr,
-        part_ptr, count_ptr, rows, n_out, stride_x, stride_index, stride_res, stride_out, stride_sq_in, stride_add, parts_in, eps,
+        part_ptr, count_ptr, rows, n_out, stride_x, stride_index, stride_res, stride_out, stride_sq_in, stride_add,
+        parts_in, eps,
         K: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
         HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, USE_DOT: tl.constexpr, DTYPE: tl.constexpr,
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
