@@ -269,6 +269,17 @@ def test_batches_are_captured_up_to_128_streams_but_never_past_the_kv_slots() ->
     assert EngineSettings(model="tiny", socket="@x", first_chunk_lane=False).capture_shapes.first_chunk_batch == ()
 
 
+def _first_frame(executors: Executors, predictor: CodePredictorGraphs) -> torch.Tensor:
+    """Two greedy rows' first frame of codes from a fixed hidden state and code 0, through `predictor`."""
+    executors.generation.hidden.normal_(generator=torch.Generator().manual_seed(5))
+    executors.generation.code0.fill_(3)
+    for slot in range(2):
+        executors.generation.start(slot, GREEDY, seed=9 + slot)
+    predictor.capture()
+    predictor.predict([0, 1], [0, 1], [0, 0])
+    return executors.codes[:2, 0].clone()
+
+
 def test_cp_pdl_reaches_the_fused_frame_and_leaves_its_results_unchanged(fast_model: Qwen3TTS) -> None:
     settings = parse_args(["--model", "tiny", "--socket", "@x", "--no-cp-pdl"])
     assert not settings.cp_pdl and EngineSettings(model="tiny", socket="@x").cp_pdl  # on unless turned off
@@ -281,13 +292,7 @@ def test_cp_pdl_reaches_the_fused_frame_and_leaves_its_results_unchanged(fast_mo
                               cp_kernels="fused", cp_pdl=pdl)  # fmt: skip
         predictor = executors.code_predictor
         assert isinstance(predictor, CodePredictorGraphs) and predictor.kernels.pdl is pdl
-        executors.generation.hidden.normal_(generator=torch.Generator().manual_seed(5))
-        executors.generation.code0.fill_(3)
-        for slot in range(2):
-            executors.generation.start(slot, GREEDY, seed=9 + slot)
-        predictor.capture()
-        predictor.predict([0, 1], [0, 1], [0, 0])
-        frames[pdl] = executors.codes[:2, 0].clone()
+        frames[pdl] = _first_frame(executors, predictor)
     assert torch.equal(frames[True], frames[False])
 
 
@@ -338,13 +343,7 @@ def test_the_prepared_kernel_options_reach_the_fast_paths_and_leave_their_result
         assert talker.chain_rows == ((16, 32, 64) if settings.talker_chain != "off" else ())
         assert talker.chain_tiles.stream_norms is (settings.talker_chain == "stream")
         assert talker.chain_tiles.qkv is not None and talker.chain_tiles.qkv.split_k == settings.talker_split_k
-        executors.generation.hidden.normal_(generator=torch.Generator().manual_seed(5))
-        executors.generation.code0.fill_(3)
-        for slot in range(2):
-            executors.generation.start(slot, GREEDY, seed=9 + slot)
-        predictor.capture()
-        predictor.predict([0, 1], [0, 1], [0, 0])
-        frames[settings.cp_split_k] = executors.codes[:2, 0].clone()
+        frames[settings.cp_split_k] = _first_frame(executors, predictor)
     assert torch.equal(frames[1], frames[4])
     for bad in ({"talker_chain": "on", "talker_fused_rope": False}, {"talker_split_k": 2}, {"cp_split_k": 3},
                 {"talker_chain": "yes"}):  # fmt: skip
