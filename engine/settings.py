@@ -121,10 +121,11 @@ class EngineSettings:
     cp_pdl: bool = True  # cp_kernels fused: its Triton-product steps' kernels as programmatic dependent launches
     talker_gemv_rows: int = 2  # fast talker: decode steps of up to this many rows with its products in `gemv`
     talker_fused_rope: bool = True  # fast talker: q/k norm and RoPE inside the decode attention's split kernel
-    # Prepared on the CPU, not yet measured on a GPU (docs/benchmarks.md, twenty-first session), so off:
+    # Measured on the H200 (docs/benchmarks.md, twenty-second session): stream norms and the talker's split
+    # products lost, so off; the code predictor's 64-program products in 4 K slices and the talker chain won.
     cp_stream_norms: bool = False  # cp_kernels fused: 16-64 token-row steps without RMSNorm kernels
-    cp_split_k: int = 1  # cp_kernels fused: the tensor-core products' K in this many slices (1, 2, 4)
-    talker_chain: str = "off"  # fast talker: 16-64 row decode steps as one PDL chain: off | on | stream
+    cp_split_k: int = 4  # cp_kernels fused: projection, o and down (16-64 token rows) in this many K slices
+    talker_chain: str = "on"  # fast talker: 16-64 row decode steps as one PDL chain: off | on | stream
     talker_split_k: int = 1  # talker_chain on / stream: its products' K in this many slices (1, 2, 4)
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
@@ -203,7 +204,8 @@ class EngineSettings:
             if getattr(self, name) not in SPLIT_K:
                 raise ValueError(f"{name} must be one of {', '.join(map(str, SPLIT_K))}; got {getattr(self, name)}")
         if self.talker_chain != "off" and not self.talker_fused_rope:
-            raise ValueError("talker_chain needs talker_fused_rope (its attention kernels are the fused ones)")
+            raise ValueError("talker_chain needs talker_fused_rope (its attention kernels are the fused ones): "
+                             "with --no-talker-fused-rope pass --talker-chain off")
         if self.talker_split_k > 1 and self.talker_chain == "off":
             raise ValueError("talker_split_k splits the chained talker's products: it needs talker_chain on or stream")
         SilenceConfig(threshold_dbfs=self.silence_threshold_dbfs, max_trim_ms=self.max_trim_ms)  # validates
@@ -480,18 +482,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cp-stream-norms", action=argparse.BooleanOptionalAction, default=d.cp_stream_norms,
                    help="with --cp-kernels fused: the 16-64 token-row steps without RMSNorm kernels, each product "
                         "ending a residual branch passing the rows' sums of squares to the next (11 launches fewer "
-                        "a step; prepared, not yet measured on a GPU: off)")
+                        "a step, yet slower on the H200: off)")
     p.add_argument("--cp-split-k", type=int, default=d.cp_split_k, choices=SPLIT_K,
-                   help="with --cp-kernels fused: the 16-64 token-row steps' products with K cut into this many "
-                        "slices, one program each (more programs streaming each weight; prepared, not yet "
-                        "measured on a GPU: 1)")
+                   help="with --cp-kernels fused: the 16-64 token-row steps' projection, o and down products (64 "
+                        "programs each unsplit) with K cut into this many slices, one program each (default 4: the "
+                        "B = 64 code-predictor frame 3.07 -> 2.85 ms on the H200; 1: unsplit)")
     p.add_argument("--talker-chain", default=d.talker_chain, choices=TALKER_CHAINS,
                    help="fast talker: its 16-64 row decode steps as one chain of programmatic-dependent Triton "
                         "kernels (on), also without the norm kernels a tile product's residual stream replaces "
-                        "(stream); needs --talker-fused-rope (prepared, not yet measured on a GPU: off)")
+                        "(stream); needs --talker-fused-rope (default on: the B = 64 decode step 2.05 -> 1.98 ms on "
+                        "the H200, the same results bit for bit; stream was slower)")
     p.add_argument("--talker-split-k", type=int, default=d.talker_split_k, choices=SPLIT_K,
                    help="with --talker-chain: its products with K cut into this many slices (down then in a "
-                        "Triton tile too)")
+                        "Triton tile too; default 1: splitting was slower on the H200)")
     p.add_argument("--precompile-workers", type=int, default=d.precompile_workers,
                    help="with --cp-kernels fused: child processes that compile its Triton kernels in parallel before "
                         "capture (-1: one per CPU core, at most 8; 0: the capture compiles them one by one)")

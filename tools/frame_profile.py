@@ -48,7 +48,8 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
                both
     attn_qf    the kernel chain's `cp_attention` with queries first in 1-token steps (`FrameKernels`)
     attn_early `cp_attention` loading the earlier steps' keys and values before its PDL wait
-               (`FrameKernels.attention_early_cache`); bitwise the same codes as `defaults` or something is wrong
+               (`FrameKernels.attention_early_cache`, on by default since 2026-12-05; attn_late: after it);
+               bitwise the same codes as `defaults` or something is wrong
     cublas_wide  products of 3+ token rows in cuBLAS (the defaults before 2026-12-04: no `FrameKernels.dot_gemv`)
     gemv64_pdl  the products of 16, 32, 64 and 128 token rows in `gemv` with the 64-row tensor-core tiles of
                `FrameKernels.dot_gemv` (norms in `rms_norm`), every kernel of those steps a programmatic dependent
@@ -64,7 +65,10 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
     split2, split4  the tensor-core steps' products (16-64 token rows) with K cut into 2 or 4 slices, one program
                each, summed by the last slice in (`GemvConfig.split_k`): 2-4x the programs streaming each product;
                split4_narrow only the products of 64 column tiles (projection, o, down); split4_128 also the 128
-               token-row steps (a B = 64 frame's first step; the tiles lost there unsplit, 2026-12-04)
+               token-row steps (a B = 64 frame's first step; the tiles lost there unsplit, 2026-12-04);
+               split2_narrow, split8_narrow the 64-program products in 2 or 8; split2_gate_up, split2_qkv,
+               split2_head that one product in 2 (join with split4_narrow: `split4_narrow+split2_head`);
+               split1_narrow those unsplit (the defaults before 2026-12-05)
     talker_chain_stream  `talker_chain` without the post-attention norm kernels (`ChainTiles.stream_norms`: o writes
                the residual stream and its sums of squares, gate|up norms from them); _down with down in a tile too
                (no norm kernels at all); talker_chain_split every chained product in K slices (`TALKER_SPLIT`),
@@ -110,7 +114,7 @@ VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apar
             "gemv64_pdl_prefetch_qf", "gemv64_pdl_prologue", "gemv64_pdl_w8", "gemv64_pdl_s2", "gemv64_pdl_s3",
             "gemv64_pdl_n32", "gemv64_pdl_k64", "gemv32_pdl", "gemv32_pdl_w8", "gemv32_pdl_n32", "gemv32_pdl_s3",
             "gemv32_pdl_k64", "stream_norms", "attn_dot", "stream_norms_attn_dot", "talker_chain", "split2", "split4",
-            "split4_narrow", "split4_128", "sampler_warps2", "attn_early", "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
+            "split4_narrow", "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head", "split1_narrow", "attn_late", "talker_chain_off", "sampler_warps2", "attn_early", "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
             "talker_chain_stream_split")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
@@ -119,9 +123,15 @@ ROUNDS = 5
 
 def frame_kernels(variant: str) -> Any:
     """The code predictor's `FrameKernels` in a variant: the engine's, then each of its parts' changes in order."""
-    from engine.fast.code_predictor_graph import FrameKernels
+    from engine.fast.code_predictor_graph import (
+        DEFAULT_DOT_GEMV,
+        SPLIT_PRODUCTS,
+        FrameKernels,
+        split_products,
+    )
 
-    kernels = FrameKernels(pdl=ENGINE_DEFAULTS.cp_pdl)
+    kernels = FrameKernels(pdl=ENGINE_DEFAULTS.cp_pdl, stream_norms=ENGINE_DEFAULTS.cp_stream_norms,
+                           dot_gemv=split_products(DEFAULT_DOT_GEMV, ENGINE_DEFAULTS.cp_split_k, SPLIT_PRODUCTS))
     for part in variant.split("+"):
         kernels = _cp_change(kernels, part)
     return kernels
@@ -133,12 +143,13 @@ def _cp_change(kernels: Any, variant: str) -> Any:
     from engine.fast.kernels.cp_step import StepTiles
     from engine.fast.kernels.gemv import GemvConfig
 
-    if variant.startswith("split"):  # split2, split4, split4_narrow (only the 64-program products), split4_128
-        names = ("proj", "o", "down") if variant.endswith("_narrow") else PRODUCTS
+    if variant.startswith("split"):  # split<S>[_narrow | _128 | _<product>]: S slices, over which products
+        slices, _, which = variant.removeprefix("split").partition("_")
+        names = {"narrow": ("proj", "o", "down"), "": PRODUCTS, "128": PRODUCTS}.get(which, (which,))
         tiles = dict(kernels.dot_gemv)
-        if variant.endswith("_128"):  # a B = 64 frame's first step too (2 token rows a frame row)
+        if which == "128":  # a B = 64 frame's first step too (2 token rows a frame row)
             tiles[128] = DEFAULT_DOT_GEMV[64]
-        return replace(kernels, dot_gemv=split_products(tiles, int(variant.removeprefix("split")[0]), names))
+        return replace(kernels, dot_gemv=split_products(tiles, int(slices), names))
     if variant == "sixteenth":
         return replace(kernels, pdl=False, dot_gemv={})
     if variant == "no_pdl":
@@ -167,8 +178,8 @@ def _cp_change(kernels: Any, variant: str) -> Any:
         return replace(kernels, stream_norms=True, attention_dot=variant.endswith("attn_dot") or kernels.attention_dot)
     if variant == "attn_dot":
         return replace(kernels, attention_dot=True)
-    if variant == "attn_early":
-        return replace(kernels, attention_early_cache=True)
+    if variant in ("attn_early", "attn_late"):
+        return replace(kernels, attention_early_cache=variant == "attn_early")
     if variant == "attn_qf":
         return replace(kernels, attention_queries_first=True)
     if variant.startswith(("gemv64", "gemv32")):
@@ -211,6 +222,8 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
     from engine.fast.talker_graph import chain_options
 
     part = next((part for part in variant.split("+") if part.startswith("talker_") or part == "sixteenth"), "")
+    if part == "talker_chain_off":
+        return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, (), None)
     if part.startswith("talker_chain"):
         rows, tiles = chain_options("stream" if "_stream" in part else "on", 4 if part.endswith("_split") else 1)
         if part.endswith("_down"):
@@ -220,7 +233,8 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
         return (2 if part.startswith("talker_gemv") else 0, part.endswith("rope"), (), None)
     if part == "sixteenth":
         return (0, False, (), None)
-    return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, (), None)
+    rows, tiles = chain_options(ENGINE_DEFAULTS.talker_chain, ENGINE_DEFAULTS.talker_split_k)
+    return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, rows, tiles)
 
 
 def build(model: Any, variants: list[str], batches: list[int], context: int) -> dict[str, Any]:
@@ -389,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     for b, ratios in report.get("teacher_forced_ratio", {}).items():
         print(f"teacher-forced B={b}, error / plain bf16's (<= 1.1): "
               + ", ".join(f"{name} {ratio:.3f}" for name, ratio in ratios.items()))  # fmt: skip
-    exact = ("radix4", "radix3", "radix1", "pdl", "no_pdl", "attn_early")  # must reproduce the defaults bit for bit
+    exact = ("radix4", "radix3", "radix1", "pdl", "no_pdl", "attn_early", "attn_late", "talker_chain_off")  # must reproduce the defaults bit for bit
     forced_ok = all(r <= 1.1 for ratios in report.get("teacher_forced_ratio", {}).values() for r in ratios.values())
     return 0 if forced_ok and all(report["variants"].get(v, {}).get("bitwise_equal", True) for v in exact) else 1
 

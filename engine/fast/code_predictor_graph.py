@@ -62,17 +62,24 @@ _DOT_TILES = {
 _DOT_TILES_32 = {name: replace(tile, block_n=32) for name, tile in _DOT_TILES.items()}
 DEFAULT_DOT_GEMV = {16: _DOT_TILES, 32: _DOT_TILES_32, 64: _DOT_TILES}
 PRODUCTS = ("proj", "qkv", "o", "gate_up", "down", "head")
+# The products whose 16-64 token-row steps run the fewest programs (64: projection, o and down; gate|up 96, qkv and
+# head 128, against 132 SMs), so the ones split-K pays for: H200, 2026-12-05, `tools/frame_profile.py` at context
+# 128, CP frame ms at B = 16 / 32 / 64, unsplit 2.84 / 3.11 / 3.07, these in 4 slices 2.51 / 2.71 / 2.85 (2 slices:
+# 2.65 / 2.88 / 2.87; 8: 2.50 / 2.77 / 3.36); every product in 4: 2.96 / 3.39 / 3.82, and gate|up, qkv or head in 2
+# beside these never helped (raw docs/bench/frame-profile-2026-12-05-s22-*.json).
+SPLIT_PRODUCTS = ("proj", "o", "down")
 
 
 def split_products(dot_gemv: Mapping[int, Mapping[str, GemvConfig]], slices: int,
-                   names: Sequence[str] = PRODUCTS) -> dict[int, dict[str, GemvConfig]]:  # fmt: skip
+                   names: Sequence[str] = SPLIT_PRODUCTS) -> dict[int, dict[str, GemvConfig]]:  # fmt: skip
     """Tensor-core tiles (`FrameKernels.dot_gemv`) with the named products' K in `slices` slices
-    (`GemvConfig.split_k`: that many times the programs streaming a product); a split gate|up takes 16 columns a
-    program (32 spill with its norm and SwiGLU, compiled for sm_90: tests/fast/test_kernels_compile.py)."""
+    (`GemvConfig.split_k`: that many times the programs streaming a product; 1 joins them again); a split gate|up
+    takes 16 columns a program (32 spill with its norm and SwiGLU, compiled for sm_90:
+    tests/fast/test_kernels_compile.py)."""
     def split(name: str, tile: GemvConfig) -> GemvConfig:
-        if slices == 1 or name not in names:
+        if name not in names:
             return tile
-        return replace(tile, split_k=slices, block_n=16 if name == "gate_up" else tile.block_n)
+        return replace(tile, split_k=slices, block_n=16 if name == "gate_up" and slices > 1 else tile.block_n)
 
     return {rows: {name: split(name, tile) for name, tile in tiles.items()} for rows, tiles in dot_gemv.items()}
 
@@ -109,11 +116,14 @@ class FrameKernels:
     # same codes bit for bit and no faster (CP frame 2.163 -> 2.156 ms at B=1, 3.527 -> 3.518 at B=64): off.
     attention_queries_first: bool = False
     # `cp_attention`'s two products (q k^T over at most 16 keys, weights x values) as fp32 `tl.dot` over the query
-    # heads padded to 16 rows, instead of broadcast products summed across threads; off until measured on a GPU.
+    # heads padded to 16 rows, instead of broadcast products summed across threads. H200, 2026-12-05
+    # (`frame_profile` at context 128): slower, CP frame 3.00 / 3.73 / 3.99 ms at B = 16 / 32 / 64 against 2.82 /
+    # 3.10 / 3.05: off.
     attention_dot: bool = False
     # `cp_attention` loads the earlier positions' keys and values before its PDL wait (they were written dozens of
-    # launches back), so only the qkv loads follow the product it waits for; off until measured on a GPU.
-    attention_early_cache: bool = False
+    # launches back), so only the qkv loads follow the product it waits for. The same codes bit for bit; H200,
+    # 2026-12-05: CP frame 2.76 / 3.05 / 3.01 ms at B = 16 / 32 / 64 against 2.82 / 3.10 / 3.05.
+    attention_early_cache: bool = True
     # Programmatic dependent launch (`kernels.pdl`) in the steps whose products all run in `gemv` (`runs_gemv`):
     # each kernel may start in the tail of the one before and fetch its weights while
     # that one finishes. On the H200 (2026-12-02, tools/frame_profile.py, round-robin): CP frame 2.41 -> 2.16 ms

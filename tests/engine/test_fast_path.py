@@ -315,21 +315,21 @@ def test_the_talker_kernel_options_reach_the_fast_talker(fast_model: Qwen3TTS) -
     assert isinstance(executors.talker, TalkerGraphs) and executors.talker.fused_rope
 
 
-def test_the_prepared_kernel_options_reach_the_fast_paths_and_leave_their_results_unchanged(
-    fast_model: Qwen3TTS,
-) -> None:  # fmt: skip
-    """--cp-stream-norms, --cp-split-k, --talker-chain and --talker-split-k (off by default until measured on a GPU)
-    reach the code predictor's `FrameKernels` and the talker's chain rows and tiles; on the CPU every kernel runs its
-    twin, so the frame's codes equal the defaults'."""
+def test_the_kernel_options_reach_the_fast_paths_and_leave_their_results_unchanged(fast_model: Qwen3TTS) -> None:
+    """--cp-stream-norms, --cp-split-k, --talker-chain and --talker-split-k reach the code predictor's `FrameKernels`
+    (split-K on projection, o and down only) and the talker's chain rows and tiles; by default the code predictor's
+    64-program products run in 4 K slices and the talker's 16-64 row steps as a chain (measured on the H200); on the
+    CPU every kernel runs its twin, so the frame's codes are the same whatever the options."""
     defaults = EngineSettings(model="tiny", socket="@x")
     assert (defaults.cp_stream_norms, defaults.cp_split_k, defaults.talker_chain, defaults.talker_split_k) == (
-        False, 1, "off", 1)  # fmt: skip
-    on = parse_args(["--model", "tiny", "--socket", "@x", "--cp-stream-norms", "--cp-split-k", "4",
+        False, 4, "on", 1)  # fmt: skip
+    plain = parse_args(["--model", "tiny", "--socket", "@x", "--cp-split-k", "1", "--talker-chain", "off"])
+    on = parse_args(["--model", "tiny", "--socket", "@x", "--cp-stream-norms", "--cp-split-k", "2",
                      "--talker-chain", "stream", "--talker-split-k", "2"])  # fmt: skip
     shapes = CaptureShapes(batch=(1, 2), prefill_batch=(1,), prefill_buckets=(16,), codec_batch=(1,),
                            codec_frames=(1,))  # fmt: skip
-    frames = {}
-    for settings in (defaults, on):
+    frames = []
+    for settings in (defaults, plain, on):
         executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
                               silence=settings.silence_config(), fast=FastPath(talker=True, code_predictor=True),
                               shapes=shapes, cp_kernels="fused", cp_stream_norms=settings.cp_stream_norms,
@@ -339,13 +339,17 @@ def test_the_prepared_kernel_options_reach_the_fast_paths_and_leave_their_result
         assert isinstance(talker, TalkerGraphs) and isinstance(predictor, CodePredictorGraphs)
         kernels = predictor.kernels
         assert kernels.stream_norms is settings.cp_stream_norms
-        assert {tile.split_k for tiles in kernels.dot_gemv.values() for tile in tiles.values()} == {settings.cp_split_k}
+        for tiles in kernels.dot_gemv.values():
+            assert {name: tile.split_k for name, tile in tiles.items()} == {
+                "proj": settings.cp_split_k, "qkv": 1, "o": settings.cp_split_k, "gate_up": 1,
+                "down": settings.cp_split_k, "head": 1}  # fmt: skip
         assert talker.chain_rows == ((16, 32, 64) if settings.talker_chain != "off" else ())
         assert talker.chain_tiles.stream_norms is (settings.talker_chain == "stream")
         assert talker.chain_tiles.qkv is not None and talker.chain_tiles.qkv.split_k == settings.talker_split_k
-        frames[settings.cp_split_k] = _first_frame(executors, predictor)
-    assert torch.equal(frames[1], frames[4])
-    for bad in ({"talker_chain": "on", "talker_fused_rope": False}, {"talker_split_k": 2}, {"cp_split_k": 3},
+        frames.append(_first_frame(executors, predictor))
+    assert torch.equal(frames[0], frames[1]) and torch.equal(frames[0], frames[2])
+    for bad in ({"talker_chain": "on", "talker_fused_rope": False}, {"talker_chain": "off", "talker_split_k": 2},
+                {"cp_split_k": 3},
                 {"talker_chain": "yes"}):  # fmt: skip
         with pytest.raises(ValueError, match="talker_chain|split_k"):
             EngineSettings(model="tiny", socket="@x", **bad)  # type: ignore[arg-type]

@@ -14,7 +14,10 @@ def test_every_named_variant_builds_its_kernels_and_talker_options() -> None:
         kernels = frame_profile.frame_kernels(name)
         rows, rope, chain, tiles = frame_profile.talker_options(name)
         assert kernels.fused and rows in (0, 2) and isinstance(rope, bool)
-        assert (tiles is not None) == bool(chain) == name.startswith("talker_chain"), name
+        # the engine's defaults chain the talker's 16-64 row steps; talker_chain_off, the other talker parts and
+        # the sixteenth session's form do not
+        chained = name.startswith("talker_chain") or not name.startswith(("talker_", "sixteenth"))
+        assert (tiles is not None) == bool(chain) == (chained and name != "talker_chain_off"), name
 
 
 def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
@@ -28,7 +31,11 @@ def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
     _, _, chain, tiles = frame_profile.talker_options("stream_norms+talker_chain_stream_split")
     assert chain == (16, 32, 64) and tiles.stream_norms and tiles.down is not None
     assert (tiles.qkv.split_k, tiles.o.split_k, tiles.gate_up.split_k, tiles.down.split_k) == (4, 4, 2, 4)
-    assert frame_profile.talker_options("split4")[2] == ()  # a code-predictor part leaves the talker alone
+    assert frame_profile.talker_options("split4") == frame_profile.talker_options("defaults")  # talker untouched
+    unsplit = frame_profile.frame_kernels("split1_narrow").dot_gemv  # the defaults before 2026-12-05
+    assert {tile.split_k for tiles in unsplit.values() for tile in tiles.values()} == {1}
+    assert frame_profile.frame_kernels("defaults").attention_early_cache
+    assert not frame_profile.frame_kernels("attn_late").attention_early_cache
 
 
 @pytest.mark.parametrize("variant", ["stream_norm", "talker_chain+talker_chain_stream"])
