@@ -69,6 +69,10 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
                split2_narrow, split8_narrow the 64-program products in 2 or 8; split2_gate_up, split2_qkv,
                split2_head that one product in 2 (join with split4_narrow: `split4_narrow+split2_head`);
                split1_narrow those unsplit (the defaults before 2026-12-05)
+    talker_chain_off  the talker's 16-64 row steps unchained (the defaults before 2026-12-05); talker_chain_down
+               with down in a 16-column tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices
+    tattn_p2, tattn_p2_32  the talker's 5-64 row decode attention in 2 interleaved programs per (row, kv head),
+               64- or 32-key blocks, 4 warps (`SplitConfig.programs`; defaults: 128-key splits, 2 stages)
     talker_chain_stream  `talker_chain` without the post-attention norm kernels (`ChainTiles.stream_norms`: o writes
                the residual stream and its sums of squares, gate|up norms from them); _down with down in a tile too
                (no norm kernels at all); talker_chain_split every chained product in K slices (`TALKER_SPLIT`),
@@ -87,10 +91,12 @@ between kernels). Prints a short table last.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -114,7 +120,7 @@ VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apar
             "gemv64_pdl_prefetch_qf", "gemv64_pdl_prologue", "gemv64_pdl_w8", "gemv64_pdl_s2", "gemv64_pdl_s3",
             "gemv64_pdl_n32", "gemv64_pdl_k64", "gemv32_pdl", "gemv32_pdl_w8", "gemv32_pdl_n32", "gemv32_pdl_s3",
             "gemv32_pdl_k64", "stream_norms", "attn_dot", "stream_norms_attn_dot", "talker_chain", "split2", "split4",
-            "split4_narrow", "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head", "split1_narrow", "attn_late", "talker_chain_off", "sampler_warps2", "attn_early", "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
+            "split4_narrow", "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head", "split1_narrow", "attn_late", "talker_chain_off", "talker_chain_down", "talker_chain_down_split2", "tattn_p2", "tattn_p2_32", "sampler_warps2", "attn_early", "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
             "talker_chain_stream_split")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
@@ -225,9 +231,11 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
     if part == "talker_chain_off":
         return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, (), None)
     if part.startswith("talker_chain"):
-        rows, tiles = chain_options("stream" if "_stream" in part else "on", 4 if part.endswith("_split") else 1)
-        if part.endswith("_down"):
-            tiles = replace(tiles, down=GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4))
+        options = part.removeprefix("talker_chain").split("_")[1:]  # e.g. ["stream", "down"], ["down", "split2"]
+        rows, tiles = chain_options("stream" if "stream" in options else "on", 4 if "split" in options else 1)
+        down = tiles.down or GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4)
+        if "down" in options:
+            tiles = replace(tiles, down=replace(down, split_k=2 if "split2" in options else down.split_k))
         return (ENGINE_DEFAULTS.talker_gemv_rows, True, rows, tiles)
     if part.startswith("talker_"):
         return (2 if part.startswith("talker_gemv") else 0, part.endswith("rope"), (), None)
@@ -235,6 +243,35 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
         return (0, False, (), None)
     rows, tiles = chain_options(ENGINE_DEFAULTS.talker_chain, ENGINE_DEFAULTS.talker_split_k)
     return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, rows, tiles)
+
+
+def talker_attention(variant: str) -> Any:
+    """The talker decode attention's `SplitConfig` for 5-64 rows in a variant (None: `default_split_config`)."""
+    from engine.fast.kernels.decode_attention import SplitConfig
+
+    blocks = {"tattn_p2": 64, "tattn_p2_32": 32}
+    part = next((part for part in variant.split("+") if part in blocks), None)
+    return None if part is None else SplitConfig(programs=2, block_n=blocks[part], num_warps=4)
+
+
+def talker_key(variant: str) -> tuple[Any, ...]:
+    """Which talker graph set a variant times: its options and attention configuration."""
+    return (*talker_options(variant), talker_attention(variant))
+
+
+@contextlib.contextmanager
+def attention_config(config: Any) -> Iterator[None]:
+    """While capturing: the talker's 5-64 row decode attention in `config` (None: the defaults), by swapping the
+    module's `default_split_config` that `decode_attention_rope` asks (tool-only; the engine has no such option)."""
+    from engine.fast.kernels import decode_attention
+
+    default = decode_attention.default_split_config
+    if config is not None:
+        decode_attention.default_split_config = lambda rows: config if 4 < rows <= 64 else default(rows)
+    try:
+        yield
+    finally:
+        decode_attention.default_split_config = default
 
 
 def build(model: Any, variants: list[str], batches: list[int], context: int) -> dict[str, Any]:
@@ -249,11 +286,12 @@ def build(model: Any, variants: list[str], batches: list[int], context: int) -> 
     cache = model.talker.new_cache(max(batches), context + 8)
     codes = new_code_buffer(max(batches), 64, model.device)
     talkers = {}  # one graph set per talker configuration the variants use
-    for options in dict.fromkeys(talker_options(v) for v in variants):
-        rows, rope, chain, tiles = options
-        talkers[options] = TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows, fused_rope=rope,
+    for key in dict.fromkeys(talker_key(v) for v in variants):
+        rows, rope, chain, tiles, attention = key
+        with attention_config(attention):
+            talkers[key] = TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows, fused_rope=rope,
                                         chain_rows=chain, chain_tiles=tiles)  # fmt: skip
-        talkers[options].decode_steps.capture()
+            talkers[key].decode_steps.capture()
     predictors = {}
     for variant in variants:
         started = time.perf_counter()
@@ -268,7 +306,7 @@ def load(env: dict[str, Any], variant: str, b: int, lengths: list[int]) -> None:
 
     fill_state(env, lengths + [0] * (env["slots"].hidden.shape[0] - b))
     rows = list(range(b))
-    env["talkers"][talker_options(variant)].inputs.load(
+    env["talkers"][talker_key(variant)].inputs.load(
         b, kv_slot=rows, position=lengths, text=[1000] * b, frame=[2] * b, eos_never=[1] * b
     )
     env["predictors"][variant].inputs.load(b, kv_slot=rows, stream=rows, frame=[0] * b)
@@ -279,7 +317,7 @@ def outputs(env: dict[str, Any], variant: str, b: int, lengths: list[int]) -> li
     load(env, variant, b, lengths)
     seen = []
     for _ in range(3):
-        env["talkers"][talker_options(variant)].decode_steps.replay(b)
+        env["talkers"][talker_key(variant)].decode_steps.replay(b)
         env["predictors"][variant].steps.replay(b)
         seen += [
             env["slots"].hidden[:b].clone(),
@@ -354,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         for round_number in range(ROUNDS):
             for name in args.variants:
-                predictor, talker = env["predictors"][name], env["talkers"][talker_options(name)]
+                predictor, talker = env["predictors"][name], env["talkers"][talker_key(name)]
                 for b in args.batches:
                     load(env, name, b, contexts[b])
                     times[name][b]["talker_ms"].append(
@@ -364,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
                     progress(f"round {round_number} {name} B={b}: talker {times[name][b]['talker_ms'][-1]:.3f} "
                              f"CP {times[name][b]['cp_ms'][-1]:.3f} ms")  # fmt: skip
         for name in args.variants:
-            predictor, talker = env["predictors"][name], env["talkers"][talker_options(name)]
+            predictor, talker = env["predictors"][name], env["talkers"][talker_key(name)]
             result: dict[str, Any] = {}
             for b in args.batches:
                 talker_ms, cp_ms = (statistics.median(times[name][b][k]) for k in ("talker_ms", "cp_ms"))
