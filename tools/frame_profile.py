@@ -70,7 +70,8 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
                split2_head that one product in 2 (join with split4_narrow: `split4_narrow+split2_head`);
                split1_narrow those unsplit (the defaults before 2026-12-05)
     talker_chain_off  the talker's 16-64 row steps unchained (the defaults before 2026-12-05); talker_chain_down
-               with down in a 16-column tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices
+               with down in a 16-column tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices;
+               talker_chain_all also chains 32 rows (the engine chains 16 and 64: `CHAIN_ROWS`)
     tattn_p2, tattn_p2_32  the talker's 5-64 row decode attention in 2 interleaved programs per (row, kv head),
                64- or 32-key blocks, 4 warps (`SplitConfig.programs`; defaults: 128-key splits, 2 stages)
     talker_chain_stream  `talker_chain` without the post-attention norm kernels (`ChainTiles.stream_norms`: o writes
@@ -120,7 +121,7 @@ VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apar
             "gemv64_pdl_prefetch_qf", "gemv64_pdl_prologue", "gemv64_pdl_w8", "gemv64_pdl_s2", "gemv64_pdl_s3",
             "gemv64_pdl_n32", "gemv64_pdl_k64", "gemv32_pdl", "gemv32_pdl_w8", "gemv32_pdl_n32", "gemv32_pdl_s3",
             "gemv32_pdl_k64", "stream_norms", "attn_dot", "stream_norms_attn_dot", "talker_chain", "split2", "split4",
-            "split4_narrow", "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head", "split1_narrow", "attn_late", "talker_chain_off", "talker_chain_down", "talker_chain_down_split2", "tattn_p2", "tattn_p2_32", "sampler_warps2", "attn_early", "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
+            "split4_narrow", "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head", "split1_narrow", "attn_late", "talker_chain_off", "talker_chain_down", "talker_chain_down_split2", "talker_chain_all", "tattn_p2", "tattn_p2_32", "sampler_warps2", "attn_early", "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
             "talker_chain_stream_split")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
@@ -234,6 +235,7 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
         options = part.removeprefix("talker_chain").split("_")[1:]  # e.g. ["stream", "down"], ["down", "split2"]
         rows, tiles = chain_options("stream" if "stream" in options else "on", 4 if "split" in options else 1)
         down = tiles.down or GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4)
+        rows = (16, 32, 64) if "all" in options else rows
         if "down" in options:
             tiles = replace(tiles, down=replace(down, split_k=2 if "split2" in options else down.split_k))
         return (ENGINE_DEFAULTS.talker_gemv_rows, True, rows, tiles)

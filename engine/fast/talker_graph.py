@@ -43,7 +43,11 @@ from engine.settings import TALKER_CHAINS
 
 # cuDNN attention is left out of captured prefill: its graph-capture safety is not established here.
 CAPTURE_SAFE_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-CHAIN_ROWS = (16, 32, 64)  # decode row counts `run_layers_chained` was written for (tensor-core tiles from 16 rows)
+# Decode row counts that run `run_layers_chained` (tensor-core tiles from 16 rows). H200, 2026-12-05, talker step ms
+# chained / not: at context 128 B = 16 1.62 / 1.74, 32 1.82 / 1.83, 64 1.98 / 2.05 (`tools/frame_profile.py`); at
+# contexts 256..511 (`loadtest.gpu_check`) B = 16 1.83 / 1.93, 64 2.55 / 2.58, but 32 2.42 / 2.21: 32 rows stay
+# unchained (frame_profile's `talker_chain_all` chains them too).
+CHAIN_ROWS = (16, 64)
 
 
 def chain_options(mode: str, slices: int = 1) -> tuple[tuple[int, ...], ChainTiles | None]:

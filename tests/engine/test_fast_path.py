@@ -22,7 +22,7 @@ from engine.executors import Executors
 from engine.executors.talker import TalkerExecutor
 from engine.fast.code_predictor_graph import CodePredictorGraphs
 from engine.fast.sampling import DEFAULT_TOP_K_CAP
-from engine.fast.talker_graph import TalkerGraphs
+from engine.fast.talker_graph import CHAIN_ROWS, TalkerGraphs
 from engine.ipc.client import EngineLink
 from engine.ipc.messages import (
     AppendText,
@@ -343,7 +343,7 @@ def test_the_kernel_options_reach_the_fast_paths_and_leave_their_results_unchang
             assert {name: tile.split_k for name, tile in tiles.items()} == {
                 "proj": settings.cp_split_k, "qkv": 1, "o": settings.cp_split_k, "gate_up": 1,
                 "down": settings.cp_split_k, "head": 1}  # fmt: skip
-        assert talker.chain_rows == ((16, 32, 64) if settings.talker_chain != "off" else ())
+        assert talker.chain_rows == (CHAIN_ROWS if settings.talker_chain != "off" else ())
         assert talker.chain_tiles.stream_norms is (settings.talker_chain == "stream")
         assert talker.chain_tiles.qkv is not None and talker.chain_tiles.qkv.split_k == settings.talker_split_k
         frames.append(_first_frame(executors, predictor))

@@ -29,7 +29,8 @@ def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
     assert {name for name, tile in narrow.items() if tile.split_k == 4} == {"proj", "o", "down"}
     assert 128 in frame_profile.frame_kernels("split4_128").dot_gemv  # a B = 64 frame's first step too
     _, _, chain, tiles = frame_profile.talker_options("stream_norms+talker_chain_stream_split")
-    assert chain == (16, 32, 64) and tiles.stream_norms and tiles.down is not None
+    assert chain == (16, 64) and tiles.stream_norms and tiles.down is not None
+    assert frame_profile.talker_options("talker_chain_all")[2] == (16, 32, 64)
     assert (tiles.qkv.split_k, tiles.o.split_k, tiles.gate_up.split_k, tiles.down.split_k) == (4, 4, 2, 4)
     assert frame_profile.talker_options("split4") == frame_profile.talker_options("defaults")  # talker untouched
     down = frame_profile.talker_options("talker_chain_down_split2")[3].down
