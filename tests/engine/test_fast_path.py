@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import math
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -353,6 +355,18 @@ def test_the_kernel_options_reach_the_fast_paths_and_leave_their_results_unchang
                 {"talker_chain": "yes"}):  # fmt: skip
         with pytest.raises(ValueError, match="talker_chain|split_k"):
             EngineSettings(model="tiny", socket="@x", **bad)  # type: ignore[arg-type]
+
+
+def test_capture_logs_how_long_each_fast_path_took(fast_model: Qwen3TTS, caplog: pytest.LogCaptureFixture) -> None:
+    """The engine's time to ready is nearly all capture: the log says which fast path took it."""
+    shapes = CaptureShapes(batch=(1,), prefill_batch=(1,), prefill_buckets=(16,), codec_batch=(1,),
+                           codec_frames=(1,))  # fmt: skip
+    executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
+                          silence=EngineSettings(model="tiny", socket="@x").silence_config(),
+                          fast=FastPath(talker=True, code_predictor=True), shapes=shapes)  # fmt: skip
+    with caplog.at_level(logging.INFO, logger="engine"):
+        executors.capture()
+    assert re.search(r"captured talker in \d+\.\d s, code predictor in \d+\.\d s, codec in \d+\.\d s$", caplog.text.strip()), caplog.text
 
 
 def test_codec_precision_must_match_the_loaded_codec(tiny_model: Qwen3TTS) -> None:
