@@ -44,7 +44,7 @@ PROFILE_KINDS = ("torch", "host")  # engine/profiling.py: StepProfiler, HostProf
 CODEC_KERNELS = ("ops", "fused", "fused-convs")  # (docs/engine.md)
 CODEC_LAYOUTS = ("ncl", "channels-last")  # the fast codec vocoder's activation memory (engine/fast/codec_fast.py)
 STREAM_PRIORITIES = ("equal", "generation", "codec")  # CUDA: the stream served first (docs/engine.md)
-TALKER_CHAINS = ("off", "on", "stream")  # the fast talker's 16-64 row decode (`talker_graph.chain_options`)
+TALKER_CHAINS = ("off", "on", "stream")  # the fast talker's 16- and 64-row decode (`talker_graph.chain_options`)
 SPLIT_K = (1, 2, 4)  # K slices of a split-K product (`GemvConfig.split_k`)
 CHUNK_POLICIES = ("slack", "adaptive", "fixed")
 ADMISSION = ("auto", "on", "off")
@@ -125,7 +125,7 @@ class EngineSettings:
     # products lost, so off; the code predictor's 64-program products in 4 K slices and the talker chain won.
     cp_stream_norms: bool = False  # cp_kernels fused: 16-64 token-row steps without RMSNorm kernels
     cp_split_k: int = 4  # cp_kernels fused: projection, o and down (16-64 token rows) in this many K slices
-    talker_chain: str = "on"  # fast talker: 16-64 row decode steps as one PDL chain: off | on | stream
+    talker_chain: str = "on"  # fast talker: 16- and 64-row decode steps as one PDL chain: off | on | stream
     talker_split_k: int = 1  # talker_chain on / stream: its products' K in this many slices (1, 2, 4)
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
@@ -488,7 +488,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "programs each unsplit) with K cut into this many slices, one program each (default 4: the "
                         "B = 64 code-predictor frame 3.07 -> 2.85 ms on the H200; 1: unsplit)")
     p.add_argument("--talker-chain", default=d.talker_chain, choices=TALKER_CHAINS,
-                   help="fast talker: its 16-64 row decode steps as one chain of programmatic-dependent Triton "
+                   help="fast talker: its 16- and 64-row decode steps as one chain of programmatic-dependent Triton "
                         "kernels (on), also without the norm kernels a tile product's residual stream replaces "
                         "(stream); needs --talker-fused-rope (default on: the B = 64 decode step 2.05 -> 1.98 ms on "
                         "the H200, the same results bit for bit; stream was slower)")

@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cp-split-k", type=int, default=engine.cp_split_k, choices=SPLIT_K,
                    help="the fused code predictor's tensor-core products' K slices (default: the engine's)")
     p.add_argument("--talker-chain", default=engine.talker_chain, choices=TALKER_CHAINS,
-                   help="the fast talker's 16-64 row decode as one kernel chain (default: the engine's)")
+                   help="the fast talker's 16- and 64-row decode as one kernel chain (default: the engine's)")
     p.add_argument("--talker-split-k", type=int, default=engine.talker_split_k, choices=SPLIT_K,
                    help="the chained talker's products' K slices (default: the engine's)")
     args = p.parse_args(argv)
