@@ -61,7 +61,6 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     from engine.executors.talker import TalkerExecutor
     from engine.fast.code_predictor_graph import (
         DEFAULT_DOT_GEMV,
-        SPLIT_PRODUCTS,
         CodePredictorGraphs,
         FrameKernels,
         split_products,
@@ -77,7 +76,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     codes = new_code_buffer(slots_n, 64, model.device)
     t0 = time.perf_counter()
     kernels = FrameKernels(fused=args.cp_kernels == "fused", pdl=args.cp_pdl, stream_norms=args.cp_stream_norms,
-                           dot_gemv=split_products(DEFAULT_DOT_GEMV, args.cp_split_k, SPLIT_PRODUCTS))  # fmt: skip
+                           dot_gemv=split_products(DEFAULT_DOT_GEMV, args.cp_split_k))  # fmt: skip
     if kernels.fused and DEVICE == "cuda":  # the frame's Triton kernels compile in parallel children, not serially
         from engine.fast.precompile import default_workers, precompile_frames
         from engine.fast.sampling import DEFAULT_TOP_K_CAP

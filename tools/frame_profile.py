@@ -121,7 +121,10 @@ VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apar
             "gemv64_pdl_prefetch_qf", "gemv64_pdl_prologue", "gemv64_pdl_w8", "gemv64_pdl_s2", "gemv64_pdl_s3",
             "gemv64_pdl_n32", "gemv64_pdl_k64", "gemv32_pdl", "gemv32_pdl_w8", "gemv32_pdl_n32", "gemv32_pdl_s3",
             "gemv32_pdl_k64", "stream_norms", "attn_dot", "stream_norms_attn_dot", "talker_chain", "split2", "split4",
-            "split4_narrow", "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head", "split1_narrow", "attn_late", "talker_chain_off", "talker_chain_down", "talker_chain_down_split2", "talker_chain_all", "tattn_p2", "tattn_p2_32", "sampler_warps2", "attn_early", "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
+            "split4_narrow", "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv",
+            "split2_head", "split1_narrow", "attn_late", "talker_chain_off", "talker_chain_down",
+            "talker_chain_down_split2", "talker_chain_all", "tattn_p2", "tattn_p2_32", "sampler_warps2", "attn_early",
+            "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
             "talker_chain_stream_split")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
@@ -130,15 +133,10 @@ ROUNDS = 5
 
 def frame_kernels(variant: str) -> Any:
     """The code predictor's `FrameKernels` in a variant: the engine's, then each of its parts' changes in order."""
-    from engine.fast.code_predictor_graph import (
-        DEFAULT_DOT_GEMV,
-        SPLIT_PRODUCTS,
-        FrameKernels,
-        split_products,
-    )
+    from engine.fast.code_predictor_graph import DEFAULT_DOT_GEMV, FrameKernels, split_products
 
     kernels = FrameKernels(pdl=ENGINE_DEFAULTS.cp_pdl, stream_norms=ENGINE_DEFAULTS.cp_stream_norms,
-                           dot_gemv=split_products(DEFAULT_DOT_GEMV, ENGINE_DEFAULTS.cp_split_k, SPLIT_PRODUCTS))
+                           dot_gemv=split_products(DEFAULT_DOT_GEMV, ENGINE_DEFAULTS.cp_split_k))
     for part in variant.split("+"):
         kernels = _cp_change(kernels, part)
     return kernels
@@ -146,13 +144,13 @@ def frame_kernels(variant: str) -> Any:
 
 def _cp_change(kernels: Any, variant: str) -> Any:
     """One variant part's change to the code predictor's `FrameKernels` (parts that change only the talker: none)."""
-    from engine.fast.code_predictor_graph import DEFAULT_DOT_GEMV, PRODUCTS, split_products
+    from engine.fast.code_predictor_graph import DEFAULT_DOT_GEMV, PRODUCTS, SPLIT_PRODUCTS, split_products
     from engine.fast.kernels.cp_step import StepTiles
     from engine.fast.kernels.gemv import GemvConfig
 
     if variant.startswith("split"):  # split<S>[_narrow | _128 | _<product>]: S slices, over which products
         slices, _, which = variant.removeprefix("split").partition("_")
-        names = {"narrow": ("proj", "o", "down"), "": PRODUCTS, "128": PRODUCTS}.get(which, (which,))
+        names = {"narrow": SPLIT_PRODUCTS, "": PRODUCTS, "128": PRODUCTS}.get(which, (which,))
         tiles = dict(kernels.dot_gemv)
         if which == "128":  # a B = 64 frame's first step too (2 token rows a frame row)
             tiles[128] = DEFAULT_DOT_GEMV[64]
@@ -443,7 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     for b, ratios in report.get("teacher_forced_ratio", {}).items():
         print(f"teacher-forced B={b}, error / plain bf16's (<= 1.1): "
               + ", ".join(f"{name} {ratio:.3f}" for name, ratio in ratios.items()))  # fmt: skip
-    exact = ("radix4", "radix3", "radix1", "pdl", "no_pdl", "attn_early", "attn_late", "talker_chain_off")  # must reproduce the defaults bit for bit
+    # must reproduce the defaults bit for bit
+    exact = ("radix4", "radix3", "radix1", "pdl", "no_pdl", "attn_early", "attn_late", "talker_chain_off")
     forced_ok = all(r <= 1.1 for ratios in report.get("teacher_forced_ratio", {}).values() for r in ratios.values())
     return 0 if forced_ok and all(report["variants"].get(v, {}).get("bitwise_equal", True) for v in exact) else 1
 

@@ -158,7 +158,6 @@ class Executors:
         # module-level import would be circular for whoever imports engine.fast first.
         from engine.fast.code_predictor_graph import (
             DEFAULT_DOT_GEMV,
-            SPLIT_PRODUCTS,
             CodePredictorGraphs,
             FrameKernels,
             split_products,
@@ -180,7 +179,7 @@ class Executors:
         if fast.code_predictor:
             assert shapes is not None
             kernels = FrameKernels(fused=cp_kernels == "fused", pdl=cp_pdl, stream_norms=cp_stream_norms,
-                                   dot_gemv=split_products(DEFAULT_DOT_GEMV, cp_split_k, SPLIT_PRODUCTS))  # fmt: skip
+                                   dot_gemv=split_products(DEFAULT_DOT_GEMV, cp_split_k))  # fmt: skip
             self.code_predictor = CodePredictorGraphs(model, self.generation, self.codes, shapes.batch,
                                                       top_k_cap=top_k_cap, kernels=kernels)  # fmt: skip
         else:
