@@ -17,7 +17,9 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
     norms_apart  every RMSNorm in an `rms_norm` kernel of its own instead of the next product's prologue
     wide_prologues  the products with a norm prologue (qkv, gate_up, head) 16 columns a program: 4x fewer
                programs re-read the row, its residual and the norm weight
-    radix4, radix3, radix1  the sampler's top-k search over 16, 8 or 2 candidates a pass (defaults: 4)
+    radix4, radix3, radix1  the sampler's top-k search over 16, 8 or 2 candidates a pass (defaults: 2 bits, 4)
+    radix8     the sampler's top-k search as a radix select by bytes: at most 4 passes of one 256-bin histogram
+               each; bitwise the same codes as `defaults` or something is wrong
     warps4     every 1-2 row product with 4 warps a program (defaults: 8)
     narrow     every 1-2 row product with half the output columns a program (twice the programs)
     previous   the 1-2 row tiles before 2026-12-02: 8-32 columns and K 512 a 4-warp program
@@ -112,6 +114,7 @@ from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
 ENGINE_DEFAULTS = EngineSettings("1.7b", "")
 VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apart", "wide_prologues", "radix4", "radix3", "radix1",
+            "radix8",
             "warps4", "narrow", "sampler_warps16",
             "previous", "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv", "talker_rope", "talker_gemv_rope",
             "persistent", "persistent_phased", "persistent_n16", "persistent_r128", "persistent_k64", "persistent_w8",
@@ -442,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"teacher-forced B={b}, error / plain bf16's (<= 1.1): "
               + ", ".join(f"{name} {ratio:.3f}" for name, ratio in ratios.items()))  # fmt: skip
     # must reproduce the defaults bit for bit
-    exact = ("radix4", "radix3", "radix1", "pdl", "no_pdl", "attn_early", "attn_late", "talker_chain_off")
+    exact = ("radix4", "radix3", "radix1", "radix8", "pdl", "no_pdl", "attn_early", "attn_late", "talker_chain_off")
     forced_ok = all(r <= 1.1 for ratios in report.get("teacher_forced_ratio", {}).values() for r in ratios.values())
     return 0 if forced_ok and all(report["variants"].get(v, {}).get("bitwise_equal", True) for v in exact) else 1
 

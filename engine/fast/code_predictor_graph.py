@@ -108,7 +108,9 @@ class FrameKernels:
     # next product normalises its x tiles from those (`gemv(norm_squares=...)`): 11 launches fewer a step. Off
     # until measured on a GPU.
     stream_norms: bool = False
-    radix_bits: int = 2  # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates
+    # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates, or (8) at most 4
+    # histogram passes, one a byte
+    radix_bits: int = 2
     sampler_warps: int | None = None  # warps of a sampler program (None: 8 for a 2048+ vocabulary, else 4)
     attention_warps: int = 4  # warps of a `cp_attention` program (one per frame row and kv head)
     # 1-token steps' `cp_attention` loads its query heads with the key and value, before the cache writes, so

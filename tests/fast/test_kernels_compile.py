@@ -74,10 +74,11 @@ def test_the_attention_compiles_in_its_opt_in_forms(tokens: int, dot: bool, quer
     _fits(compile_for(_cp_attention_kernel, constants))
 
 
-def test_the_sampler_compiles_with_its_timeline() -> None:
+@pytest.mark.parametrize("radix_bits", [2, 8])  # 8: the byte-wise radix select, with its histograms
+def test_the_sampler_compiles_with_its_timeline(radix_bits: int) -> None:
     from engine.fast.kernels.sampler import TIMELINE_STAGES, _sample_kernel
 
-    constants = dict(CAP=64, GROUPS=16, RADIX_BITS=2, ACCUMULATE=True, PRECISE=True, BLOCK_V=2048, BLOCK_H=1024,
+    constants = dict(CAP=64, GROUPS=16, RADIX_BITS=radix_bits, ACCUMULATE=True, PRECISE=True, BLOCK_V=2048, BLOCK_H=1024,
                      PDL=True, TIMELINE=TIMELINE_STAGES)  # fmt: skip
     pointers = {"greedy_ptr": "*i1", "temp_ptr": "*fp32", "topk_ptr": "*i64", "seeds_ptr": "*i64",
                 "frames_ptr": "*i64", "out_ptr": "*i64", "acc_ptr": "*fp32", "stamps_ptr": "*i64"}  # fmt: skip

@@ -168,7 +168,7 @@ def check_cp_kernels(
     embed = rand(vocab, input_size)
     for r in rows:
         mismatches, acc_error = 0, 0.0
-        searches = ((1, 2), (8, 4), (15, 3), (4, 1))  # groups with their own search widths
+        searches = ((1, 2), (8, 4), (15, 3), (4, 1), (11, 8))  # groups with their own search widths (8: by bytes)
         for group, radix_bits in searches:
             scores = rand(r, vocab, scale=2.0)
             settings = sampler_case(scores, group, top_k_cap)

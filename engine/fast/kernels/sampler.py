@@ -11,7 +11,8 @@ One program per row b draws from scores [B,V] (any float dtype; read as fp32, as
 The k-th largest value is found without sorting: a radix search over the order-preserving integer image of
 the fp32 values (2^RADIX_BITS candidate thresholds per round, one counting pass each), which lands exactly
 on a value of the row, so ties at the threshold are kept as `topk(...).values[k-1]` keeps them; it stops early
-once exactly k values lie at or above its lower bound (the same kept set).
+once exactly k values lie at or above its lower bound (the same kept set). RADIX_BITS 8 searches byte by byte
+instead (`_kth_largest_key`: at most 4 passes, each one 256-bin histogram), landing on the same value.
 
 Optionally (the frame's running code-embedding sum) the drawn token's row of `table` [V',H] is added to
 `acc` [B,H] fp32 and the token is written to a strided `out` [B] int64 (e.g. one column of the frame codes).
@@ -51,6 +52,36 @@ if HAVE_TRITON:
         z = (z ^ (z >> 27)) * 0x94D049BB133111EB
         return z ^ (z >> 31)
 
+    @triton.jit
+    def _kth_largest_key(key, valid, top_k):
+        """The top_k-th largest of the int32 `key`s where `valid` (ties counted), or a bound with exactly top_k keys
+        at or above it (the same kept set), and the passes it took. Radix select, most significant byte first: a
+        pass takes one 256-bin histogram of the keys whose bytes above it match the ones chosen so far, and reads
+        the k-th key's next byte off the histogram's running count from the top; at most 4 passes."""
+        bins = tl.arange(0, 256)
+        remaining = top_k  # how many of the top-k lie inside the matching keys
+        matching = valid
+        bound = tl.zeros([], dtype=tl.int32)  # the bytes chosen so far, the ones below zero
+        shift = 24
+        exact = tl.zeros([], dtype=tl.int1)
+        rounds = 0
+        while (shift >= 0) & (exact == 0):
+            rounds += 1
+            flip = tl.where(shift == 24, 128, 0)  # the top byte's sign bit flipped: signed order as unsigned
+            digit = ((key >> shift) & 255) ^ flip
+            histogram = tl.histogram(digit, 256, mask=matching)  # [256] int32
+            from_top = tl.cumsum(histogram, axis=0, reverse=True)  # [256]: matching keys with digit >= d
+            chosen = tl.max(tl.where(from_top >= remaining, bins, 0), axis=0)  # from_top[0] >= remaining
+            at_or_above = tl.sum(tl.where(bins == chosen, from_top, 0), axis=0)
+            above = at_or_above - tl.sum(tl.where(bins == chosen, histogram, 0), axis=0)
+            bound = bound | ((chosen ^ flip) << shift)
+            matching = matching & (digit == chosen)
+            # keys >= bound: (top_k - remaining) above the prefix and at_or_above inside it; exactly top_k: done
+            exact = at_or_above == remaining
+            remaining -= above
+            shift -= 8
+        return bound.to(tl.int64), rounds
+
     @triton.jit(do_not_specialize=["group"])  # one compiled kernel for every group
     def _sample_kernel(
         scores_ptr, greedy_ptr, temp_ptr, topk_ptr, seeds_ptr, frames_ptr, out_ptr, table_ptr, acc_ptr,
@@ -77,37 +108,47 @@ if HAVE_TRITON:
         key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
         key = tl.where(warped == 0.0, 0, key)
         limited = (top_k > 0) & (top_k <= tl.minimum(vocab, CAP))
-        # Invariant: count(key >= lo) >= k and count(key > hi) < k; lo ends on the k-th largest key.
-        if TIMELINE:
-            tl.store(stamps_ptr + b * TIMELINE + 1, globaltimer())
-        lo = tl.min(tl.where(valid, key, 2147483647), axis=0).to(tl.int64)
-        hi = tl.max(tl.where(valid, key, -2147483647), axis=0).to(tl.int64)
         rounds = 0
-        if limited:
-            digits = tl.arange(0, 1 << RADIX_BITS).to(tl.int64)  # candidate j: lo + ceil(j * width / 2^bits)
-            # The search stops as soon as exactly top_k keys are >= lo: {key >= lo} is then the top-k set
-            # itself (a tie at the k-th value would make that count exceed k), so the tokens are those of the
-            # full search, which needs all 32 / RADIX_BITS rounds only when lo must land on a tied k-th value.
-            count_lo = tl.sum(valid.to(tl.int32), axis=0)  # keys >= lo (= the row's minimum)
+        if RADIX_BITS == 8:  # radix select by bytes (`_kth_largest_key`): no min / max pass
             if TIMELINE:
+                tl.store(stamps_ptr + b * TIMELINE + 1, globaltimer())
                 tl.store(stamps_ptr + b * TIMELINE + 2, globaltimer())
-            while (count_lo > top_k) & (lo < hi):
-                rounds += 1
-                width = hi - lo + 1
-                cand = lo + ((digits * width + (1 << RADIX_BITS) - 1) >> RADIX_BITS)  # [2^bits], ascending
-                # every candidate <= hi + 1 <= key(+inf) + 1 fits int32: compare in 32 bits
-                above = (key[None, :] >= cand.to(tl.int32)[:, None]) & valid[None, :]
-                counts = tl.sum(above.to(tl.int32), axis=1)  # [2^bits], descending
-                ok = counts >= top_k  # true for j = 0, then monotone
-                next_hi = tl.min(tl.where(ok, hi, cand - 1), axis=0)
-                lo = tl.max(tl.where(ok, cand, lo), axis=0)
-                count_lo = tl.min(tl.where(ok, counts, 2147483647), axis=0)
-                hi = next_hi
-            keep = valid & (key >= lo)
+            if limited:
+                lo, rounds = _kth_largest_key(key, valid, top_k.to(tl.int32))
+                keep = valid & (key >= lo)
+            else:
+                keep = valid
         else:
-            keep = valid
-            if TIMELINE:  # (no search: its stage takes no time)
-                tl.store(stamps_ptr + b * TIMELINE + 2, globaltimer())
+            # Invariant: count(key >= lo) >= k and count(key > hi) < k; lo ends on the k-th largest key.
+            if TIMELINE:
+                tl.store(stamps_ptr + b * TIMELINE + 1, globaltimer())
+            lo = tl.min(tl.where(valid, key, 2147483647), axis=0).to(tl.int64)
+            hi = tl.max(tl.where(valid, key, -2147483647), axis=0).to(tl.int64)
+            if limited:
+                digits = tl.arange(0, 1 << RADIX_BITS).to(tl.int64)  # candidate j: lo + ceil(j * width / 2^bits)
+                # The search stops as soon as exactly top_k keys are >= lo: {key >= lo} is then the top-k set
+                # itself (a tie at the k-th value would make that count exceed k), so the tokens are those of the
+                # full search, which needs all 32 / RADIX_BITS rounds only when lo must land on a tied k-th value.
+                count_lo = tl.sum(valid.to(tl.int32), axis=0)  # keys >= lo (= the row's minimum)
+                if TIMELINE:
+                    tl.store(stamps_ptr + b * TIMELINE + 2, globaltimer())
+                while (count_lo > top_k) & (lo < hi):
+                    rounds += 1
+                    width = hi - lo + 1
+                    cand = lo + ((digits * width + (1 << RADIX_BITS) - 1) >> RADIX_BITS)  # [2^bits], ascending
+                    # every candidate <= hi + 1 <= key(+inf) + 1 fits int32: compare in 32 bits
+                    above = (key[None, :] >= cand.to(tl.int32)[:, None]) & valid[None, :]
+                    counts = tl.sum(above.to(tl.int32), axis=1)  # [2^bits], descending
+                    ok = counts >= top_k  # true for j = 0, then monotone
+                    next_hi = tl.min(tl.where(ok, hi, cand - 1), axis=0)
+                    lo = tl.max(tl.where(ok, cand, lo), axis=0)
+                    count_lo = tl.min(tl.where(ok, counts, 2147483647), axis=0)
+                    hi = next_hi
+                keep = valid & (key >= lo)
+            else:
+                keep = valid
+                if TIMELINE:  # (no search: its stage takes no time)
+                    tl.store(stamps_ptr + b * TIMELINE + 2, globaltimer())
         if TIMELINE:
             tl.store(stamps_ptr + b * TIMELINE + 3, globaltimer())
 
