@@ -124,6 +124,7 @@ class EngineSettings:
     # Measured on the H200 (docs/benchmarks.md, twenty-second session): stream norms and the talker's split
     # products lost, so off; the code predictor's 64-program products in 4 K slices and the talker chain won.
     cp_stream_norms: bool = False  # cp_kernels fused: 16-64 token-row steps without RMSNorm kernels
+    cp_folded_norms: bool = False  # cp_kernels fused: the same, each norm folded into the product after it
     cp_split_k: int = 4  # cp_kernels fused: projection, o and down (16-64 token rows) in this many K slices
     talker_chain: str = "on"  # fast talker: 16- and 64-row decode steps as one PDL chain: off | on | stream
     talker_split_k: int = 1  # talker_chain on / stream: its products' K in this many slices (1, 2, 4)
@@ -483,6 +484,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --cp-kernels fused: the 16-64 token-row steps without RMSNorm kernels, each product "
                         "ending a residual branch passing the rows' sums of squares to the next (11 launches fewer "
                         "a step, yet slower on the H200: off)")
+    p.add_argument("--cp-folded-norms", action=argparse.BooleanOptionalAction, default=d.cp_folded_norms,
+                   help="with --cp-kernels fused: the 16-64 token-row steps without RMSNorm kernels, each norm's "
+                        "weight folded into the next product's columns and the rows' RMS scale applied to its "
+                        "result (11 launches fewer a step; the folded weights round once where the norm rounded "
+                        "the activations twice)")
     p.add_argument("--cp-split-k", type=int, default=d.cp_split_k, choices=SPLIT_K,
                    help="with --cp-kernels fused: the 16-64 token-row steps' projection, o and down products (64 "
                         "programs each unsplit) with K cut into this many slices, one program each (default 4: the "

@@ -76,6 +76,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     codes = new_code_buffer(slots_n, 64, model.device)
     t0 = time.perf_counter()
     kernels = FrameKernels(fused=args.cp_kernels == "fused", pdl=args.cp_pdl, stream_norms=args.cp_stream_norms,
+                           folded_norms=args.cp_folded_norms,
                            dot_gemv=split_products(DEFAULT_DOT_GEMV, args.cp_split_k))  # fmt: skip
     if kernels.fused and DEVICE == "cuda":  # the frame's Triton kernels compile in parallel children, not serially
         from engine.fast.precompile import default_workers, precompile_frames
@@ -419,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the fused code predictor's Triton-product steps as programmatic dependent launches "
                         "(default: the engine's)")
     engine = EngineSettings("1.7b", "")
+    p.add_argument("--cp-folded-norms", action=argparse.BooleanOptionalAction, default=engine.cp_folded_norms,
+                   help="as the engine's --cp-folded-norms")
     p.add_argument("--cp-stream-norms", action=argparse.BooleanOptionalAction, default=engine.cp_stream_norms,
                    help="the fused code predictor's 16-64 token-row steps without norm kernels (default: the engine's)")
     p.add_argument("--cp-split-k", type=int, default=engine.cp_split_k, choices=SPLIT_K,
@@ -438,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "command": " ".join(sys.argv),
         "options": {"cp_kernels": args.cp_kernels, "cp_pdl": args.cp_pdl, "talker_gemv_rows": args.talker_gemv_rows,
                     "talker_fused_rope": args.talker_fused_rope, "cp_stream_norms": args.cp_stream_norms,
+                    "cp_folded_norms": args.cp_folded_norms,
                     "cp_split_k": args.cp_split_k, "talker_chain": args.talker_chain,
                     "talker_split_k": args.talker_split_k},
     }  # fmt: skip

@@ -46,6 +46,9 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
     persistent_pps2_qf  both: two programs per SM and queries first
     stream_norms  the 16-64 token-row steps without `rms_norm` kernels: the residual stream's products pass the
                row norms' partial sums of squares to the next product (`FrameKernels.stream_norms`)
+    folded_norms  the 16-64 token-row steps without `rms_norm` kernels: each norm's weight folded into the next
+               product's columns, the rows' RMS scale applied to its result (`FrameKernels.folded_norms`);
+               `norm_kernels`: the norms in kernels of their own (neither folded nor streamed)
     attn_dot   `cp_attention`'s two products as fp32 `tl.dot` (`FrameKernels.attention_dot`); `stream_norms_attn_dot`
                both
     attn_qf    the kernel chain's `cp_attention` with queries first in 1-token steps (`FrameKernels`)
@@ -128,7 +131,7 @@ VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apar
             "split2_head", "split1_narrow", "attn_late", "talker_chain_off", "talker_chain_down",
             "talker_chain_down_split2", "talker_chain_all", "tattn_p2", "tattn_p2_32", "sampler_warps2", "attn_early",
             "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
-            "talker_chain_stream_split")
+            "talker_chain_stream_split", "folded_norms", "norm_kernels")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -139,6 +142,7 @@ def frame_kernels(variant: str) -> Any:
     from engine.fast.code_predictor_graph import DEFAULT_DOT_GEMV, FrameKernels, split_products
 
     kernels = FrameKernels(pdl=ENGINE_DEFAULTS.cp_pdl, stream_norms=ENGINE_DEFAULTS.cp_stream_norms,
+                           folded_norms=ENGINE_DEFAULTS.cp_folded_norms,
                            dot_gemv=split_products(DEFAULT_DOT_GEMV, ENGINE_DEFAULTS.cp_split_k))
     for part in variant.split("+"):
         kernels = _cp_change(kernels, part)
@@ -182,6 +186,10 @@ def _cp_change(kernels: Any, variant: str) -> Any:
         return replace(kernels, attention_warps=int(variant[-1]))
     if variant.startswith("sampler_warps"):
         return replace(kernels, sampler_warps=int(variant.removeprefix("sampler_warps")))
+    if variant == "folded_norms":
+        return replace(kernels, folded_norms=True)
+    if variant == "norm_kernels":  # (the defaults before folded norms, should they become the defaults)
+        return replace(kernels, folded_norms=False, stream_norms=False)
     if variant.startswith("stream_norms"):  # (and `stream_norms_attn_dot`: both)
         return replace(kernels, stream_norms=True, attention_dot=variant.endswith("attn_dot") or kernels.attention_dot)
     if variant == "attn_dot":

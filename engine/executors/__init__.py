@@ -102,7 +102,8 @@ class Executors:
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
                  top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True, codec_first: bool = False,
                  cp_kernels: str = "layers", cp_pdl: bool = False, talker_gemv_rows: int = 0,
-                 talker_fused_rope: bool = False, cp_stream_norms: bool = False, cp_split_k: int = 1,
+                 talker_fused_rope: bool = False, cp_stream_norms: bool = False, cp_folded_norms: bool = False,
+                 cp_split_k: int = 1,
                  talker_chain: str = "off", talker_split_k: int = 1, precompile_workers: int = 0,
                  voices: VoiceBank | None = None, ragged_codec: bool = False,
                  codec_kernels: str = "fused", codec_layout: str = "channels-last") -> None:  # fmt: skip
@@ -117,7 +118,7 @@ class Executors:
         `talker_gemv_rows`: the fast talker's decode steps of up to this many rows in `gemv` (`TalkerGraphs`);
         `talker_fused_rope`: the fast talker's q/k norm and RoPE inside its decode attention (`TalkerGraphs`);
         `cp_stream_norms`, `cp_split_k`: the fused frame's 16-64 token-row steps without norm kernels
-        (`FrameKernels.stream_norms`), their products' K in slices (`split_products`); `talker_chain`,
+        (`FrameKernels.stream_norms`, or `cp_folded_norms`: `FrameKernels.folded_norms`), their products' K in slices (`split_products`); `talker_chain`,
         `talker_split_k`: the fast talker's 16- and 64-row decode steps as one kernel chain (`chain_options`);
         `precompile_workers`: child processes that compile the fused frame's Triton kernels before capture
         (engine/fast/precompile.py; 0: the capture compiles them one by one);
@@ -179,6 +180,7 @@ class Executors:
         if fast.code_predictor:
             assert shapes is not None
             kernels = FrameKernels(fused=cp_kernels == "fused", pdl=cp_pdl, stream_norms=cp_stream_norms,
+                                   folded_norms=cp_folded_norms,
                                    dot_gemv=split_products(DEFAULT_DOT_GEMV, cp_split_k))  # fmt: skip
             self.code_predictor = CodePredictorGraphs(model, self.generation, self.codes, shapes.batch,
                                                       top_k_cap=top_k_cap, kernels=kernels)  # fmt: skip

@@ -42,7 +42,7 @@ from engine.fast.kernels import INTERPRET, use_triton
 from engine.fast.kernels.cp_attention import cp_attention
 from engine.fast.kernels.cp_step import PersistentStep, StepTiles, StepWeights
 from engine.fast.kernels.decode_attention import decode_attention
-from engine.fast.kernels.gemv import STREAM_TILE, GemvConfig, gemv, gemv_residual
+from engine.fast.kernels.gemv import STREAM_TILE, GemvConfig, fold_norm, gemv, gemv_residual
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.sampler import sample
 from engine.fast.kernels.silu_mul import silu_mul as swiglu
@@ -108,6 +108,13 @@ class FrameKernels:
     # next product normalises its x tiles from those (`gemv(norm_squares=...)`): 11 launches fewer a step. Off
     # until measured on a GPU.
     stream_norms: bool = False
+    # In the `dot_gemv` steps, no RMSNorm kernels another way: each norm's weight is folded into the next product's
+    # columns once (`gemv.fold_norm`: qkv, gate|up and the heads, ~160 MB more at 1.7B), that product sums its rows'
+    # squares from the x tiles it streams anyway and scales its fp32 result by the rows' RMS (`gemv(row_norm=True)`),
+    # and o and down add the residual stream in their epilogue (`gemv(add_to=...)`): 11 launches fewer a step and no
+    # pass over the activations. Not the plain roundings (the folded weight rounds once where the plain norm rounds
+    # the activations twice): held to the teacher-forced error rule. Off until measured on a GPU.
+    folded_norms: bool = False
     # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates, or (8) at most 4
     # histogram passes, one a byte
     radix_bits: int = 2
@@ -166,6 +173,23 @@ def step_weights(predictor: nn.Module, layers: Sequence[FusedLayer]) -> StepWeig
     )
 
 
+@dataclass(frozen=True)
+class FoldedWeights:
+    """The code predictor's products that follow an RMSNorm, with its weight folded into their columns
+    (`gemv.fold_norm`), for `FrameKernels.folded_norms`: qkv and gate|up [layers], the 15 heads."""
+
+    qkv: list[Tensor]
+    gate_up: list[Tensor]
+    heads: list[Tensor]
+
+    @classmethod
+    def of(cls, predictor: nn.Module, layers: Sequence[FusedLayer]) -> FoldedWeights:
+        final = predictor.model.norm.weight
+        return cls(qkv=[fold_norm(layer.qkv, layer.input_norm) for layer in layers],
+                   gate_up=[fold_norm(layer.gate_up, layer.post_norm) for layer in layers],
+                   heads=[fold_norm(head.weight, final) for head in predictor.lm_head])  # fmt: skip
+
+
 class CodePredictorGraphs:
     def __init__(self, model: Qwen3TTS, slots: GenerationSlots, codes: Tensor, capture_sizes: Sequence[int], *,
                  use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP,
@@ -191,6 +215,9 @@ class CodePredictorGraphs:
         self.inputs = StaticInputs(("kv_slot", "stream", "frame"), self.max_batch, device)
         positions = torch.arange(self.config.num_code_groups, device=device)
         self.cos, self.sin = rope_tables(self.predictor.rotary, positions, model.dtype)  # [16,D] constants
+        self.folded: FoldedWeights | None = None
+        if self.kernels.fused and self.kernels.folded_norms and self.projection is not None:
+            self.folded = FoldedWeights.of(self.predictor, self.layers)
         self.persistent: PersistentStep | None = None
         if self.kernels.fused and self.kernels.persistent_min_rows is not None:
             self.persistent = PersistentStep(step_weights(self.predictor, self.layers), self.cache.kv,
@@ -251,6 +278,8 @@ class CodePredictorGraphs:
         if self.persistent is not None and minimum is not None and rows >= minimum and use_triton(x):
             return self.persistent.logits(x, index, max(1, start) - 1, self.cos, self.sin, start, tokens)
         k = self.kernels
+        if self.folded is not None and rows in k.dot_gemv and rows > k.prologue_max_rows:
+            return self._step_logits_folded(x, index, start, tokens)
         if k.stream_norms and rows in k.dot_gemv and rows > k.prologue_max_rows and self.projection is not None:
             return self._step_logits_streamed(x, index, start, tokens)
         eps = layers[0].eps
@@ -301,6 +330,28 @@ class CodePredictorGraphs:
         logits, _ = gemv(stream, self.heads[max(1, start) - 1], norm_weight=norm.weight, norm_squares=squares,
                          eps=norm.eps, config=tiles.get("head"), pdl=pdl)  # fmt: skip
         return logits
+
+    def _step_logits_folded(self, x: Tensor, index: Tensor | None, start: int, tokens: int) -> Tensor:
+        """`step_logits` with the norms folded into the products (`FrameKernels.folded_norms`): the residual stream
+        passes from each branch's last product (which adds it) to the next product (which norms its rows)."""
+        assert self.projection is not None and self.folded is not None
+        rows = index.shape[0] if index is not None else x.shape[0]
+        tiles = dict(self.kernels.dot_gemv[rows])
+        if INTERPRET:  # one program per product, as `_product` does
+            tiles = {name: replace(tile, block_n=4096) for name, tile in tiles.items()}
+        pdl, eps, folded = self._pdl(rows), self.layers[0].eps, self.folded
+        stream, _ = gemv(x, self.projection[0], index=index, bias=self.projection[1], config=tiles.get("proj"),
+                         pdl=pdl)  # fmt: skip
+        for number, layer in enumerate(self.layers):
+            qkv, _ = gemv(stream, folded.qkv[number], row_norm=True, eps=eps, config=tiles.get("qkv"), pdl=pdl)
+            attended = self._attention(number, qkv, start, tokens)
+            stream, _ = gemv(attended, layer.o, add_to=stream, config=tiles.get("o"), pdl=pdl)
+            act, _ = gemv(stream, folded.gate_up[number], row_norm=True, eps=eps, silu_mul=True,
+                          config=tiles.get("gate_up"), pdl=pdl)  # fmt: skip
+            stream, _ = gemv(act, layer.down, add_to=stream, config=tiles.get("down"), pdl=pdl)
+        last = stream.view(rows // tokens, tokens, -1)[:, -1]  # the head reads each frame row's last token
+        return gemv(last, folded.heads[max(1, start) - 1], row_norm=True, eps=self.predictor.model.norm.eps,
+                    config=tiles.get("head"), pdl=pdl)[0]  # fmt: skip
 
     def _attention(self, number: int, qkv: Tensor, start: int, tokens: int) -> Tensor:
         """Layer `number`'s `cp_attention` over qkv [rows, (H+2K)D] with this frame's kernel options."""

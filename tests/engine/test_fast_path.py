@@ -318,7 +318,7 @@ def test_the_talker_kernel_options_reach_the_fast_talker(fast_model: Qwen3TTS) -
 
 
 def test_the_kernel_options_reach_the_fast_paths_and_leave_their_results_unchanged(fast_model: Qwen3TTS) -> None:
-    """--cp-stream-norms, --cp-split-k, --talker-chain and --talker-split-k reach the code predictor's `FrameKernels`
+    """--cp-stream-norms, --cp-folded-norms, --cp-split-k, --talker-chain and --talker-split-k reach the code predictor's `FrameKernels`
     (split-K on projection, o and down only) and the talker's chain rows and tiles; by default the code predictor's
     64-program products run in 4 K slices and the talker's 16-64 row steps as a chain (measured on the H200); on the
     CPU every kernel runs its twin, so the frame's codes are the same whatever the options."""
@@ -328,19 +328,22 @@ def test_the_kernel_options_reach_the_fast_paths_and_leave_their_results_unchang
     plain = parse_args(["--model", "tiny", "--socket", "@x", "--cp-split-k", "1", "--talker-chain", "off"])
     on = parse_args(["--model", "tiny", "--socket", "@x", "--cp-stream-norms", "--cp-split-k", "2",
                      "--talker-chain", "stream", "--talker-split-k", "2"])  # fmt: skip
+    folded = parse_args(["--model", "tiny", "--socket", "@x", "--cp-folded-norms"])
     shapes = CaptureShapes(batch=(1, 2), prefill_batch=(1,), prefill_buckets=(16,), codec_batch=(1,),
                            codec_frames=(1,))  # fmt: skip
     frames = []
-    for settings in (defaults, plain, on):
+    for settings in (defaults, plain, on, folded):
         executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
                               silence=settings.silence_config(), fast=FastPath(talker=True, code_predictor=True),
                               shapes=shapes, cp_kernels="fused", cp_stream_norms=settings.cp_stream_norms,
+                              cp_folded_norms=settings.cp_folded_norms,
                               cp_split_k=settings.cp_split_k, talker_fused_rope=True,
                               talker_chain=settings.talker_chain, talker_split_k=settings.talker_split_k)  # fmt: skip
         talker, predictor = executors.talker, executors.code_predictor
         assert isinstance(talker, TalkerGraphs) and isinstance(predictor, CodePredictorGraphs)
         kernels = predictor.kernels
         assert kernels.stream_norms is settings.cp_stream_norms
+        assert kernels.folded_norms is settings.cp_folded_norms
         for tiles in kernels.dot_gemv.values():
             assert {name: tile.split_k for name, tile in tiles.items()} == {
                 "proj": settings.cp_split_k, "qkv": 1, "o": settings.cp_split_k, "gate_up": 1,
@@ -349,7 +352,7 @@ def test_the_kernel_options_reach_the_fast_paths_and_leave_their_results_unchang
         assert talker.chain_tiles.stream_norms is (settings.talker_chain == "stream")
         assert talker.chain_tiles.qkv is not None and talker.chain_tiles.qkv.split_k == settings.talker_split_k
         frames.append(_first_frame(executors, predictor))
-    assert torch.equal(frames[0], frames[1]) and torch.equal(frames[0], frames[2])
+    assert all(torch.equal(frames[0], frame) for frame in frames[1:])
     for bad in ({"talker_chain": "on", "talker_fused_rope": False}, {"talker_chain": "off", "talker_split_k": 2},
                 {"cp_split_k": 3},
                 {"talker_chain": "yes"}):  # fmt: skip

@@ -17,7 +17,15 @@ from torch import Tensor
 
 from engine.fast.kernels import use_triton
 from engine.fast.kernels.cp_attention import cp_attention, cp_attention_reference
-from engine.fast.kernels.gemv import GemvConfig, gemv, gemv_reference, gemv_residual, gemv_residual_reference
+from engine.fast.kernels.gemv import (
+    GemvConfig,
+    fold_norm,
+    gemv,
+    gemv_reference,
+    gemv_residual,
+    gemv_residual_reference,
+    row_norm_reference,
+)
 from engine.fast.kernels.sampler import sample, sample_reference
 from engine.fast.measure import relative_l2
 from engine.model.layers import RotaryEmbedding
@@ -113,6 +121,22 @@ def check_cp_kernels(
         last, last_squares = pairs.view(r, 2, hidden)[:, 1], pair_squares.view(r, 2, -1)[:, 1]
         y, _ = gemv(last, weights["head"], norm_weight=norm, norm_squares=last_squares, config=tile)
         errors[f"gemv_norm_squares_head_r{r}"] = relative_l2(y, gemv_reference(last, weights["head"], norm_weight=norm)[0])
+
+        # Norms folded into the products (`fold_norm`'s weights, `gemv(row_norm=True)`; rows of any stride, as the
+        # head reads every second token row) and a branch's end adding the residual stream (`gemv(add_to=...)`):
+        # against their twins, and in low precision against the plain norm + product's error from fp32.
+        for name, source, silu in (("qkv", x, False), ("gate_up", x, True), ("head", last, False)):
+            folded = fold_norm(weights[name], norm)
+            n_out = folded.shape[0] // 2 if silu else folded.shape[0]
+            y, _ = gemv(source, folded, row_norm=True, silu_mul=silu, config=tile, out=nan(r, n_out))
+            errors[f"gemv_row_norm_{name}_r{r}"] = relative_l2(y, row_norm_reference(source, folded, 1e-6, silu))
+            if low_precision:
+                y32, _ = gemv_reference(source.float(), weights[name].float(), norm_weight=norm.float(), silu_mul=silu)
+                plain, _ = gemv_reference(source, weights[name], norm_weight=norm, silu_mul=silu)
+                errors[f"gemv_row_norm_{name}_r{r}_ratio"] = relative_l2(y, y32) / max(relative_l2(plain, y32), 1e-30)
+        attended = rand(r, heads * head_dim)
+        y, _ = gemv(attended, weights["o"], add_to=x, config=tile, out=nan(r, hidden))
+        errors[f"gemv_add_to_o_r{r}"] = relative_l2(y, x + gemv_reference(attended, weights["o"])[0])
 
         # Split K (`GemvConfig.split_k`): the slices' partials summed by the last program in, under each epilogue;
         # twice on other inputs, so a count the first launch left nonzero shows (stores masked off: NaN stays, or

@@ -120,7 +120,7 @@ if HAVE_TRITON:
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr, PER_LINE: tl.constexpr,
         PREFETCH_LINES: tl.constexpr, NORM_SQUARES: tl.constexpr, BLOCK_P: tl.constexpr, ADD_TO: tl.constexpr,
-        SQUARES_OUT: tl.constexpr, SPLIT_K: tl.constexpr,
+        SQUARES_OUT: tl.constexpr, SPLIT_K: tl.constexpr, ROW_NORM: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         r = tl.arange(0, BLOCK_R)
@@ -186,6 +186,7 @@ if HAVE_TRITON:
             acc3_up = tl.zeros([BLOCK_R, BLOCK_N, BLOCK_K], dtype=tl.float32)
         if not HAS_NORM:
             rstd = tl.zeros([BLOCK_R], dtype=tl.float32)  # (unused: the prologue has no norm)
+        row_squares = tl.zeros([BLOCK_R], dtype=tl.float32)  # ROW_NORM: each row's sum of x^2, over the K loop
         if LOOP_STAGES > 0:
             # A runtime loop, software-pipelined over LOOP_STAGES tiles: for long K the unrolled loop below keeps
             # every tile's loads in flight at once and spills (ptxas: a 6144-wide K at 8 x 1024 tiles put 4.8 KB
@@ -197,6 +198,8 @@ if HAVE_TRITON:
             for k0 in tl.range(k_lo, k_lo + K // SPLIT_K, BLOCK_K, num_stages=LOOP_STAGES):
                 kk = k0 + tl.arange(0, BLOCK_K)
                 x = _x_tile(x_rows, res_rows, norm_ptr, kk, r_mask, rstd, K, HAS_RESIDUAL, HAS_NORM, DTYPE)
+                if ROW_NORM:
+                    row_squares += tl.sum(x * x, axis=1)
                 w_mask = n_mask[:, None] & (kk < K)[None, :]
                 w = tl.load(w_rows + kk[None, :], mask=w_mask, other=0.0)
                 if SILU_MUL:
@@ -219,6 +222,8 @@ if HAVE_TRITON:
                     x = _rounded(norm_first[None, :] * _rounded(s_first * rstd[:, None], DTYPE), DTYPE)
                 else:
                     x = _x_tile(x_rows, res_rows, norm_ptr, kk, r_mask, rstd, K, HAS_RESIDUAL, HAS_NORM, DTYPE)
+                if ROW_NORM:
+                    row_squares += tl.sum(x * x, axis=1)
                 if k0 == 0:
                     w = w_first
                     if SILU_MUL:
@@ -242,6 +247,10 @@ if HAVE_TRITON:
         if not USE_DOT:
             acc = tl.sum(acc3, axis=2)
             acc_up = tl.sum(acc3_up, axis=2)
+        if ROW_NORM:  # the rows' RMS scale, after the product (the norm weight is folded into W's columns)
+            row_scale = 1.0 / tl.sqrt(row_squares / K + eps)
+            acc = acc * row_scale[:, None]
+            acc_up = acc_up * row_scale[:, None]
         if SPLIT_K > 1:  # the K slices' fp32 sums meet in the one program that finishes its columns last
             acc, acc_up, last = _sum_k_slices(acc, acc_up, part_ptr, count_ptr, pid, SILU_MUL, BLOCK_R, BLOCK_N,
                                               SPLIT_K)  # fmt: skip
@@ -358,6 +367,22 @@ def gemv_reference(
     return F.linear(x, weight, bias), s
 
 
+def fold_norm(weight: Tensor, norm_weight: Tensor) -> Tensor:
+    """W [N,K] with each column k multiplied by an RMSNorm's weight[k] (fp32 product, rounded once to W's dtype):
+    the weight `gemv(row_norm=True)` takes for that norm followed by this product."""
+    return (weight.float() * norm_weight.float()[None, :]).to(weight.dtype)
+
+
+def row_norm_reference(x: Tensor, folded: Tensor, eps: float, silu_mul: bool = False) -> Tensor:
+    """The twin of `gemv(row_norm=True)`: x [R,K] @ folded^T in fp32, each row scaled by 1 / sqrt(mean(x^2) + eps),
+    rounded once (with silu_mul: gate and up each rounded, then `silu_mul_reference`'s rounding)."""
+    x32 = x.float()
+    y = (x32 @ folded.float().T) * torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)
+    if silu_mul:
+        return silu_mul_reference(y.to(x.dtype))
+    return y.to(x.dtype)
+
+
 def gemv_residual_reference(
     x: Tensor, weight: Tensor, *, index: Tensor | None = None, add_to: Tensor | None = None,
     bias: Tensor | None = None, config: GemvConfig | None = None,
@@ -376,7 +401,7 @@ def gemv(
     x: Tensor, weight: Tensor, *, index: Tensor | None = None, residual: Tensor | None = None,
     norm_weight: Tensor | None = None, eps: float = 1e-6, bias: Tensor | None = None, silu_mul: bool = False,
     config: GemvConfig | None = None, out: Tensor | None = None, sum_out: Tensor | None = None,
-    pdl: bool = False, norm_squares: Tensor | None = None,
+    pdl: bool = False, norm_squares: Tensor | None = None, add_to: Tensor | None = None, row_norm: bool = False,
 ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
     """x [X,K] (last dim contiguous, any row stride; rows index[r] when index [R] int64 is given, else all
     X rows), weight [N,K] (or [2N,K] = [gate; up] with silu_mul) contiguous, residual [R,K] (last dim
@@ -385,16 +410,31 @@ def gemv(
     dependent of the kernel before it (`kernels.pdl`), its first weight tile fetched before waiting for it.
     `norm_squares` [R,P] fp32 (last dim contiguous, any row stride; with norm_weight, without a residual): the
     rows of x are the residual stream `gemv_residual` wrote, normed from its shares of their sums of squares
-    instead of a pass over x (the twin norms x itself)."""
+    instead of a pass over x (the twin norms x itself).
+    `add_to` [R,N] (last dim contiguous): y = add_to + x @ W^T, the plain add of the rounded product (a residual
+    branch's end, without `gemv_residual`'s shares). `row_norm` (without norm_weight, residual or norm_squares): y =
+    rms_scale(x) * (x @ W^T), each row's 1 / sqrt(mean(x^2) + eps) applied to the fp32 product before its rounding
+    (and before SwiGLU): with W's columns pre-multiplied by an RMSNorm's weight (`fold_norm`) this is the norm and
+    the product in one pass over x, the activations' two roundings (x * rstd, then * weight) replaced by the folded
+    weight's one."""
     if residual is not None and norm_weight is None:
         raise ValueError("gemv: a residual is only added in the norm prologue")
     if bias is not None and silu_mul:
         raise ValueError("gemv: bias and silu_mul do not combine")
     if norm_squares is not None and (norm_weight is None or residual is not None or index is not None):
         raise ValueError("gemv: norm_squares norms the rows of x as they are (no residual, no index)")
+    if row_norm and (norm_weight is not None or residual is not None or norm_squares is not None or bias is not None):
+        raise ValueError("gemv: row_norm scales the rows of x as they are (the norm weight folded into W, no bias)")
+    if add_to is not None and silu_mul:
+        raise ValueError("gemv: add_to and silu_mul do not combine")
     if not use_triton(x):
+        if row_norm:
+            y = row_norm_reference(x[index] if index is not None else x, weight, eps, silu_mul)
+            return (out.copy_(y) if out is not None else y), None
         y, s = gemv_reference(x, weight, index=index, residual=residual, norm_weight=norm_weight, eps=eps,
                               bias=bias, silu_mul=silu_mul)  # fmt: skip
+        if add_to is not None:
+            y = add_to + y
         if out is not None:
             y = out.copy_(y)
         if sum_out is not None and s is not None:
@@ -410,8 +450,8 @@ def gemv(
     if residual is not None:
         s = torch.empty(rows, k, dtype=x.dtype, device=x.device) if sum_out is None else sum_out
         assert s.shape == (rows, k) and s.is_contiguous()
-    _launch(x, weight, index, residual, norm_weight, eps, bias, silu_mul, config, out, s, pdl, norm_squares, None,
-            None)  # fmt: skip
+    _launch(x, weight, index, residual, norm_weight, eps, bias, silu_mul, config, out, s, pdl, norm_squares, add_to,
+            None, row_norm)  # fmt: skip
     return out, s
 
 
@@ -438,7 +478,7 @@ def gemv_residual(
 def _launch(
     x: Tensor, weight: Tensor, index: Tensor | None, residual: Tensor | None, norm_weight: Tensor | None,
     eps: float, bias: Tensor | None, silu_mul: bool, config: GemvConfig, out: Tensor, s: Tensor | None, pdl: bool,
-    norm_squares: Tensor | None, add_to: Tensor | None, squares_out: Tensor | None,
+    norm_squares: Tensor | None, add_to: Tensor | None, squares_out: Tensor | None, row_norm: bool = False,
 ) -> None:  # fmt: skip
     """One `_gemv_kernel` launch with every option as its callers resolved it."""
     assert x.stride(-1) == 1 and weight.is_contiguous() and (residual is None or residual.stride(-1) == 1)
@@ -453,6 +493,8 @@ def _launch(
     split = config.split_k
     parts, counts = out, out
     if split > 1:
+        if row_norm:
+            raise ValueError("gemv split_k: a row norm needs each row's whole K in one program")
         if not (use_dot and config.loop_stages > 0 and residual is None and not config.prefetch):
             raise ValueError("gemv split_k: tensor-core tiles, a pipelined loop, no residual prologue, no prefetch")
         if k % (split * block_k):
@@ -480,5 +522,6 @@ def _launch(
         ONE_CHUNK=block_k >= k and not config.loop_stages and norm_squares is None,
         PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages, PER_LINE=per_line, PREFETCH_LINES=prefetch_lines,
         NORM_SQUARES=norm_squares is not None, BLOCK_P=_next_power_of_2(parts_in), ADD_TO=add_to is not None,
-        SQUARES_OUT=squares_out is not None, SPLIT_K=split, num_warps=config.num_warps, **launch_options(pdl),
+        SQUARES_OUT=squares_out is not None, SPLIT_K=split, ROW_NORM=row_norm, num_warps=config.num_warps,
+        **launch_options(pdl),
     )  # fmt: skip
