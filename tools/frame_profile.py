@@ -48,7 +48,9 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
                row norms' partial sums of squares to the next product (`FrameKernels.stream_norms`)
     folded_norms  the 16-64 token-row steps without `rms_norm` kernels: each norm's weight folded into the next
                product's columns, the rows' RMS scale applied to its result (`FrameKernels.folded_norms`);
-               `norm_kernels`: the norms in kernels of their own (neither folded nor streamed)
+               `norm_kernels`: the norms in kernels of their own (neither folded nor streamed); the rows' sums of
+               squares from the branch-ending products' shares, summed before the K loop (`folded_norms`) or
+               requested before it and summed after (`folded_late`), or from the streamed x tiles (`folded_loop`)
     attn_dot   `cp_attention`'s two products as fp32 `tl.dot` (`FrameKernels.attention_dot`); `stream_norms_attn_dot`
                both
     attn_qf    the kernel chain's `cp_attention` with queries first in 1-token steps (`FrameKernels`)
@@ -131,7 +133,7 @@ VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apar
             "split2_head", "split1_narrow", "attn_late", "talker_chain_off", "talker_chain_down",
             "talker_chain_down_split2", "talker_chain_all", "tattn_p2", "tattn_p2_32", "sampler_warps2", "attn_early",
             "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
-            "talker_chain_stream_split", "folded_norms", "norm_kernels")
+            "talker_chain_stream_split", "folded_norms", "norm_kernels", "folded_late", "folded_loop")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -188,6 +190,8 @@ def _cp_change(kernels: Any, variant: str) -> Any:
         return replace(kernels, sampler_warps=int(variant.removeprefix("sampler_warps")))
     if variant == "folded_norms":
         return replace(kernels, folded_norms=True)
+    if variant in ("folded_late", "folded_loop"):
+        return replace(kernels, folded_norms=True, folded_squares=variant.removeprefix("folded_"))
     if variant == "norm_kernels":  # (the defaults before folded norms, should they become the defaults)
         return replace(kernels, folded_norms=False, stream_norms=False)
     if variant.startswith("stream_norms"):  # (and `stream_norms_attn_dot`: both)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -115,6 +116,12 @@ class FrameKernels:
     # pass over the activations. Not the plain roundings (the folded weight rounds once where the plain norm rounds
     # the activations twice): held to the teacher-forced error rule. Off until measured on a GPU.
     folded_norms: bool = False
+    # Where a folded norm's product gets its rows' sums of squares: "loop" from the x tiles it streams (H200,
+    # 2026-12-05, frame_profile at context 128: CP frame 3.68 / 5.04 / 3.43 ms at B = 16 / 32 / 64 against 2.47 /
+    # 2.66 / 2.81 with norm kernels: work on x inside the K loop costs the product its pipelining, as the norm
+    # prologue's did), "shares" from the branch-ending product's shares (`gemv_residual`) summed before the K loop,
+    # "late" the same shares requested before the loop and summed after it.
+    folded_squares: str = "shares"
     # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates, or (8) at most 4
     # histogram passes, one a byte
     radix_bits: int = 2
@@ -333,25 +340,35 @@ class CodePredictorGraphs:
 
     def _step_logits_folded(self, x: Tensor, index: Tensor | None, start: int, tokens: int) -> Tensor:
         """`step_logits` with the norms folded into the products (`FrameKernels.folded_norms`): the residual stream
-        passes from each branch's last product (which adds it) to the next product (which norms its rows)."""
+        (and, unless `folded_squares` is "loop", its shares of each row's sum of squares) passes from each branch's
+        last product (which adds it) to the next product (which scales its rows by their RMS)."""
         assert self.projection is not None and self.folded is not None
         rows = index.shape[0] if index is not None else x.shape[0]
         tiles = dict(self.kernels.dot_gemv[rows])
         if INTERPRET:  # one program per product, as `_product` does
             tiles = {name: replace(tile, block_n=4096) for name, tile in tiles.items()}
-        pdl, eps, folded = self._pdl(rows), self.layers[0].eps, self.folded
-        stream, _ = gemv(x, self.projection[0], index=index, bias=self.projection[1], config=tiles.get("proj"),
-                         pdl=pdl)  # fmt: skip
+        pdl, eps, folded, mode = self._pdl(rows), self.layers[0].eps, self.folded, self.kernels.folded_squares
+
+        def branch_end(x: Tensor, weight: Tensor, name: str, **kw: Any) -> tuple[Tensor, Tensor | None]:
+            if mode == "loop":
+                return gemv(x, weight, config=tiles.get(name), pdl=pdl, **kw)[0], None
+            return gemv_residual(x, weight, config=tiles.get(name), pdl=pdl, **kw)
+
+        def normed(x: Tensor, weight: Tensor, squares: Tensor | None, name: str, **kw: Any) -> Tensor:
+            return gemv(x, weight, row_norm=True, norm_squares=squares, squares_late=mode == "late",
+                        config=tiles.get(name), pdl=pdl, **kw)[0]  # fmt: skip
+
+        stream, squares = branch_end(x, self.projection[0], "proj", index=index, bias=self.projection[1])
         for number, layer in enumerate(self.layers):
-            qkv, _ = gemv(stream, folded.qkv[number], row_norm=True, eps=eps, config=tiles.get("qkv"), pdl=pdl)
+            qkv = normed(stream, folded.qkv[number], squares, "qkv", eps=eps)
             attended = self._attention(number, qkv, start, tokens)
-            stream, _ = gemv(attended, layer.o, add_to=stream, config=tiles.get("o"), pdl=pdl)
-            act, _ = gemv(stream, folded.gate_up[number], row_norm=True, eps=eps, silu_mul=True,
-                          config=tiles.get("gate_up"), pdl=pdl)  # fmt: skip
-            stream, _ = gemv(act, layer.down, add_to=stream, config=tiles.get("down"), pdl=pdl)
-        last = stream.view(rows // tokens, tokens, -1)[:, -1]  # the head reads each frame row's last token
-        return gemv(last, folded.heads[max(1, start) - 1], row_norm=True, eps=self.predictor.model.norm.eps,
-                    config=tiles.get("head"), pdl=pdl)[0]  # fmt: skip
+            stream, squares = branch_end(attended, layer.o, "o", add_to=stream)
+            act = normed(stream, folded.gate_up[number], squares, "gate_up", eps=eps, silu_mul=True)
+            stream, squares = branch_end(act, layer.down, "down", add_to=stream)
+        frame_rows = rows // tokens  # the head reads each frame row's last token
+        last = stream.view(frame_rows, tokens, -1)[:, -1]
+        last_squares = squares.view(frame_rows, tokens, -1)[:, -1] if squares is not None else None
+        return normed(last, folded.heads[max(1, start) - 1], last_squares, "head", eps=self.predictor.model.norm.eps)
 
     def _attention(self, number: int, qkv: Tensor, start: int, tokens: int) -> Tensor:
         """Layer `number`'s `cp_attention` over qkv [rows, (H+2K)D] with this frame's kernel options."""

@@ -57,7 +57,7 @@ def test_code_predictor_kernels_match_their_twins_in_the_interpreter() -> None:
     expected |= {f"gemv_{k}_r{r}" for k in streamed for r in (1, 3, 17)}
     split = ("split_o1", "split_o2", "split_residual", "split_gate_up")  # split K, run twice, under each epilogue
     expected |= {f"gemv_{k}_r{r}" for k in split for r in (1, 3, 17)}
-    folded = ("row_norm_qkv", "row_norm_gate_up", "row_norm_head", "add_to_o")  # norms folded into the products
+    folded = ("row_norm_qkv", "row_norm_gate_up", "row_norm_head", "row_norm_shares", "row_norm_late", "add_to_o")
     expected |= {f"gemv_{k}_r{r}" for k in folded for r in (1, 3, 17)}
     expected |= {f"{name}_r{r}" for name in ("sampler", "sampler_acc") for r in (1, 3, 17)}
     assert set(errors) == expected
@@ -118,6 +118,8 @@ plain_slots = _slots(model, rows)
 fast_slots = copy.deepcopy(plain_slots)
 plain_codes, fast_codes = new_code_buffer(rows, 2, model.device), new_code_buffer(rows, 2, model.device)
 kernels = FrameKernels(stream_norms=norms.startswith("stream"), folded_norms=norms.startswith("folded"))
+if norms in ("folded_late", "folded_loop"):
+    kernels = replace(kernels, folded_squares=norms.removeprefix("folded_"))
 assert all(map(kernels.runs_gemv, (16, 32, 64))) and not any(map(kernels.runs_gemv, (8, 128)))
 if norms.endswith("split"):  # products in 2 K slices (the tiny model's K: 32 or 64); a folded norm's product keeps
     split = GemvConfig(block_n=16, block_k=16, loop_stages=2, split_k=2)  # its rows' K whole: projection, o, down
@@ -133,7 +135,8 @@ print(json.dumps({"codes": bool(torch.equal(fast_codes, plain_codes)), "written"
 
 
 @pytest.mark.parametrize(("rows", "norms"), [(8, "kernels"), (8, "stream"), (16, "stream"), (16, "split"),
-                                            (16, "stream_split"), (16, "folded"), (16, "folded_split")])  # fmt: skip
+                                            (16, "stream_split"), (16, "folded"), (16, "folded_split"),
+                                            (16, "folded_late"), (16, "folded_loop")])  # fmt: skip
 def test_the_fused_frame_with_tensor_core_products_equals_the_plain_executor(rows: int, norms: str) -> None:
     """8 frame rows: the first step's 16 token rows run the default tensor-core `gemv` tiles, the later 8-row steps
     cuBLAS; 16 frame rows: every step in `gemv` (32 and 16 token rows). Norms in `rms_norm` kernels, or carried by

@@ -18,12 +18,19 @@ pytestmark = pytest.mark.skipif(not have_ptxas(), reason="Triton without its NVI
 GEMV = dict(K=1024, HAS_INDEX=False, HAS_NORM=False, HAS_RESIDUAL=False, HAS_BIAS=False, SILU_MUL=False,
             USE_DOT=True, PRECISION="tf32", BLOCK_R=64, BLOCK_N=16, BLOCK_K=128, ONE_CHUNK=False, PDL=True,
             LOOP_STAGES=4, PER_LINE=64, PREFETCH_LINES=0, NORM_SQUARES=False, BLOCK_P=1, ADD_TO=False,
-            SQUARES_OUT=False, SPLIT_K=1)  # fmt: skip
+            SQUARES_OUT=False, SPLIT_K=1, ROW_NORM=False, SQUARES_LATE=False)  # fmt: skip
 GEMV_CASES = {
     "prefetch": {"PREFETCH_LINES": 16},
     "residual-stream": {"K": 2048, "ADD_TO": True, "SQUARES_OUT": True},
     "projection-stream": {"K": 2048, "HAS_INDEX": True, "HAS_BIAS": True, "SQUARES_OUT": True},
     "norm-from-squares": {"BLOCK_N": 32, "HAS_NORM": True, "NORM_SQUARES": True, "BLOCK_P": 64, "SILU_MUL": True},
+    # a norm folded into the product (`gemv(row_norm=True)`): the rows' scale from the shares, summed before or
+    # after the K loop, or from the streamed x tiles
+    "folded-norm-from-squares": {"BLOCK_N": 32, "ROW_NORM": True, "NORM_SQUARES": True, "BLOCK_P": 64,
+                                 "SILU_MUL": True},
+    "folded-norm-late-squares": {"BLOCK_N": 32, "ROW_NORM": True, "NORM_SQUARES": True, "BLOCK_P": 64,
+                                 "SQUARES_LATE": True, "SILU_MUL": True},
+    "folded-norm-in-loop": {"BLOCK_N": 32, "ROW_NORM": True},
     # the talker's streamed chain (`ChainTiles.stream_norms`): o and down end the branch, gate|up and qkv norm
     "talker-o-stream": {"K": 2048, "ADD_TO": True, "SQUARES_OUT": True},
     "talker-gate-up-from-squares": {"K": 2048, "BLOCK_N": 64, "HAS_NORM": True, "NORM_SQUARES": True,

@@ -134,6 +134,12 @@ def check_cp_kernels(
                 y32, _ = gemv_reference(source.float(), weights[name].float(), norm_weight=norm.float(), silu_mul=silu)
                 plain, _ = gemv_reference(source, weights[name], norm_weight=norm, silu_mul=silu)
                 errors[f"gemv_row_norm_{name}_r{r}_ratio"] = relative_l2(y, y32) / max(relative_l2(plain, y32), 1e-30)
+        for late in (False, True):  # the rows' sums of squares from a branch end's shares (`gemv_residual`)
+            folded = fold_norm(weights["gate_up"], norm)
+            y, _ = gemv(stream, folded, row_norm=True, norm_squares=squares, squares_late=late, silu_mul=True,
+                        config=tile, out=nan(r, inter))  # fmt: skip
+            y_ref = row_norm_reference(stream, folded, 1e-6, silu_mul=True)
+            errors[f"gemv_row_norm_{'late' if late else 'shares'}_r{r}"] = relative_l2(y, y_ref)
         attended = rand(r, heads * head_dim)
         y, _ = gemv(attended, weights["o"], add_to=x, config=tile, out=nan(r, hidden))
         errors[f"gemv_add_to_o_r{r}"] = relative_l2(y, x + gemv_reference(attended, weights["o"])[0])

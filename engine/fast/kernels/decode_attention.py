@@ -64,9 +64,14 @@ def default_split_config(rows: int) -> SplitConfig:
     few programs. H200, 2026-12-02 (`tools/attention_bench.py`, talker heads, contexts 32-255 / 256-511, us a
     call against 256-key splits): 1 row 5.4 / 6.4 (7.5 / 8.9), 4 rows 7.0 / 8.7 (8.8 / 9.6) with 64 keys; 16
     rows 10.7 / 14.0 (11.7 / 15.2), 64 rows 21.2 / 35.9 (21.8 / 37.1) with 128 keys and 2 stages; at 128 rows
-    256-key splits stay best (35.1 / 63.9; the keys then stream at ~3 TB/s)."""
+    256-key splits stay best (35.1 / 63.9; the keys then stream at ~3 TB/s). At 33-64 rows, 2 interleaved programs
+    per (row, kv head) walking 32-key blocks (H200, 2026-12-05, `tools/frame_profile.py` variant `tattn_p2_32`: the
+    talker's B = 64 decode step 1.996 -> 1.948 ms at context 128 and 2.547 -> 2.459 at 256..511; at 16 and 32 rows
+    it lost at context 128, +0.02 / +0.03 ms)."""
     if rows <= 4:
         return SplitConfig(keys_per_split=64)
+    if 32 < rows <= 64:
+        return SplitConfig(programs=2, block_n=32)
     if rows <= 64:
         return SplitConfig(keys_per_split=128, num_stages=2)
     return SplitConfig()

@@ -120,7 +120,7 @@ if HAVE_TRITON:
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr, PER_LINE: tl.constexpr,
         PREFETCH_LINES: tl.constexpr, NORM_SQUARES: tl.constexpr, BLOCK_P: tl.constexpr, ADD_TO: tl.constexpr,
-        SQUARES_OUT: tl.constexpr, SPLIT_K: tl.constexpr, ROW_NORM: tl.constexpr,
+        SQUARES_OUT: tl.constexpr, SPLIT_K: tl.constexpr, ROW_NORM: tl.constexpr, SQUARES_LATE: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         r = tl.arange(0, BLOCK_R)
@@ -149,7 +149,11 @@ if HAVE_TRITON:
             source = r
         x_rows = x_ptr + source.to(tl.int64)[:, None] * stride_x  # [BR,1]
 
-        if NORM_SQUARES:  # the row norms from the producer's partial sums of squares: no pass over x
+        if NORM_SQUARES and SQUARES_LATE:  # (ROW_NORM) every share requested now, summed after the K loop
+            p_all = tl.arange(0, BLOCK_P)
+            late_parts = tl.load(sq_in_ptr + r[:, None] * stride_sq_in + p_all[None, :],
+                                 mask=r_mask[:, None] & (p_all < parts_in)[None, :], other=0.0)  # [BR, BP] fp32
+        elif NORM_SQUARES:  # the row norms from the producer's partial sums of squares: no pass over x
             # 16 shares a load: beside the talker's gate|up tiles, its o's 128 shares at once spilled 104 bytes a
             # thread, 32 a load spilled 16 in the code predictor's (compiled for sm_90 by Triton 3.9)
             squares = tl.zeros([BLOCK_R], dtype=tl.float32)
@@ -184,7 +188,7 @@ if HAVE_TRITON:
         else:  # CUDA cores: the tile products accumulate elementwise, summed over K once after the loop
             acc3 = tl.zeros([BLOCK_R, BLOCK_N, BLOCK_K], dtype=tl.float32)
             acc3_up = tl.zeros([BLOCK_R, BLOCK_N, BLOCK_K], dtype=tl.float32)
-        if not HAS_NORM:
+        if not HAS_NORM and not (NORM_SQUARES and not SQUARES_LATE):
             rstd = tl.zeros([BLOCK_R], dtype=tl.float32)  # (unused: the prologue has no norm)
         row_squares = tl.zeros([BLOCK_R], dtype=tl.float32)  # ROW_NORM: each row's sum of x^2, over the K loop
         if LOOP_STAGES > 0:
@@ -198,7 +202,7 @@ if HAVE_TRITON:
             for k0 in tl.range(k_lo, k_lo + K // SPLIT_K, BLOCK_K, num_stages=LOOP_STAGES):
                 kk = k0 + tl.arange(0, BLOCK_K)
                 x = _x_tile(x_rows, res_rows, norm_ptr, kk, r_mask, rstd, K, HAS_RESIDUAL, HAS_NORM, DTYPE)
-                if ROW_NORM:
+                if ROW_NORM and not NORM_SQUARES:
                     row_squares += tl.sum(x * x, axis=1)
                 w_mask = n_mask[:, None] & (kk < K)[None, :]
                 w = tl.load(w_rows + kk[None, :], mask=w_mask, other=0.0)
@@ -222,7 +226,7 @@ if HAVE_TRITON:
                     x = _rounded(norm_first[None, :] * _rounded(s_first * rstd[:, None], DTYPE), DTYPE)
                 else:
                     x = _x_tile(x_rows, res_rows, norm_ptr, kk, r_mask, rstd, K, HAS_RESIDUAL, HAS_NORM, DTYPE)
-                if ROW_NORM:
+                if ROW_NORM and not NORM_SQUARES:
                     row_squares += tl.sum(x * x, axis=1)
                 if k0 == 0:
                     w = w_first
@@ -248,7 +252,12 @@ if HAVE_TRITON:
             acc = tl.sum(acc3, axis=2)
             acc_up = tl.sum(acc3_up, axis=2)
         if ROW_NORM:  # the rows' RMS scale, after the product (the norm weight is folded into W's columns)
-            row_scale = 1.0 / tl.sqrt(row_squares / K + eps)
+            if NORM_SQUARES and SQUARES_LATE:
+                row_scale = 1.0 / tl.sqrt(tl.sum(late_parts, axis=1) / K + eps)
+            elif NORM_SQUARES:
+                row_scale = rstd
+            else:
+                row_scale = 1.0 / tl.sqrt(row_squares / K + eps)
             acc = acc * row_scale[:, None]
             acc_up = acc_up * row_scale[:, None]
         if SPLIT_K > 1:  # the K slices' fp32 sums meet in the one program that finishes its columns last
@@ -402,6 +411,7 @@ def gemv(
     norm_weight: Tensor | None = None, eps: float = 1e-6, bias: Tensor | None = None, silu_mul: bool = False,
     config: GemvConfig | None = None, out: Tensor | None = None, sum_out: Tensor | None = None,
     pdl: bool = False, norm_squares: Tensor | None = None, add_to: Tensor | None = None, row_norm: bool = False,
+    squares_late: bool = False,
 ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
     """x [X,K] (last dim contiguous, any row stride; rows index[r] when index [R] int64 is given, else all
     X rows), weight [N,K] (or [2N,K] = [gate; up] with silu_mul) contiguous, residual [R,K] (last dim
@@ -416,14 +426,19 @@ def gemv(
     rms_scale(x) * (x @ W^T), each row's 1 / sqrt(mean(x^2) + eps) applied to the fp32 product before its rounding
     (and before SwiGLU): with W's columns pre-multiplied by an RMSNorm's weight (`fold_norm`) this is the norm and
     the product in one pass over x, the activations' two roundings (x * rstd, then * weight) replaced by the folded
-    weight's one."""
+    weight's one. The rows' sums of squares come from the x tiles the product streams, or with `norm_squares` from
+    the shares `gemv_residual` wrote (no work on x in the K loop), requested before the loop and summed after it
+    when `squares_late`."""
     if residual is not None and norm_weight is None:
         raise ValueError("gemv: a residual is only added in the norm prologue")
     if bias is not None and silu_mul:
         raise ValueError("gemv: bias and silu_mul do not combine")
-    if norm_squares is not None and (norm_weight is None or residual is not None or index is not None):
+    if norm_squares is not None and ((norm_weight is None) == (not row_norm) or residual is not None
+                                     or index is not None):  # fmt: skip
         raise ValueError("gemv: norm_squares norms the rows of x as they are (no residual, no index)")
-    if row_norm and (norm_weight is not None or residual is not None or norm_squares is not None or bias is not None):
+    if squares_late and (norm_squares is None or not row_norm):
+        raise ValueError("gemv: squares_late sums norm_squares' shares after the K loop of a row_norm product")
+    if row_norm and (norm_weight is not None or residual is not None or bias is not None):
         raise ValueError("gemv: row_norm scales the rows of x as they are (the norm weight folded into W, no bias)")
     if add_to is not None and silu_mul:
         raise ValueError("gemv: add_to and silu_mul do not combine")
@@ -451,7 +466,7 @@ def gemv(
         s = torch.empty(rows, k, dtype=x.dtype, device=x.device) if sum_out is None else sum_out
         assert s.shape == (rows, k) and s.is_contiguous()
     _launch(x, weight, index, residual, norm_weight, eps, bias, silu_mul, config, out, s, pdl, norm_squares, add_to,
-            None, row_norm)  # fmt: skip
+            None, row_norm, squares_late)  # fmt: skip
     return out, s
 
 
@@ -479,6 +494,7 @@ def _launch(
     x: Tensor, weight: Tensor, index: Tensor | None, residual: Tensor | None, norm_weight: Tensor | None,
     eps: float, bias: Tensor | None, silu_mul: bool, config: GemvConfig, out: Tensor, s: Tensor | None, pdl: bool,
     norm_squares: Tensor | None, add_to: Tensor | None, squares_out: Tensor | None, row_norm: bool = False,
+    squares_late: bool = False,
 ) -> None:  # fmt: skip
     """One `_gemv_kernel` launch with every option as its callers resolved it."""
     assert x.stride(-1) == 1 and weight.is_contiguous() and (residual is None or residual.stride(-1) == 1)
@@ -522,6 +538,7 @@ def _launch(
         ONE_CHUNK=block_k >= k and not config.loop_stages and norm_squares is None,
         PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages, PER_LINE=per_line, PREFETCH_LINES=prefetch_lines,
         NORM_SQUARES=norm_squares is not None, BLOCK_P=_next_power_of_2(parts_in), ADD_TO=add_to is not None,
-        SQUARES_OUT=squares_out is not None, SPLIT_K=split, ROW_NORM=row_norm, num_warps=config.num_warps,
+        SQUARES_OUT=squares_out is not None, SPLIT_K=split, ROW_NORM=row_norm, SQUARES_LATE=squares_late,
+        num_warps=config.num_warps,
         **launch_options(pdl),
     )  # fmt: skip

@@ -91,14 +91,26 @@ if HAVE_TRITON:
         stamps_ptr, TIMELINE: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
+        v = tl.arange(0, BLOCK_V)
+        valid = v < vocab
+        # Before the PDL wait: the row's settings and its uniforms' exponentials, which only the frame's first
+        # kernels wrote (long complete: a kernel of the chain starts only once the one two back has finished).
+        temperature = tl.load(temp_ptr + b * stride_temp).to(tl.float32)
+        top_k = tl.load(topk_ptr + b).to(tl.int64)
+        greedy = tl.load(greedy_ptr + b).to(tl.int1)
+        seed = tl.load(seeds_ptr + b).to(tl.uint64, bitcast=True)
+        counter = tl.load(frames_ptr + b).to(tl.uint64, bitcast=True) * GROUPS + group.to(tl.uint64) + 1
+        row_key = _mix64(_mix64(seed) + counter * 0x9E3779B97F4A7C15)
+        hashed = _mix64(row_key + (v + 1).to(tl.uint64) * 0x9E3779B97F4A7C15)
+        uniform = ((hashed >> 41).to(tl.int32).to(tl.float32) + 0.5) * (1.0 / 8388608.0)  # 23 bits: (0,1)
+        if PRECISE:  # noqa: SIM108 (constexpr: the interpreter has no libdevice)
+            exponential = -libdevice.log(uniform)
+        else:
+            exponential = -tl.log(uniform)
         wait_for_producer(PDL)
         if TIMELINE:  # the row's stamps: TIMELINE (`TIMELINE_STAGES`, 0: none) a program
             tl.store(stamps_ptr + b * TIMELINE, globaltimer())
-        v = tl.arange(0, BLOCK_V)
-        valid = v < vocab
         scores = tl.load(scores_ptr + b * stride_scores + v, mask=valid, other=float("-inf")).to(tl.float32)
-        temperature = tl.load(temp_ptr + b * stride_temp).to(tl.float32)
-        top_k = tl.load(topk_ptr + b).to(tl.int64)
         warped = tl.div_rn(scores, temperature)  # torch divides with IEEE rounding; Triton's `/` does not
         warped = tl.where(valid, warped, float("-inf"))
 
@@ -161,18 +173,8 @@ if HAVE_TRITON:
         if TIMELINE:
             tl.store(stamps_ptr + b * TIMELINE + 4, globaltimer())
 
-        seed = tl.load(seeds_ptr + b).to(tl.uint64, bitcast=True)
-        counter = tl.load(frames_ptr + b).to(tl.uint64, bitcast=True) * GROUPS + group.to(tl.uint64) + 1
-        row_key = _mix64(_mix64(seed) + counter * 0x9E3779B97F4A7C15)
-        hashed = _mix64(row_key + (v + 1).to(tl.uint64) * 0x9E3779B97F4A7C15)
-        uniform = ((hashed >> 41).to(tl.int32).to(tl.float32) + 0.5) * (1.0 / 8388608.0)  # 23 bits: (0,1)
-        if PRECISE:  # noqa: SIM108 (constexpr: the interpreter has no libdevice)
-            exponential = -libdevice.log(uniform)
-        else:
-            exponential = -tl.log(uniform)
         race = tl.where(valid, tl.div_rn(probs, exponential), -1.0)
         drawn = tl.argmax(race, axis=0)
-        greedy = tl.load(greedy_ptr + b).to(tl.int1)
         token = tl.where(greedy, tl.argmax(scores, axis=0), drawn).to(tl.int64)
         tl.store(out_ptr + b * stride_out, token)
         if TIMELINE:
