@@ -51,6 +51,8 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
                `norm_kernels`: the norms in kernels of their own (neither folded nor streamed); the rows' sums of
                squares from the branch-ending products' shares, summed before the K loop (`folded_norms`) or
                requested before it and summed after (`folded_late`), or from the streamed x tiles (`folded_loop`)
+    dot_small  the code predictor's 4- and 8-token-row steps (B = 2..8) on the 16-row tensor-core tiles, rows
+               masked (`GemvConfig.use_dot`), instead of cuBLAS with `rms_norm` kernels
     attn_dot   `cp_attention`'s two products as fp32 `tl.dot` (`FrameKernels.attention_dot`); `stream_norms_attn_dot`
                both
     attn_qf    the kernel chain's `cp_attention` with queries first in 1-token steps (`FrameKernels`)
@@ -133,7 +135,8 @@ VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apar
             "split2_head", "split1_narrow", "attn_late", "talker_chain_off", "talker_chain_down",
             "talker_chain_down_split2", "talker_chain_all", "tattn_p2", "tattn_p2_32", "sampler_warps2", "attn_early",
             "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
-            "talker_chain_stream_split", "folded_norms", "norm_kernels", "folded_late", "folded_loop")
+            "talker_chain_stream_split", "folded_norms", "norm_kernels", "folded_late", "folded_loop",
+            "dot_small")
 PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
 CONTEXT = 512
 ROUNDS = 5
@@ -190,6 +193,9 @@ def _cp_change(kernels: Any, variant: str) -> Any:
         return replace(kernels, sampler_warps=int(variant.removeprefix("sampler_warps")))
     if variant == "folded_norms":
         return replace(kernels, folded_norms=True)
+    if variant == "dot_small":  # 4 and 8 token rows on the 16-row tensor-core tiles (rows masked), not cuBLAS
+        small = {name: replace(tile, use_dot=True) for name, tile in kernels.dot_gemv[16].items()}
+        return replace(kernels, dot_gemv={4: small, 8: small, **kernels.dot_gemv})
     if variant in ("folded_late", "folded_loop"):
         return replace(kernels, folded_norms=True, folded_squares=variant.removeprefix("folded_"))
     if variant == "norm_kernels":  # (the defaults before folded norms, should they become the defaults)
