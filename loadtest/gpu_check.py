@@ -60,10 +60,8 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     from engine.executors.slots import GenerationSlots, new_code_buffer
     from engine.executors.talker import TalkerExecutor
     from engine.fast.code_predictor_graph import (
-        DEFAULT_DOT_GEMV,
         CodePredictorGraphs,
         FrameKernels,
-        split_products,
     )
     from engine.fast.talker_graph import TalkerGraphs, chain_options
     from engine.model.weights import load_model
@@ -75,9 +73,9 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     cache = model.talker.new_cache(slots_n, args.context + 8)
     codes = new_code_buffer(slots_n, 64, model.device)
     t0 = time.perf_counter()
-    kernels = FrameKernels(fused=args.cp_kernels == "fused", pdl=args.cp_pdl, stream_norms=args.cp_stream_norms,
-                           folded_norms=args.cp_folded_norms,
-                           dot_gemv=split_products(DEFAULT_DOT_GEMV, args.cp_split_k))  # fmt: skip
+    kernels = FrameKernels.from_options(fused=args.cp_kernels == "fused", pdl=args.cp_pdl,
+                                        stream_norms=args.cp_stream_norms, folded_norms=args.cp_folded_norms,
+                                        split_k=args.cp_split_k)  # fmt: skip
     if kernels.fused and DEVICE == "cuda":  # the frame's Triton kernels compile in parallel children, not serially
         from engine.fast.precompile import default_workers, precompile_frames
         from engine.fast.sampling import DEFAULT_TOP_K_CAP

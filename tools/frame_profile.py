@@ -144,11 +144,11 @@ ROUNDS = 5
 
 def frame_kernels(variant: str) -> Any:
     """The code predictor's `FrameKernels` in a variant: the engine's, then each of its parts' changes in order."""
-    from engine.fast.code_predictor_graph import DEFAULT_DOT_GEMV, FrameKernels, split_products
+    from engine.fast.code_predictor_graph import FrameKernels
 
-    kernels = FrameKernels(pdl=ENGINE_DEFAULTS.cp_pdl, stream_norms=ENGINE_DEFAULTS.cp_stream_norms,
-                           folded_norms=ENGINE_DEFAULTS.cp_folded_norms,
-                           dot_gemv=split_products(DEFAULT_DOT_GEMV, ENGINE_DEFAULTS.cp_split_k))
+    d = ENGINE_DEFAULTS
+    kernels = FrameKernels.from_options(fused=d.cp_kernels == "fused", pdl=d.cp_pdl, stream_norms=d.cp_stream_norms,
+                                        folded_norms=d.cp_folded_norms, split_k=d.cp_split_k)  # fmt: skip
     for part in variant.split("+"):
         kernels = _cp_change(kernels, part)
     return kernels

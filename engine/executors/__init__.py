@@ -157,12 +157,7 @@ class Executors:
             self.codec_stream = torch.cuda.Stream(model.device, priority=HIGH_STREAM_PRIORITY if codec_first else 0)
         # Imported here: engine.fast.talker_graph and code_predictor_graph import engine.executors.slots, so a
         # module-level import would be circular for whoever imports engine.fast first.
-        from engine.fast.code_predictor_graph import (
-            DEFAULT_DOT_GEMV,
-            CodePredictorGraphs,
-            FrameKernels,
-            split_products,
-        )
+        from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
         from engine.fast.talker_graph import TalkerGraphs, chain_options
 
         self.talker: TalkerExecutor | TalkerGraphs
@@ -179,9 +174,8 @@ class Executors:
             self.talker = TalkerExecutor(model, self.generation, self.kv_cache)
         if fast.code_predictor:
             assert shapes is not None
-            kernels = FrameKernels(fused=cp_kernels == "fused", pdl=cp_pdl, stream_norms=cp_stream_norms,
-                                   folded_norms=cp_folded_norms,
-                                   dot_gemv=split_products(DEFAULT_DOT_GEMV, cp_split_k))  # fmt: skip
+            kernels = FrameKernels.from_options(fused=cp_kernels == "fused", pdl=cp_pdl, stream_norms=cp_stream_norms,
+                                                folded_norms=cp_folded_norms, split_k=cp_split_k)  # fmt: skip
             self.code_predictor = CodePredictorGraphs(model, self.generation, self.codes, shapes.batch,
                                                       top_k_cap=top_k_cap, kernels=kernels)  # fmt: skip
         else:

@@ -17,7 +17,8 @@ Two ways to run a step (`FrameKernels.fused`):
   its code embedding to the frame's fp32 running sum. Above `gemv_max_rows` token rows the products run on
   tensor cores, in `gemv` tiles at the token rows `dot_gemv` lists (16, 32, 64), where every kernel's launch overlaps
   the tail of the one before, else in cuBLAS; the norms then run in `rms_norm` (or, with
-  `FrameKernels.stream_norms`, inside the next product, from partial sums of squares the last one wrote).
+  `FrameKernels.stream_norms`, inside the next product, from partial sums of squares the last one wrote; with
+  `FrameKernels.folded_norms`, as the next product's folded weights and a scale of its rows).
 - layers: the fused decoder stack (`decoder.run_layers`, ~10 kernels per layer) and the torch graph sampler.
 With `FrameKernels.persistent_min_rows`, fused steps of that many token rows or more run their projection, layers,
 final norm and head as ONE persistent kernel (`kernels.cp_step`) and then the sampler: correct, but on the H200
@@ -151,6 +152,16 @@ class FrameKernels:
     # final norm and head between grid barriers) instead of ~50 launches; None: never.
     persistent_min_rows: int | None = None
     step_tiles: StepTiles = field(default_factory=StepTiles)
+
+    @classmethod
+    def from_options(cls, *, fused: bool = True, pdl: bool = False, stream_norms: bool = False,
+                     folded_norms: bool = False, split_k: int = 1) -> FrameKernels:  # fmt: skip
+        """The frame's kernels as the engine's options choose them (`EngineSettings.cp_kernels == "fused"`, `cp_pdl`,
+        `cp_stream_norms`, `cp_folded_norms`, `cp_split_k`: `SPLIT_PRODUCTS` in that many K slices), every other
+        field at its default: the one place the engine, `loadtest.gpu_check` and `tools/frame_profile.py` build
+        them."""
+        return cls(fused=fused, pdl=pdl, stream_norms=stream_norms, folded_norms=folded_norms,
+                   dot_gemv=split_products(DEFAULT_DOT_GEMV, split_k))  # fmt: skip
 
     def runs_gemv(self, token_rows: int) -> bool:
         """Whether a step of this many token rows runs its products in `gemv` (else cuBLAS)."""
