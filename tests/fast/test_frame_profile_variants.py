@@ -42,6 +42,12 @@ def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
     assert {tile.split_k for tiles in unsplit.values() for tile in tiles.values()} == {1}
     assert frame_profile.frame_kernels("defaults").attention_early_cache
     assert not frame_profile.frame_kernels("attn_late").attention_early_cache
+    late = frame_profile.frame_kernels("folded_late+radix8")
+    assert late.folded_norms and late.folded_squares == "late" and late.radix_bits == 8
+    assert frame_profile.frame_kernels("folded_norms").folded_squares == "shares"
+    small = frame_profile.frame_kernels("dot_small").dot_gemv  # B = 2..8 on the 16-row tensor-core tiles
+    assert small[4] == small[8] and all(tile.use_dot for tile in small[4].values())
+    assert {name for name, tile in small[4].items() if tile.split_k == 4} == {"proj", "o", "down"}
 
 
 @pytest.mark.parametrize("variant", ["stream_norm", "talker_chain+talker_chain_stream"])
