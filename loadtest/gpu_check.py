@@ -59,10 +59,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     from engine.executors.code_predictor import CodePredictorExecutor
     from engine.executors.slots import GenerationSlots, new_code_buffer
     from engine.executors.talker import TalkerExecutor
-    from engine.fast.code_predictor_graph import (
-        CodePredictorGraphs,
-        FrameKernels,
-    )
+    from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
     from engine.fast.talker_graph import TalkerGraphs, chain_options
     from engine.model.weights import load_model
 

@@ -117,8 +117,9 @@ class Executors:
         `cp_pdl`: the fused frame's Triton-product steps' kernels as programmatic dependent launches (`FrameKernels.pdl`);
         `talker_gemv_rows`: the fast talker's decode steps of up to this many rows in `gemv` (`TalkerGraphs`);
         `talker_fused_rope`: the fast talker's q/k norm and RoPE inside its decode attention (`TalkerGraphs`);
-        `cp_stream_norms`, `cp_split_k`: the fused frame's 16-64 token-row steps without norm kernels
-        (`FrameKernels.stream_norms`, or `cp_folded_norms`: `FrameKernels.folded_norms`), their products' K in slices (`split_products`); `talker_chain`,
+        `cp_stream_norms`, `cp_folded_norms`, `cp_split_k`: the fused frame's 16-64 token-row steps without norm
+        kernels (`FrameKernels.stream_norms`, `FrameKernels.folded_norms`), their products' K in slices
+        (`split_products`); `talker_chain`,
         `talker_split_k`: the fast talker's 16- and 64-row decode steps as one kernel chain (`chain_options`);
         `precompile_workers`: child processes that compile the fused frame's Triton kernels before capture
         (engine/fast/precompile.py; 0: the capture compiles them one by one);

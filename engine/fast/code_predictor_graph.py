@@ -111,10 +111,9 @@ class FrameKernels:
     # until measured on a GPU.
     stream_norms: bool = False
     # In the `dot_gemv` steps, no RMSNorm kernels another way: each norm's weight is folded into the next product's
-    # columns once (`gemv.fold_norm`: qkv, gate|up and the heads, ~160 MB more at 1.7B), that product sums its rows'
-    # squares from the x tiles it streams anyway and scales its fp32 result by the rows' RMS (`gemv(row_norm=True)`),
-    # and o and down add the residual stream in their epilogue (`gemv(add_to=...)`): 11 launches fewer a step and no
-    # pass over the activations. Not the plain roundings (the folded weight rounds once where the plain norm rounds
+    # columns once (`gemv.fold_norm`: qkv, gate|up and the heads, ~160 MB more at 1.7B), that product scales its fp32
+    # result by the rows' RMS (`gemv(row_norm=True)`, their sums of squares as `folded_squares` says), and o and down
+    # add the residual stream in their epilogue: 11 launches fewer a step and no pass over the activations. Not the plain roundings (the folded weight rounds once where the plain norm rounds
     # the activations twice): held to the teacher-forced error rule. Off until measured on a GPU.
     folded_norms: bool = False
     # Where a folded norm's product gets its rows' sums of squares: "loop" from the x tiles it streams (H200,
@@ -327,9 +326,7 @@ class CodePredictorGraphs:
         partial sums of squares [rows, programs] pass from each branch's last product to the next product."""
         assert self.projection is not None
         rows = index.shape[0] if index is not None else x.shape[0]
-        tiles = {name: replace(tile, use_dot=True) for name, tile in self.kernels.dot_gemv[rows].items()}
-        if INTERPRET:  # one program per product, as `_product` does
-            tiles = {name: replace(tile, block_n=4096) for name, tile in tiles.items()}
+        tiles = self._tensor_core_tiles(rows)
         pdl, eps, layers = self._pdl(rows), self.layers[0].eps, self.layers
         stream, squares = gemv_residual(x, self.projection[0], index=index, bias=self.projection[1],
                                         config=tiles.get("proj"), pdl=pdl)  # fmt: skip
@@ -355,9 +352,7 @@ class CodePredictorGraphs:
         last product (which adds it) to the next product (which scales its rows by their RMS)."""
         assert self.projection is not None and self.folded is not None
         rows = index.shape[0] if index is not None else x.shape[0]
-        tiles = dict(self.kernels.dot_gemv[rows])
-        if INTERPRET:  # one program per product, as `_product` does
-            tiles = {name: replace(tile, block_n=4096) for name, tile in tiles.items()}
+        tiles = self._tensor_core_tiles(rows)
         pdl, eps, folded, mode = self._pdl(rows), self.layers[0].eps, self.folded, self.kernels.folded_squares
 
         def branch_end(x: Tensor, weight: Tensor, name: str, **kw: Any) -> tuple[Tensor, Tensor | None]:
@@ -380,6 +375,14 @@ class CodePredictorGraphs:
         last = stream.view(frame_rows, tokens, -1)[:, -1]
         last_squares = squares.view(frame_rows, tokens, -1)[:, -1] if squares is not None else None
         return normed(last, folded.heads[max(1, start) - 1], last_squares, "head", eps=self.predictor.model.norm.eps)
+
+    def _tensor_core_tiles(self, rows: int) -> dict[str, GemvConfig]:
+        """The `dot_gemv` tiles of a step of this many token rows, on tensor cores whatever the rows (the streamed
+        and folded steps have no cuBLAS fallback); in the interpreter one program per product, as `_product` runs."""
+        tiles = {name: replace(tile, use_dot=True) for name, tile in self.kernels.dot_gemv[rows].items()}
+        if INTERPRET:
+            tiles = {name: replace(tile, block_n=4096) for name, tile in tiles.items()}
+        return tiles
 
     def _attention(self, number: int, qkv: Tensor, start: int, tokens: int) -> Tensor:
         """Layer `number`'s `cp_attention` over qkv [rows, (H+2K)D] with this frame's kernel options."""

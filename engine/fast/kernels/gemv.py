@@ -422,7 +422,7 @@ def gemv(
     rows of x are the residual stream `gemv_residual` wrote, normed from its shares of their sums of squares
     instead of a pass over x (the twin norms x itself).
     `add_to` [R,N] (last dim contiguous): y = add_to + x @ W^T, the plain add of the rounded product (a residual
-    branch's end, without `gemv_residual`'s shares). `row_norm` (without norm_weight, residual or norm_squares): y =
+    branch's end, without `gemv_residual`'s shares). `row_norm` (without norm_weight, residual or bias): y =
     rms_scale(x) * (x @ W^T), each row's 1 / sqrt(mean(x^2) + eps) applied to the fp32 product before its rounding
     (and before SwiGLU): with W's columns pre-multiplied by an RMSNorm's weight (`fold_norm`) this is the norm and
     the product in one pass over x, the activations' two roundings (x * rstd, then * weight) replaced by the folded
