@@ -110,12 +110,7 @@ def build(settings: EngineSettings) -> EngineLoop:
                           max_batch=settings.max_batch, silence=settings.silence_config(), fast=fast,
                           shapes=settings.capture_shapes, codec_precision=codec_precision,
                           codec_stream=settings.codec_stream, codec_first=settings.stream_priority == "codec",
-                          cp_kernels=settings.cp_kernels, cp_pdl=settings.cp_pdl,
-                          talker_gemv_rows=settings.talker_gemv_rows, talker_fused_rope=settings.talker_fused_rope,
-                          cp_stream_norms=settings.cp_stream_norms, cp_folded_norms=settings.cp_folded_norms,
-                          cp_split_k=settings.cp_split_k,
-                          talker_chain=settings.talker_chain, talker_split_k=settings.talker_split_k,
-                          precompile_workers=settings.resolved_precompile_workers, voices=voices,
+                          kernels=settings.kernel_options, precompile_workers=settings.resolved_precompile_workers, voices=voices,
                           ragged_codec=settings.ragged_codec, codec_kernels=settings.codec_kernels,
                           codec_layout=settings.codec_layout)
     loaded = time.perf_counter()

@@ -44,8 +44,10 @@ PROFILE_KINDS = ("torch", "host")  # engine/profiling.py: StepProfiler, HostProf
 CODEC_KERNELS = ("ops", "fused", "fused-convs")  # (docs/engine.md)
 CODEC_LAYOUTS = ("ncl", "channels-last")  # the fast codec vocoder's activation memory (engine/fast/codec_fast.py)
 STREAM_PRIORITIES = ("equal", "generation", "codec")  # CUDA: the stream served first (docs/engine.md)
-TALKER_CHAINS = ("off", "on", "stream")  # the fast talker's 16- and 64-row decode (`talker_graph.chain_options`)
+TALKER_CHAINS = ("off", "on")  # the fast talker's 16- and 64-row decode (`talker_graph.chain_options`)
 SPLIT_K = (1, 2, 4)  # K slices of a split-K product (`GemvConfig.split_k`)
+CP_KERNELS = ("layers", "fused")  # the code predictor's fast path (engine/fast/code_predictor_graph.py)
+TALKER_GEMV_ROWS = (0, 1, 2)  # the fast talker's decode steps in `gemv` products: up to this many rows
 CHUNK_POLICIES = ("slack", "adaptive", "fixed")
 ADMISSION = ("auto", "on", "off")
 FAST_PATHS = ("auto", "on", "off")
@@ -68,6 +70,35 @@ class FastPath:
     def describe(self) -> str:
         names = [name for name in ("talker", "code_predictor", "codec") if getattr(self, name)]
         return ", ".join(names) if names else "off"
+
+
+@dataclass(frozen=True)  # (no slots: EngineSettings' fields take their defaults from the class attributes)
+class KernelOptions:
+    """How the talker's and code predictor's fast paths run (docs/engine.md, "Fast path"): the one place their
+    defaults live, which the engine's command line (`EngineSettings`), `Executors`, `loadtest.gpu_check` and
+    `tools/frame_profile.py` all start from. Validated on construction."""
+
+    cp_kernels: str = "fused"  # code-predictor fast path: fused (frame kernels) | layers (fused layer stack)
+    cp_pdl: bool = True  # cp_kernels fused: its Triton-product steps' kernels as programmatic dependent launches
+    # Measured on the H200 (docs/benchmarks.md, twenty-second session): the code predictor's 64-program products in
+    # 4 K slices and the talker chain won.
+    cp_folded_norms: bool = False  # cp_kernels fused: 16-64 token-row steps with each norm folded into the next product
+    cp_split_k: int = 4  # cp_kernels fused: projection, o and down (16-64 token rows) in this many K slices
+    talker_gemv_rows: int = 2  # fast talker: decode steps of up to this many rows with its products in `gemv`
+    talker_fused_rope: bool = True  # fast talker: q/k norm and RoPE inside the decode attention's split kernel
+    talker_chain: str = "on"  # fast talker: 16- and 64-row decode steps as one PDL chain: off | on
+
+    def __post_init__(self) -> None:
+        _check_choice("cp_kernels", self.cp_kernels, CP_KERNELS)
+        _check_choice("talker_chain", self.talker_chain, TALKER_CHAINS)
+        if self.cp_split_k not in SPLIT_K:
+            raise ValueError(f"cp_split_k must be one of {', '.join(map(str, SPLIT_K))}; got {self.cp_split_k}")
+        if self.talker_gemv_rows not in TALKER_GEMV_ROWS:
+            raise ValueError(f"talker_gemv_rows must be one of {', '.join(map(str, TALKER_GEMV_ROWS))}; "
+                             f"got {self.talker_gemv_rows}")  # fmt: skip
+        if self.talker_chain != "off" and not self.talker_fused_rope:
+            raise ValueError("talker_chain needs talker_fused_rope (its attention kernels are the fused ones): "
+                             "with --no-talker-fused-rope pass --talker-chain off")
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,17 +148,14 @@ class EngineSettings:
     heartbeat_s: float = 1.0
     shutdown_grace_ms: int = 5000
     log_level: str = "info"
-    cp_kernels: str = "fused"  # code-predictor fast path: fused (frame kernels) | layers (fused layer stack)
-    cp_pdl: bool = True  # cp_kernels fused: its Triton-product steps' kernels as programmatic dependent launches
-    talker_gemv_rows: int = 2  # fast talker: decode steps of up to this many rows with its products in `gemv`
-    talker_fused_rope: bool = True  # fast talker: q/k norm and RoPE inside the decode attention's split kernel
-    # Measured on the H200 (docs/benchmarks.md, twenty-second session): stream norms and the talker's split
-    # products lost, so off; the code predictor's 64-program products in 4 K slices and the talker chain won.
-    cp_stream_norms: bool = False  # cp_kernels fused: 16-64 token-row steps without RMSNorm kernels
-    cp_folded_norms: bool = False  # cp_kernels fused: the same, each norm folded into the product after it
-    cp_split_k: int = 4  # cp_kernels fused: projection, o and down (16-64 token rows) in this many K slices
-    talker_chain: str = "on"  # fast talker: 16- and 64-row decode steps as one PDL chain: off | on | stream
-    talker_split_k: int = 1  # talker_chain on / stream: its products' K in this many slices (1, 2, 4)
+    # the fast paths' kernels (`KernelOptions`, where their defaults and meanings are written)
+    cp_kernels: str = KernelOptions.cp_kernels
+    cp_pdl: bool = KernelOptions.cp_pdl
+    talker_gemv_rows: int = KernelOptions.talker_gemv_rows
+    talker_fused_rope: bool = KernelOptions.talker_fused_rope
+    cp_folded_norms: bool = KernelOptions.cp_folded_norms
+    cp_split_k: int = KernelOptions.cp_split_k
+    talker_chain: str = KernelOptions.talker_chain
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
     rescue_slack_ms: float = SchedulerConfig().rescue_slack_ms  # a playing stream this near running dry goes first
@@ -192,7 +220,6 @@ class EngineSettings:
             raise ValueError("max_in_flight, codec_in_flight and profile_steps must be >= 1, profile_after_s >= 0")
         _check_choice("sync_debug", self.sync_debug, ("off", "warn"))
         _check_choice("profile_kind", self.profile_kind, PROFILE_KINDS)
-        _check_choice("cp_kernels", self.cp_kernels, ("layers", "fused"))
         _check_choice("codec_kernels", self.codec_kernels, CODEC_KERNELS)
         _check_choice("codec_layout", self.codec_layout, CODEC_LAYOUTS)
         _check_choice("stream_priority", self.stream_priority, STREAM_PRIORITIES)
@@ -200,18 +227,17 @@ class EngineSettings:
             raise ValueError("codec_kernels fused-convs needs codec_layout channels-last")
         if self.precompile_workers < -1:
             raise ValueError("precompile_workers must be >= 0, or -1 for one per core")
-        _check_choice("talker_chain", self.talker_chain, TALKER_CHAINS)
-        for name in ("cp_split_k", "talker_split_k"):
-            if getattr(self, name) not in SPLIT_K:
-                raise ValueError(f"{name} must be one of {', '.join(map(str, SPLIT_K))}; got {getattr(self, name)}")
-        if self.talker_chain != "off" and not self.talker_fused_rope:
-            raise ValueError("talker_chain needs talker_fused_rope (its attention kernels are the fused ones): "
-                             "with --no-talker-fused-rope pass --talker-chain off")
-        if self.talker_split_k > 1 and self.talker_chain == "off":
-            raise ValueError("talker_split_k splits the chained talker's products: it needs talker_chain on or stream")
+        _ = self.kernel_options  # validates the fast paths' kernel choices
         SilenceConfig(threshold_dbfs=self.silence_threshold_dbfs, max_trim_ms=self.max_trim_ms)  # validates
 
     # ------------------------------------------------------------ derived sizes
+
+    @property
+    def kernel_options(self) -> KernelOptions:
+        """The fast paths' kernel choices as `Executors` takes them."""
+        return KernelOptions(cp_kernels=self.cp_kernels, cp_pdl=self.cp_pdl, cp_folded_norms=self.cp_folded_norms,
+                             cp_split_k=self.cp_split_k, talker_gemv_rows=self.talker_gemv_rows,
+                             talker_fused_rope=self.talker_fused_rope, talker_chain=self.talker_chain)  # fmt: skip
 
     @property
     def resolved_precompile_workers(self) -> int:
@@ -460,7 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--first-chunk-lane", action=argparse.BooleanOptionalAction, default=d.first_chunk_lane,
                    help="newcomers' first codec chunks as plans of their own on the generation stream, so first "
                         "audio never waits behind the codec stream's longer plans (docs/scheduling.md)")
-    p.add_argument("--cp-kernels", default=d.cp_kernels, choices=("layers", "fused"),
+    p.add_argument("--cp-kernels", default=d.cp_kernels, choices=CP_KERNELS,
                    help="code-predictor fast path: fused (default: Triton products with folded norms at 1-2 token "
                         "rows, tensor-core Triton products at 16-64 token rows, cuBLAS otherwise, short attention and "
                         "the one-kernel sampler; 2.2-3.9 ms a frame on an H200; its kernels compile in parallel at "
@@ -473,17 +499,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "ms on an H200, and the B=64 frame's Triton products need it to beat cuBLAS; on by "
                         "default since the seventeenth session, docs/benchmarks.md: earlier server runs saw a 2-3 ms "
                         "first-audio tail at 1 RPS with it)")
-    p.add_argument("--talker-gemv-rows", type=int, default=d.talker_gemv_rows, choices=(0, 1, 2),
+    p.add_argument("--talker-gemv-rows", type=int, default=d.talker_gemv_rows, choices=TALKER_GEMV_ROWS,
                    help="fast talker: decode steps of up to this many rows (default 2) stream each weight once in "
                         "Triton products with the RMSNorms and SwiGLU folded in (6 kernels a layer instead of 9); 0: "
                         "cuBLAS products at every batch size (docs/benchmarks.md, seventeenth session)")
     p.add_argument("--talker-fused-rope", action=argparse.BooleanOptionalAction, default=d.talker_fused_rope,
                    help="fast talker: norm and rotate q and k inside the decode attention's split kernel instead of a "
                         "kernel of their own (on by default: 28 fewer launches a decode step, the same roundings)")
-    p.add_argument("--cp-stream-norms", action=argparse.BooleanOptionalAction, default=d.cp_stream_norms,
-                   help="with --cp-kernels fused: the 16-64 token-row steps without RMSNorm kernels, each product "
-                        "ending a residual branch passing the rows' sums of squares to the next (11 launches fewer "
-                        "a step, yet slower on the H200: off)")
     p.add_argument("--cp-folded-norms", action=argparse.BooleanOptionalAction, default=d.cp_folded_norms,
                    help="with --cp-kernels fused: the 16-64 token-row steps without RMSNorm kernels, each norm's "
                         "weight folded into the next product's columns and the rows' RMS scale applied to its "
@@ -495,12 +517,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "B = 64 code-predictor frame 3.07 -> 2.85 ms on the H200; 1: unsplit)")
     p.add_argument("--talker-chain", default=d.talker_chain, choices=TALKER_CHAINS,
                    help="fast talker: its 16- and 64-row decode steps as one chain of programmatic-dependent Triton "
-                        "kernels (on), also without the norm kernels a tile product's residual stream replaces "
-                        "(stream); needs --talker-fused-rope (default on: the B = 64 decode step 2.05 -> 1.98 ms on "
-                        "the H200, the same results bit for bit; stream was slower)")
-    p.add_argument("--talker-split-k", type=int, default=d.talker_split_k, choices=SPLIT_K,
-                   help="with --talker-chain: its products with K cut into this many slices (down then in a "
-                        "Triton tile too; default 1: splitting was slower on the H200)")
+                        "kernels (default on; needs --talker-fused-rope: the B = 64 decode step 2.05 -> 1.98 ms on "
+                        "the H200, the same results bit for bit)")
     p.add_argument("--precompile-workers", type=int, default=d.precompile_workers,
                    help="with --cp-kernels fused: child processes that compile its Triton kernels in parallel before "
                         "capture (-1: one per CPU core, at most 8; 0: the capture compiles them one by one)")

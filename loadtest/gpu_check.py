@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import datetime
 import json
 import math
@@ -37,7 +38,7 @@ import torch
 
 from engine.fast.measure import cuda_median_ms, relative_l2
 from engine.scheduling.costmodel import COSTS_DIR
-from engine.settings import SPLIT_K, TALKER_CHAINS, EngineSettings
+from engine.settings import CP_KERNELS, SPLIT_K, TALKER_CHAINS, TALKER_GEMV_ROWS, KernelOptions
 from loadtest.revision import source_revision
 
 COPY_BANDWIDTH = 4255e9  # B/s, measured device-to-device copy on the H200 (h200-floors.md)
@@ -55,6 +56,11 @@ def nbytes(module: torch.nn.Module) -> int:
 # ---------------------------------------------------------------- setup
 
 
+def kernel_options(args: argparse.Namespace) -> KernelOptions:
+    """The fast paths' kernel options this run checks (each flag named as the engine's)."""
+    return KernelOptions(**{field.name: getattr(args, field.name) for field in dataclasses.fields(KernelOptions)})
+
+
 def build(args: argparse.Namespace) -> dict[str, Any]:
     from engine.executors.code_predictor import CodePredictorExecutor
     from engine.executors.slots import GenerationSlots, new_code_buffer
@@ -70,18 +76,17 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     cache = model.talker.new_cache(slots_n, args.context + 8)
     codes = new_code_buffer(slots_n, 64, model.device)
     t0 = time.perf_counter()
-    kernels = FrameKernels.from_options(fused=args.cp_kernels == "fused", pdl=args.cp_pdl,
-                                        stream_norms=args.cp_stream_norms, folded_norms=args.cp_folded_norms,
-                                        split_k=args.cp_split_k)  # fmt: skip
+    options = kernel_options(args)
+    kernels = FrameKernels.from_options(options)
     if kernels.fused and DEVICE == "cuda":  # the frame's Triton kernels compile in parallel children, not serially
         from engine.fast.precompile import default_workers, precompile_frames
         from engine.fast.sampling import DEFAULT_TOP_K_CAP
 
         precompile_frames(model.config.talker, model.config.code_predictor, DTYPE, BATCHES, kernels,
                           DEFAULT_TOP_K_CAP, default_workers())  # fmt: skip
-    chain_rows, chain_tiles = chain_options(args.talker_chain, args.talker_split_k)
+    chain_rows, chain_tiles = chain_options(options.talker_chain)
     fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256),
-                               gemv_max_rows=args.talker_gemv_rows, fused_rope=args.talker_fused_rope,
+                               gemv_max_rows=options.talker_gemv_rows, fused_rope=options.talker_fused_rope,
                                chain_rows=chain_rows, chain_tiles=chain_tiles)  # fmt: skip
     # The code-predictor path the engine serves with (--cp-kernels); tools/cp_kernels_check.py compares them.
     fast_cp = CodePredictorGraphs(model, slots, codes, BATCHES, kernels=kernels)
@@ -403,28 +408,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-codec", action="store_true")
     p.add_argument("--preset", default="1.7b", help="model shape (random weights)")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny model: correctness only, no timings")
-    p.add_argument("--cp-kernels", default=EngineSettings("1.7b", "").cp_kernels, choices=("layers", "fused"),
-                   help="the code-predictor fast path to check and time (default: the engine's)")
-    p.add_argument("--talker-gemv-rows", type=int, default=EngineSettings("1.7b", "").talker_gemv_rows,
-                   choices=(0, 1, 2), help="the fast talker's decode steps of up to this many rows in `gemv` "
-                                           "(default: the engine's)")
-    p.add_argument("--talker-fused-rope", action=argparse.BooleanOptionalAction,
-                   default=EngineSettings("1.7b", "").talker_fused_rope,
-                   help="the fast talker's q/k norm and RoPE inside its decode attention (default: the engine's)")
-    p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=EngineSettings("1.7b", "").cp_pdl,
-                   help="the fused code predictor's Triton-product steps as programmatic dependent launches "
-                        "(default: the engine's)")
-    engine = EngineSettings("1.7b", "")
+    engine = KernelOptions()  # every kernel option defaults to the engine's
+    p.add_argument("--cp-kernels", default=engine.cp_kernels, choices=CP_KERNELS,
+                   help="the code-predictor fast path to check and time")
+    p.add_argument("--talker-gemv-rows", type=int, default=engine.talker_gemv_rows, choices=TALKER_GEMV_ROWS,
+                   help="the fast talker's decode steps of up to this many rows in `gemv`")
+    p.add_argument("--talker-fused-rope", action=argparse.BooleanOptionalAction, default=engine.talker_fused_rope,
+                   help="the fast talker's q/k norm and RoPE inside its decode attention")
+    p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=engine.cp_pdl,
+                   help="the fused code predictor's Triton-product steps as programmatic dependent launches")
     p.add_argument("--cp-folded-norms", action=argparse.BooleanOptionalAction, default=engine.cp_folded_norms,
                    help="as the engine's --cp-folded-norms")
-    p.add_argument("--cp-stream-norms", action=argparse.BooleanOptionalAction, default=engine.cp_stream_norms,
-                   help="the fused code predictor's 16-64 token-row steps without norm kernels (default: the engine's)")
     p.add_argument("--cp-split-k", type=int, default=engine.cp_split_k, choices=SPLIT_K,
-                   help="the fused code predictor's tensor-core products' K slices (default: the engine's)")
+                   help="the fused code predictor's tensor-core products' K slices")
     p.add_argument("--talker-chain", default=engine.talker_chain, choices=TALKER_CHAINS,
-                   help="the fast talker's 16- and 64-row decode as one kernel chain (default: the engine's)")
-    p.add_argument("--talker-split-k", type=int, default=engine.talker_split_k, choices=SPLIT_K,
-                   help="the chained talker's products' K slices (default: the engine's)")
+                   help="the fast talker's 16- and 64-row decode as one kernel chain")
     args = p.parse_args(argv)
     if args.dry_run:
         return dry_run(args)
@@ -434,11 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": commit,
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "command": " ".join(sys.argv),
-        "options": {"cp_kernels": args.cp_kernels, "cp_pdl": args.cp_pdl, "talker_gemv_rows": args.talker_gemv_rows,
-                    "talker_fused_rope": args.talker_fused_rope, "cp_stream_norms": args.cp_stream_norms,
-                    "cp_folded_norms": args.cp_folded_norms,
-                    "cp_split_k": args.cp_split_k, "talker_chain": args.talker_chain,
-                    "talker_split_k": args.talker_split_k},
+        "options": dataclasses.asdict(kernel_options(args)),
     }  # fmt: skip
     try:
         import triton

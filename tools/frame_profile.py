@@ -6,14 +6,16 @@ On the full-size model with random bf16 weights, the engine's talker graphs and 
 graphs are built at the given batch sizes, all before any timing, then timed round-robin (CUDA-event medians of
 replays in each of five rounds, the median of the rounds; talker contexts drawn from 256..511, as
 `loadtest.gpu_check` does; `--context N` draws them from N/2..N-1, and `--exact-context` puts every row at N: the
-floors of ../shared/reference/h200-floors.md, against which the frame-step targets are set, are at context 128). Building and timing one variant after another biased the later ones: on 2026-12-02
-the second variant built measured 5-10 % slower in the talker, whose graphs it had not changed. Variants change the
-code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decode options:
+floors of ../shared/reference/h200-floors.md, against which the frame-step targets are set, are at context 128).
+Building and timing one variant after another biased the later ones: on 2026-12-02 the second variant built
+measured 5-10 % slower in the talker, whose graphs it had not changed. Variants change the code predictor's
+`FrameKernels`, or (`sixteenth`, `talker_*`, `tattn_*`) the talker's decode options:
 
-    defaults   the engine's (its `EngineSettings` defaults: talker and code-predictor options alike)
+    defaults   the engine's (`KernelOptions`' defaults: talker and code-predictor options alike)
     sixteenth  the defaults of the sixteenth session: cuBLAS talker products, a q/k norm + RoPE kernel, no PDL
-    pdl, no_pdl  programmatic dependent launches in the 1-2 row steps (`FrameKernels.pdl`) on / off; bitwise the
-               same codes, hidden states and caches as `defaults` or something is wrong
+    cublas_wide  products of 3+ token rows in cuBLAS (no `FrameKernels.dot_gemv`: the defaults before 2026-12-04)
+    pdl, no_pdl  programmatic dependent launches in the Triton-product steps (`FrameKernels.pdl`) on / off;
+               bitwise the same codes, hidden states and caches as `defaults` or something is wrong
     norms_apart  every RMSNorm in an `rms_norm` kernel of its own instead of the next product's prologue
     wide_prologues  the products with a norm prologue (qkv, gate_up, head) 16 columns a program: 4x fewer
                programs re-read the row, its residual and the norm weight
@@ -22,80 +24,44 @@ code predictor's `FrameKernels`, or (`sixteenth`, `talker_*`) the talker's decod
                each; bitwise the same codes as `defaults` or something is wrong
     warps4     every 1-2 row product with 4 warps a program (defaults: 8)
     narrow     every 1-2 row product with half the output columns a program (twice the programs)
-    previous   the 1-2 row tiles before 2026-12-02: 8-32 columns and K 512 a 4-warp program
     attn_warps2, attn_warps1  `cp_attention` programs of 2 or 1 warps (defaults: 4)
     sampler_warps2, sampler_warps4, sampler_warps16  sampler programs of 2, 4 or 16 warps (defaults: 8 for the
                2048-wide vocabulary; fewer warps, fewer cross-warp steps in each of the search's reductions; 2 warps
                fit without spilling with `radix1`: `radix1+sampler_warps2`)
-    talker_gemv  the talker's 1-2 row decode steps with their products in `gemv` (`TalkerGraphs.gemv_max_rows`,
-               engine `--talker-gemv-rows 2`); the code predictor as `defaults`
-    talker_rope  the talker's q/k norm and RoPE inside its decode attention (`TalkerGraphs.fused_rope`, engine
-               `--talker-fused-rope`; the same roundings, the norms' sums perhaps in another order)
-    talker_gemv_rope  both
-    talker_chain  the talker's 16-64 row decode steps as `run_layers_chained` (`TalkerGraphs.chain_rows`: tensor-core
-               `gemv` products but down, every kernel a programmatic dependent launch); the code predictor as `defaults`
-    persistent  every code-predictor step as one persistent kernel (`FrameKernels.persistent_min_rows` 1,
-               `kernels.cp_step`: grid barriers between its phases); the same arithmetic, fp32 sums in another order
-    persistent_phased  the same kernel launched once per phase (no barriers): what the barriers save
-    persistent_n16, persistent_r128, persistent_k64, persistent_k256, persistent_s2, persistent_w8,
-               persistent_n16_w8  its product tile with 16 columns, 128 rows, K 64 or 256 a load (256: one tile at
-               a time), the next K tile loaded during this one's product (defaults: one at a time), or 8 warps
-    persistent_pps2, persistent_pps3_reg168, persistent_pps4_reg128  2, 3 or 4 programs per SM (registers capped
-               at 168 or 128 a thread so they fit; the launch never runs more than fit, `StepTiles.programs_per_sm`)
-    persistent_queries_first  1-token steps' attention loads its queries with the key and value (`StepTiles`)
-    persistent_pps2_qf  both: two programs per SM and queries first
-    stream_norms  the 16-64 token-row steps without `rms_norm` kernels: the residual stream's products pass the
-               row norms' partial sums of squares to the next product (`FrameKernels.stream_norms`)
+    attn_early, attn_late  `cp_attention` loading the earlier steps' keys and values before (the default since
+               2026-12-05) or after its PDL wait (`FrameKernels.attention_early_cache`); bitwise the same codes
+    split<S>[_narrow | _128 | _<product>]  the tensor-core steps' (16-64 token rows) products with K cut into S
+               slices, one program each, summed by the last slice in (`GemvConfig.split_k`): `split4` every product,
+               `split4_narrow` only the products of 64 column tiles (projection, o, down: the engine's default),
+               `split4_128` also the 128 token-row steps (a B = 64 frame's first step), `split2_head` that one
+               product (join with split4_narrow: `split4_narrow+split2_head`), `split1_narrow` none
     folded_norms  the 16-64 token-row steps without `rms_norm` kernels: each norm's weight folded into the next
-               product's columns, the rows' RMS scale applied to its result (`FrameKernels.folded_norms`);
-               `norm_kernels`: the norms in kernels of their own (neither folded nor streamed); the rows' sums of
-               squares from the branch-ending products' shares, summed before the K loop (`folded_norms`) or
-               requested before it and summed after (`folded_late`), or from the streamed x tiles (`folded_loop`)
+               product's columns, the rows' RMS scale applied to its result (`FrameKernels.folded_norms`); the rows'
+               sums of squares from the branch-ending products' shares, summed before the K loop (`folded_norms`)
+               or requested before it and summed after (`folded_late`), or from the streamed x tiles
+               (`folded_loop`); `norm_kernels`: the norms in kernels of their own (should folded become the default)
     dot_small  the code predictor's 4- and 8-token-row steps (B = 2..8) on the 16-row tensor-core tiles, rows
                masked (`GemvConfig.use_dot`), instead of cuBLAS with `rms_norm` kernels
-    attn_dot   `cp_attention`'s two products as fp32 `tl.dot` (`FrameKernels.attention_dot`); `stream_norms_attn_dot`
-               both
-    attn_qf    the kernel chain's `cp_attention` with queries first in 1-token steps (`FrameKernels`)
-    attn_early `cp_attention` loading the earlier steps' keys and values before its PDL wait
-               (`FrameKernels.attention_early_cache`, on by default since 2026-12-05; attn_late: after it);
-               bitwise the same codes as `defaults` or something is wrong
-    cublas_wide  products of 3+ token rows in cuBLAS (the defaults before 2026-12-04: no `FrameKernels.dot_gemv`)
-    gemv64_pdl  the products of 16, 32, 64 and 128 token rows in `gemv` with the 64-row tensor-core tiles of
-               `FrameKernels.dot_gemv` (norms in `rms_norm`), every kernel of those steps a programmatic dependent
-               launch (defaults: 16, 32 and 64 rows, 32 with tiles of its own); `gemv32_pdl` (and `_w8`, `_n32`,
-               `_s3`, `_k64`) the same at 16, 32 and 64 rows
-    gemv64_pdl_prefetch  the same, each product program asking L2 for its weight slice before its wait
-               (`GemvConfig.prefetch`); `gemv64_pdl_prefetch_qf` also with `attn_qf`
-    gemv64_pdl_prologue  with the RMSNorms in the products' prologues at every row count (no `rms_norm` kernels)
-    gemv64_pdl_w8, _s2, _s3, _n32, _k64  its tensor-core tiles with 8 warps, K loops pipelined over 2 or 3 tiles
-               (defaults 4), 32 columns a program, or 64-wide K loads
-    persistent_split1, persistent_split8, persistent_no_prefetch  the products a norm follows in 1 or 8 K slices
-               (default 4), or no L2 prefetch of a phase's weights before its barrier
-    split2, split4  the tensor-core steps' products (16-64 token rows) with K cut into 2 or 4 slices, one program
-               each, summed by the last slice in (`GemvConfig.split_k`): 2-4x the programs streaming each product;
-               split4_narrow only the products of 64 column tiles (projection, o, down); split4_128 also the 128
-               token-row steps (a B = 64 frame's first step; the tiles lost there unsplit, 2026-12-04);
-               split2_narrow, split8_narrow the 64-program products in 2 or 8; split2_gate_up, split2_qkv,
-               split2_head that one product in 2 (join with split4_narrow: `split4_narrow+split2_head`);
-               split1_narrow those unsplit (the defaults before 2026-12-05)
-    talker_chain_off  the talker's 16-64 row steps unchained (the defaults before 2026-12-05); talker_chain_down
-               with down in a 16-column tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices;
-               talker_chain_all also chains 32 rows (the engine chains 16 and 64: `CHAIN_ROWS`)
+    talker_gemv  the talker's 1-2 row decode steps with their products in `gemv` (`TalkerGraphs.gemv_max_rows`);
+               talker_rope its q/k norm and RoPE inside its decode attention (`TalkerGraphs.fused_rope`);
+               talker_gemv_rope both, without the chain (the defaults before 2026-12-05)
+    talker_chain  the talker's 16 and 64 row decode steps as `run_layers_chained` (the engine's default);
+               talker_chain_off unchained; talker_chain_all also 32 rows; talker_chain_down with down in a 16-column
+               tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices
     tattn_p2, tattn_p2_32  the talker's 5-64 row decode attention in 2 interleaved programs per (row, kv head),
-               64- or 32-key blocks, 4 warps (`SplitConfig.programs`; defaults: 128-key splits, 2 stages)
-    talker_chain_stream  `talker_chain` without the post-attention norm kernels (`ChainTiles.stream_norms`: o writes
-               the residual stream and its sums of squares, gate|up norms from them); _down with down in a tile too
-               (no norm kernels at all); talker_chain_split every chained product in K slices (`TALKER_SPLIT`),
-               talker_chain_stream_split both
+               64- or 32-key blocks, 4 warps (`SplitConfig.programs`; the engine's default at 33-64 rows is
+               tattn_p2_32's)
 
-Parts join with +: `stream_norms+split4+talker_chain_stream` applies each code-predictor part in order and the one
-talker part.
+Parts join with +: `folded_norms+split4+talker_chain_all` applies each code-predictor part in order and the one
+talker part. Forms measured slower and removed from the engine (a persistent code-predictor step, norms streamed
+as partial sums of squares, `cp_attention` on tensor cores, L2 prefetch, the talker's split chain) are in
+docs/benchmarks.md with the commits that held them.
 
 The sampler's search finds the exact k-th value whatever its radix, so `radix*` must draw bitwise the same codes
-as `defaults`, and `pdl` / `no_pdl` change only when kernels start (checked over three frame steps; exit status 1 if either
-differs; the other variants report whether theirs agree). Then the kernels of
-one replay of each (torch profiler): calls, microseconds, and the replay's span minus its kernels' time (the gaps
-between kernels). Prints a short table last.
+as `defaults`, and `pdl` / `no_pdl` change only when kernels start (checked over three frame steps; exit status 1
+if either differs; the other variants report whether theirs agree). Then the kernels of one replay of each (torch
+profiler): calls, microseconds, and the replay's span minus its kernels' time (the gaps between kernels). Prints a
+short table last.
 """
 
 from __future__ import annotations
@@ -116,28 +82,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from engine.fast.measure import cuda_median_ms  # noqa: E402
-from engine.settings import EngineSettings  # noqa: E402
+from engine.settings import KernelOptions  # noqa: E402
 from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 
-ENGINE_DEFAULTS = EngineSettings("1.7b", "")
-VARIANTS = ("defaults", "cublas_wide", "sixteenth", "pdl", "no_pdl", "norms_apart", "wide_prologues", "radix4", "radix3", "radix1",
-            "radix8",
-            "warps4", "narrow", "sampler_warps16",
-            "previous", "attn_warps2", "attn_warps1", "sampler_warps4", "talker_gemv", "talker_rope", "talker_gemv_rope",
-            "persistent", "persistent_phased", "persistent_n16", "persistent_r128", "persistent_k64", "persistent_w8",
-            "persistent_split1", "persistent_split8", "persistent_no_prefetch", "persistent_k256", "persistent_s2",
-            "persistent_n16_w8", "persistent_pps2", "persistent_pps3_reg168", "persistent_pps4_reg128",
-            "persistent_queries_first", "persistent_pps2_qf", "attn_qf", "gemv64_pdl", "gemv64_pdl_prefetch",
-            "gemv64_pdl_prefetch_qf", "gemv64_pdl_prologue", "gemv64_pdl_w8", "gemv64_pdl_s2", "gemv64_pdl_s3",
-            "gemv64_pdl_n32", "gemv64_pdl_k64", "gemv32_pdl", "gemv32_pdl_w8", "gemv32_pdl_n32", "gemv32_pdl_s3",
-            "gemv32_pdl_k64", "stream_norms", "attn_dot", "stream_norms_attn_dot", "talker_chain", "split2", "split4",
-            "split4_narrow", "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv",
-            "split2_head", "split1_narrow", "attn_late", "talker_chain_off", "talker_chain_down",
-            "talker_chain_down_split2", "talker_chain_all", "tattn_p2", "tattn_p2_32", "sampler_warps2", "attn_early",
-            "talker_chain_stream", "talker_chain_stream_down", "talker_chain_split",
-            "talker_chain_stream_split", "folded_norms", "norm_kernels", "folded_late", "folded_loop",
-            "dot_small")
-PREVIOUS_COLUMNS = {"proj": 8, "qkv": 32, "o": 8, "gate_up": 16, "down": 8, "head": 16}
+ENGINE_DEFAULTS = KernelOptions()
+VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apart", "wide_prologues", "radix4",
+            "radix3", "radix1", "radix8", "warps4", "narrow", "attn_warps2", "attn_warps1", "sampler_warps2",
+            "sampler_warps4", "sampler_warps16", "attn_early", "attn_late", "split2", "split4", "split4_narrow",
+            "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head",
+            "split1_narrow", "folded_norms", "folded_late", "folded_loop", "norm_kernels", "dot_small",
+            "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain", "talker_chain_off", "talker_chain_all",
+            "talker_chain_down", "talker_chain_down_split2", "tattn_p2", "tattn_p2_32")
 CONTEXT = 512
 ROUNDS = 5
 
@@ -146,9 +101,7 @@ def frame_kernels(variant: str) -> Any:
     """The code predictor's `FrameKernels` in a variant: the engine's, then each of its parts' changes in order."""
     from engine.fast.code_predictor_graph import FrameKernels
 
-    d = ENGINE_DEFAULTS
-    kernels = FrameKernels.from_options(fused=d.cp_kernels == "fused", pdl=d.cp_pdl, stream_norms=d.cp_stream_norms,
-                                        folded_norms=d.cp_folded_norms, split_k=d.cp_split_k)  # fmt: skip
+    kernels = FrameKernels.from_options(ENGINE_DEFAULTS)
     for part in variant.split("+"):
         kernels = _cp_change(kernels, part)
     return kernels
@@ -157,7 +110,6 @@ def frame_kernels(variant: str) -> Any:
 def _cp_change(kernels: Any, variant: str) -> Any:
     """One variant part's change to the code predictor's `FrameKernels` (parts that change only the talker: none)."""
     from engine.fast.code_predictor_graph import DEFAULT_DOT_GEMV, PRODUCTS, SPLIT_PRODUCTS, split_products
-    from engine.fast.kernels.cp_step import StepTiles
     from engine.fast.kernels.gemv import GemvConfig
 
     if variant.startswith("split"):  # split<S>[_narrow | _128 | _<product>]: S slices, over which products
@@ -169,14 +121,12 @@ def _cp_change(kernels: Any, variant: str) -> Any:
         return replace(kernels, dot_gemv=split_products(tiles, int(slices), names))
     if variant == "sixteenth":
         return replace(kernels, pdl=False, dot_gemv={})
-    if variant == "no_pdl":
-        return replace(kernels, pdl=False)
+    if variant in ("pdl", "no_pdl"):
+        return replace(kernels, pdl=variant == "pdl")
     if variant == "cublas_wide":
         return replace(kernels, dot_gemv={})
     if variant.startswith("radix"):
         return replace(kernels, radix_bits=int(variant[-1]))
-    if variant == "pdl":
-        return replace(kernels, pdl=True)
     if variant == "norms_apart":
         return replace(kernels, prologue_max_rows=0)
     if variant == "wide_prologues":
@@ -184,66 +134,31 @@ def _cp_change(kernels: Any, variant: str) -> Any:
         return replace(kernels, gemv={**kernels.gemv, "qkv": wide, "gate_up": wide, "head": wide})
     if variant == "warps4":
         return replace(kernels, gemv={name: replace(tile, num_warps=4) for name, tile in kernels.gemv.items()})
-    if variant == "previous":
-        return replace(kernels, gemv={name: GemvConfig(block_n=columns, block_k=512, num_warps=4)
-                                      for name, columns in PREVIOUS_COLUMNS.items()})  # fmt: skip
+    if variant == "narrow":
+        return replace(kernels, gemv={name: replace(tile, block_n=max(1, tile.block_n // 2))
+                                      for name, tile in kernels.gemv.items()})  # fmt: skip
     if variant in ("attn_warps2", "attn_warps1"):
         return replace(kernels, attention_warps=int(variant[-1]))
     if variant.startswith("sampler_warps"):
         return replace(kernels, sampler_warps=int(variant.removeprefix("sampler_warps")))
+    if variant in ("attn_early", "attn_late"):
+        return replace(kernels, attention_early_cache=variant == "attn_early")
     if variant == "folded_norms":
         return replace(kernels, folded_norms=True)
-    if variant == "dot_small":  # 4 and 8 token rows on the 16-row tensor-core tiles (rows masked), not cuBLAS
-        small = {name: replace(tile, use_dot=True) for name, tile in kernels.dot_gemv[16].items()}
-        return replace(kernels, dot_gemv={4: small, 8: small, **kernels.dot_gemv})
     if variant in ("folded_late", "folded_loop"):
         return replace(kernels, folded_norms=True, folded_squares=variant.removeprefix("folded_"))
     if variant == "norm_kernels":  # (the defaults before folded norms, should they become the defaults)
-        return replace(kernels, folded_norms=False, stream_norms=False)
-    if variant.startswith("stream_norms"):  # (and `stream_norms_attn_dot`: both)
-        return replace(kernels, stream_norms=True, attention_dot=variant.endswith("attn_dot") or kernels.attention_dot)
-    if variant == "attn_dot":
-        return replace(kernels, attention_dot=True)
-    if variant in ("attn_early", "attn_late"):
-        return replace(kernels, attention_early_cache=variant == "attn_early")
-    if variant == "attn_qf":
-        return replace(kernels, attention_queries_first=True)
-    if variant.startswith(("gemv64", "gemv32")):
-        change = {"prefetch": {"prefetch": True}, "w8": {"num_warps": 8}, "s2": {"loop_stages": 2},
-                  "s3": {"loop_stages": 3}, "n32": {"block_n": 32}, "k64": {"block_k": 64}}  # fmt: skip
-        tiles = dict(DEFAULT_DOT_GEMV[64])  # the 64-row tiles at every row count, then the variant's change
-        for option in variant.split("_")[2:]:
-            tiles = {name: replace(tile, **change.get(option, {})) for name, tile in tiles.items()}
-        rows = (16, 32, 64) if variant.startswith("gemv32") else (16, 32, 64, 128)
-        return replace(kernels, pdl=True, dot_gemv=dict.fromkeys(rows, tiles),
-                       prologue_max_rows=128 if variant.endswith("_prologue") else kernels.prologue_max_rows,
-                       attention_queries_first=variant.endswith("_qf"))  # fmt: skip
-    if variant.startswith("persistent"):
-        tiles = {"persistent_phased": StepTiles(persistent=False), "persistent_n16": StepTiles(block_n=16),
-                 "persistent_r128": StepTiles(block_r=128), "persistent_k64": StepTiles(block_k=64),
-                 "persistent_s2": StepTiles(stages=2), "persistent_w8": StepTiles(num_warps=8),
-                 "persistent_n16_w8": StepTiles(block_n=16, num_warps=8),
-                 "persistent_pps2": StepTiles(programs_per_sm=2),
-                 "persistent_pps3_reg168": StepTiles(programs_per_sm=3, max_registers=168),
-                 "persistent_pps4_reg128": StepTiles(programs_per_sm=4, max_registers=128),
-                 "persistent_queries_first": StepTiles(queries_first=True),
-                 "persistent_pps2_qf": StepTiles(programs_per_sm=2, queries_first=True),
-                 "persistent_split1": StepTiles(split_k=1), "persistent_split8": StepTiles(split_k=8),
-                 "persistent_no_prefetch": StepTiles(prefetch=False), "persistent_k256": StepTiles(block_k=256, stages=1),
-                 }.get(variant, StepTiles())  # fmt: skip
-        return replace(kernels, persistent_min_rows=1, step_tiles=tiles)
-    if variant == "narrow":
-        return replace(kernels, gemv={name: replace(tile, block_n=max(1, tile.block_n // 2))
-                                      for name, tile in kernels.gemv.items()})  # fmt: skip
+        return replace(kernels, folded_norms=False)
+    if variant == "dot_small":  # 4 and 8 token rows on the 16-row tensor-core tiles (rows masked), not cuBLAS
+        small = {name: replace(tile, use_dot=True) for name, tile in kernels.dot_gemv[16].items()}
+        return replace(kernels, dot_gemv={4: small, 8: small, **kernels.dot_gemv})
     return kernels
 
 
 def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
     """The talker decode's (`gemv_max_rows`, `fused_rope`, `chain_rows`, `chain_tiles`) in a variant: the engine's
-    defaults, the sixteenth session's (cuBLAS products, a q/k norm + RoPE kernel), or what its `talker_*` part names.
-    talker_chain_stream: `ChainTiles.stream_norms` (engine `--talker-chain stream`); _down: down in a tile too (16
-    columns, K 128 a load, 4 stages); _split: every product in 4 K slices, gate|up in 2 (`ChainTiles.split`, engine
-    `--talker-split-k 4`)."""
+    defaults, the sixteenth session's (cuBLAS products, a q/k norm + RoPE kernel), or what its `talker_*` part names
+    (talker_chain_down: down in a 16-column tile, K 128 a load, 4 stages; _split2: in 2 K slices)."""
     from engine.fast.kernels.gemv import GemvConfig
     from engine.fast.talker_graph import chain_options
 
@@ -251,18 +166,18 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
     if part == "talker_chain_off":
         return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, (), None)
     if part.startswith("talker_chain"):
-        options = part.removeprefix("talker_chain").split("_")[1:]  # e.g. ["stream", "down"], ["down", "split2"]
-        rows, tiles = chain_options("stream" if "stream" in options else "on", 4 if "split" in options else 1)
-        down = tiles.down or GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4)
+        options = part.removeprefix("talker_chain").split("_")[1:]  # e.g. ["all"], ["down", "split2"]
+        rows, tiles = chain_options("on")
         rows = (16, 32, 64) if "all" in options else rows
         if "down" in options:
-            tiles = replace(tiles, down=replace(down, split_k=2 if "split2" in options else down.split_k))
+            down = GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4, split_k=2 if "split2" in options else 1)
+            tiles = replace(tiles, down=down)
         return (ENGINE_DEFAULTS.talker_gemv_rows, True, rows, tiles)
     if part.startswith("talker_"):
         return (2 if part.startswith("talker_gemv") else 0, part.endswith("rope"), (), None)
     if part == "sixteenth":
         return (0, False, (), None)
-    rows, tiles = chain_options(ENGINE_DEFAULTS.talker_chain, ENGINE_DEFAULTS.talker_split_k)
+    rows, tiles = chain_options(ENGINE_DEFAULTS.talker_chain)
     return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, rows, tiles)
 
 
@@ -366,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 64])
     p.add_argument("--variants", nargs="+", default=list(VARIANTS),
-                   help="names above, or several joined by + (e.g. stream_norms+split4+talker_chain_stream)")
+                   help="names above, or several joined by + (e.g. folded_norms+split4+talker_chain_all)")
     p.add_argument("--context", type=int, default=CONTEXT, help="talker contexts drawn from N/2..N-1")
     p.add_argument("--exact-context", action="store_true", help="every talker row at exactly --context")
     p.add_argument("--teacher-forced", action="store_true",

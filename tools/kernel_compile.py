@@ -6,7 +6,7 @@
 Arguments named in `constants` are constexprs; the other arguments ending in `_ptr` are pointers (bf16 unless
 `pointers` names another type), `eps` and `scale` fp32, the rest i32. This is how the CPU suite looks at the code
 paths Triton's interpreter never runs (programmatic dependent launch, inline PTX, in-kernel clocks):
-`tests/fast/test_kernels_compile.py`, `tools/cp_step_compile.py`.
+`tests/fast/test_kernels_compile.py`, `tools/gemv_tiles.py --compile-only`.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ from engine.model.qwen3_tts import Qwen3TTS
 from engine.model.voices import embed_voice_prefill
 from engine.request import TEXT_END, TEXT_PAD, RequestState, WorkKind
 from engine.scheduling import Lane, Outcome, Plan
-from engine.settings import CaptureShapes, FastPath
+from engine.settings import CaptureShapes, FastPath, KernelOptions
 from engine.text.prompt import (
     Prefill,
     VoicePrefill,
@@ -101,10 +101,7 @@ class Executors:
                  max_batch: int, silence: SilenceConfig, fast: FastPath = FastPath(),  # noqa: B008
                  shapes: CaptureShapes | None = None, codec_precision: str = "tf32",
                  top_k_cap: int = DEFAULT_TOP_K_CAP, codec_stream: bool = True, codec_first: bool = False,
-                 cp_kernels: str = "layers", cp_pdl: bool = False, talker_gemv_rows: int = 0,
-                 talker_fused_rope: bool = False, cp_stream_norms: bool = False, cp_folded_norms: bool = False,
-                 cp_split_k: int = 1,
-                 talker_chain: str = "off", talker_split_k: int = 1, precompile_workers: int = 0,
+                 kernels: KernelOptions = KernelOptions(), precompile_workers: int = 0,  # noqa: B008
                  voices: VoiceBank | None = None, ragged_codec: bool = False,
                  codec_kernels: str = "fused", codec_layout: str = "channels-last") -> None:  # fmt: skip
         """`fast` picks the executors that run their fast path over `shapes` (required when any does);
@@ -113,14 +110,7 @@ class Executors:
         `codec_first`: that stream has a high priority, so the GPU schedules the codec's blocks before the
         generation steps' whenever both wait for SMs (graphs replay at the priority of the stream they are
         launched on);
-        `cp_kernels`: the code predictor's fast path, "layers" or "fused" (engine/fast/code_predictor_graph.py);
-        `cp_pdl`: the fused frame's Triton-product steps' kernels as programmatic dependent launches (`FrameKernels.pdl`);
-        `talker_gemv_rows`: the fast talker's decode steps of up to this many rows in `gemv` (`TalkerGraphs`);
-        `talker_fused_rope`: the fast talker's q/k norm and RoPE inside its decode attention (`TalkerGraphs`);
-        `cp_stream_norms`, `cp_folded_norms`, `cp_split_k`: the fused frame's 16-64 token-row steps without norm
-        kernels (`FrameKernels.stream_norms`, `FrameKernels.folded_norms`), their products' K in slices
-        (`split_products`); `talker_chain`,
-        `talker_split_k`: the fast talker's 16- and 64-row decode steps as one kernel chain (`chain_options`);
+        `kernels`: how the fast talker and code predictor run (`KernelOptions`: the engine's defaults unless given);
         `precompile_workers`: child processes that compile the fused frame's Triton kernels before capture
         (engine/fast/precompile.py; 0: the capture compiles them one by one);
         `voices`: where a Base model's saved voices come from (None: a bank without a store);
@@ -165,20 +155,19 @@ class Executors:
         self.code_predictor: CodePredictorExecutor | CodePredictorGraphs
         if fast.talker:
             assert shapes is not None
-            chain_rows, chain_tiles = chain_options(talker_chain, talker_split_k)
+            chain_rows, chain_tiles = chain_options(kernels.talker_chain)
             self.talker = TalkerGraphs(model, self.generation, self.kv_cache, shapes.batch,
                                        prefill_sizes=shapes.prefill_batch, prefill_buckets=shapes.prefill_buckets,
-                                       top_k_cap=top_k_cap, gemv_max_rows=talker_gemv_rows,
-                                       fused_rope=talker_fused_rope, chain_rows=chain_rows,
+                                       top_k_cap=top_k_cap, gemv_max_rows=kernels.talker_gemv_rows,
+                                       fused_rope=kernels.talker_fused_rope, chain_rows=chain_rows,
                                        chain_tiles=chain_tiles)  # fmt: skip
         else:
             self.talker = TalkerExecutor(model, self.generation, self.kv_cache)
         if fast.code_predictor:
             assert shapes is not None
-            kernels = FrameKernels.from_options(fused=cp_kernels == "fused", pdl=cp_pdl, stream_norms=cp_stream_norms,
-                                                folded_norms=cp_folded_norms, split_k=cp_split_k)  # fmt: skip
             self.code_predictor = CodePredictorGraphs(model, self.generation, self.codes, shapes.batch,
-                                                      top_k_cap=top_k_cap, kernels=kernels)  # fmt: skip
+                                                      top_k_cap=top_k_cap,
+                                                      kernels=FrameKernels.from_options(kernels))  # fmt: skip
         else:
             self.code_predictor = CodePredictorExecutor(model, self.generation, self.codes, max_batch)
         codec_shapes = (shapes.codec_batch, shapes.codec_frames) if fast.codec and shapes is not None else None

@@ -17,12 +17,11 @@ Two ways to run a step (`FrameKernels.fused`):
   its code embedding to the frame's fp32 running sum. Above `gemv_max_rows` token rows the products run on
   tensor cores, in `gemv` tiles at the token rows `dot_gemv` lists (16, 32, 64), where every kernel's launch overlaps
   the tail of the one before, else in cuBLAS; the norms then run in `rms_norm` (or, with
-  `FrameKernels.stream_norms`, inside the next product, from partial sums of squares the last one wrote; with
   `FrameKernels.folded_norms`, as the next product's folded weights and a scale of its rows).
 - layers: the fused decoder stack (`decoder.run_layers`, ~10 kernels per layer) and the torch graph sampler.
-With `FrameKernels.persistent_min_rows`, fused steps of that many token rows or more run their projection, layers,
-final norm and head as ONE persistent kernel (`kernels.cp_step`) and then the sampler: correct, but on the H200
-slower than the kernel chain (docs/benchmarks.md, nineteenth session), so off by default.
+(A persistent kernel for a whole step, the norms streamed between products as partial sums of squares, and
+`cp_attention`'s products on tensor cores were built, checked and measured slower on the H200; docs/benchmarks.md,
+nineteenth and twenty-second sessions, has the numbers and the commits that held them.)
 Both compute the plain arithmetic and rounding (fp32 accumulation, activation-dtype rounding where the plain
 layers round); off the GPU every kernel runs its PyTorch twin.
 """
@@ -31,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -42,7 +41,6 @@ from engine.fast.decoder import FusedLayer, fuse_layers, rope_tables, run_layers
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
 from engine.fast.kernels import INTERPRET, use_triton
 from engine.fast.kernels.cp_attention import cp_attention
-from engine.fast.kernels.cp_step import PersistentStep, StepTiles, StepWeights
 from engine.fast.kernels.decode_attention import decode_attention
 from engine.fast.kernels.gemv import STREAM_TILE, GemvConfig, fold_norm, gemv, gemv_residual
 from engine.fast.kernels.rmsnorm import rms_norm
@@ -50,6 +48,9 @@ from engine.fast.kernels.sampler import sample
 from engine.fast.kernels.silu_mul import silu_mul as swiglu
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k, sample_tokens
 from engine.model.qwen3_tts import Qwen3TTS
+
+if TYPE_CHECKING:
+    from engine.settings import KernelOptions
 
 DEFAULT_GEMV = {name: STREAM_TILE for name in ("proj", "qkv", "o", "gate_up", "down", "head")}
 # Tensor-core tiles (columns / K per load / warps / pipelined K tiles) by token rows, for the steps whose products
@@ -105,12 +106,7 @@ class FrameKernels:
     # -> 2.82 / 3.11 / 3.06, teacher-forced logits' error 1.01x the plain bf16 predictor's; at 128 rows these
     # tiles lost (B=128 3.95 -> 4.79 ms).
     dot_gemv: Mapping[int, Mapping[str, GemvConfig]] = field(default_factory=lambda: dict(DEFAULT_DOT_GEMV))
-    # In the `dot_gemv` steps, no RMSNorm kernels: each product ending a residual branch (projection, o, down)
-    # writes the residual stream and its programs' shares of each row's sum of squares (`gemv_residual`), and the
-    # next product normalises its x tiles from those (`gemv(norm_squares=...)`): 11 launches fewer a step. Off
-    # until measured on a GPU.
-    stream_norms: bool = False
-    # In the `dot_gemv` steps, no RMSNorm kernels another way: each norm's weight is folded into the next product's
+    # In the `dot_gemv` steps, no RMSNorm kernels: each norm's weight is folded into the next product's
     # columns once (`gemv.fold_norm`: qkv, gate|up and the heads, ~160 MB more at 1.7B), that product scales its fp32
     # result by the rows' RMS (`gemv(row_norm=True)`, their sums of squares as `folded_squares` says), and o and down
     # add the residual stream in their epilogue: 11 launches fewer a step and no pass over the activations. Not the plain roundings (the folded weight rounds once where the plain norm rounds
@@ -127,15 +123,6 @@ class FrameKernels:
     radix_bits: int = 2
     sampler_warps: int | None = None  # warps of a sampler program (None: 8 for a 2048+ vocabulary, else 4)
     attention_warps: int = 4  # warps of a `cp_attention` program (one per frame row and kv head)
-    # 1-token steps' `cp_attention` loads its query heads with the key and value, before the cache writes, so
-    # one trip to memory instead of two (more registers a program). On the H200 (2026-12-04, frame_profile) the
-    # same codes bit for bit and no faster (CP frame 2.163 -> 2.156 ms at B=1, 3.527 -> 3.518 at B=64): off.
-    attention_queries_first: bool = False
-    # `cp_attention`'s two products (q k^T over at most 16 keys, weights x values) as fp32 `tl.dot` over the query
-    # heads padded to 16 rows, instead of broadcast products summed across threads. H200, 2026-12-05
-    # (`frame_profile` at context 128): slower, CP frame 3.00 / 3.73 / 3.99 ms at B = 16 / 32 / 64 against 2.82 /
-    # 3.10 / 3.05: off.
-    attention_dot: bool = False
     # `cp_attention` loads the earlier positions' keys and values before its PDL wait (they were written dozens of
     # launches back), so only the qkv loads follow the product it waits for. The same codes bit for bit; H200,
     # 2026-12-05: CP frame 2.76 / 3.05 / 3.01 ms at B = 16 / 32 / 64 against 2.82 / 3.10 / 3.05.
@@ -147,47 +134,18 @@ class FrameKernels:
     # the row limit). Off by default: in the whole server, 1 RPS p95 TTFA was 16.7 and 29.6 ms in two runs with
     # it against 13.0 and 13.9 without (docs/benchmarks.md, ninth session), a tail not yet explained.
     pdl: bool = False
-    # Steps of at least this many token rows run as ONE persistent kernel (`kernels.cp_step`: projection, layers,
-    # final norm and head between grid barriers) instead of ~50 launches; None: never.
-    persistent_min_rows: int | None = None
-    step_tiles: StepTiles = field(default_factory=StepTiles)
 
     @classmethod
-    def from_options(cls, *, fused: bool = True, pdl: bool = False, stream_norms: bool = False,
-                     folded_norms: bool = False, split_k: int = 1) -> FrameKernels:  # fmt: skip
-        """The frame's kernels as the engine's options choose them (`EngineSettings.cp_kernels == "fused"`, `cp_pdl`,
-        `cp_stream_norms`, `cp_folded_norms`, `cp_split_k`: `SPLIT_PRODUCTS` in that many K slices), every other
-        field at its default: the one place the engine, `loadtest.gpu_check` and `tools/frame_profile.py` build
-        them."""
-        return cls(fused=fused, pdl=pdl, stream_norms=stream_norms, folded_norms=folded_norms,
-                   dot_gemv=split_products(DEFAULT_DOT_GEMV, split_k))  # fmt: skip
+    def from_options(cls, options: KernelOptions) -> FrameKernels:
+        """The frame's kernels as the engine's options choose them (`cp_kernels == "fused"`, `cp_pdl`,
+        `cp_folded_norms`, `cp_split_k`: `SPLIT_PRODUCTS` in that many K slices), every other field at its default:
+        the one place the engine, `loadtest.gpu_check` and `tools/frame_profile.py` build them."""
+        return cls(fused=options.cp_kernels == "fused", pdl=options.cp_pdl, folded_norms=options.cp_folded_norms,
+                   dot_gemv=split_products(DEFAULT_DOT_GEMV, options.cp_split_k))  # fmt: skip
 
     def runs_gemv(self, token_rows: int) -> bool:
         """Whether a step of this many token rows runs its products in `gemv` (else cuBLAS)."""
         return token_rows <= self.gemv_max_rows or token_rows in self.dot_gemv
-
-
-def step_weights(predictor: nn.Module, layers: Sequence[FusedLayer]) -> StepWeights:
-    """The code predictor's weights as `kernels.cp_step` reads them: one copy stacked per layer (the fused
-    layers keep theirs; ~150 MB at 1.7B), the projection, final norm and heads shared."""
-    projection = predictor.small_to_mtp_projection
-    first = layers[0]
-    return StepWeights(
-        proj_w=projection.weight if isinstance(projection, nn.Linear) else None,
-        proj_b=projection.bias if isinstance(projection, nn.Linear) else None,
-        norms=torch.stack([torch.stack((layer.input_norm, layer.post_norm)) for layer in layers]),
-        qkv=torch.stack([layer.qkv for layer in layers]),
-        o=torch.stack([layer.o for layer in layers]),
-        gate_up=torch.stack([layer.gate_up for layer in layers]),
-        down=torch.stack([layer.down for layer in layers]),
-        q_norm=torch.stack([layer.q_norm for layer in layers]),
-        k_norm=torch.stack([layer.k_norm for layer in layers]),
-        final_norm=predictor.model.norm.weight,
-        heads=[head.weight for head in predictor.lm_head],
-        eps=first.eps,
-        num_heads=first.num_heads,
-        num_kv_heads=first.num_kv_heads,
-    )
 
 
 @dataclass(frozen=True)
@@ -235,10 +193,6 @@ class CodePredictorGraphs:
         self.folded: FoldedWeights | None = None
         if self.kernels.fused and self.kernels.folded_norms and self.projection is not None:
             self.folded = FoldedWeights.of(self.predictor, self.layers)
-        self.persistent: PersistentStep | None = None
-        if self.kernels.fused and self.kernels.persistent_min_rows is not None:
-            self.persistent = PersistentStep(step_weights(self.predictor, self.layers), self.cache.kv,
-                                             2 * self.max_batch, self.kernels.step_tiles)  # fmt: skip
         use = device.type == "cuda" if use_graphs is None else use_graphs
         self.steps = CapturedSteps("code predictor frame", self._frame, self.sizes, use_graphs=use)
 
@@ -291,14 +245,9 @@ class CodePredictorGraphs:
         activation dtype (as the plain head computes them before its fp32 cast). Group = max(1, start)."""
         c, layers = self.config, self.layers
         rows = index.shape[0] if index is not None else x.shape[0]
-        minimum = self.kernels.persistent_min_rows
-        if self.persistent is not None and minimum is not None and rows >= minimum and use_triton(x):
-            return self.persistent.logits(x, index, max(1, start) - 1, self.cos, self.sin, start, tokens)
         k = self.kernels
         if self.folded is not None and rows in k.dot_gemv and rows > k.prologue_max_rows:
             return self._step_logits_folded(x, index, start, tokens)
-        if k.stream_norms and rows in k.dot_gemv and rows > k.prologue_max_rows and self.projection is not None:
-            return self._step_logits_streamed(x, index, start, tokens)
         eps = layers[0].eps
         if self.projection is not None:
             hidden, _ = self._product("proj", x, self.projection[0], index=index, bias=self.projection[1])
@@ -319,31 +268,6 @@ class CodePredictorGraphs:
         norm = self.predictor.model.norm
         logits, _ = self._product("head", hidden, self.heads[max(1, start) - 1], residual=residual,
                                   norm=norm.weight, eps=norm.eps)  # fmt: skip
-        return logits
-
-    def _step_logits_streamed(self, x: Tensor, index: Tensor | None, start: int, tokens: int) -> Tensor:
-        """`step_logits` without RMSNorm kernels (`FrameKernels.stream_norms`): the residual stream and its
-        partial sums of squares [rows, programs] pass from each branch's last product to the next product."""
-        assert self.projection is not None
-        rows = index.shape[0] if index is not None else x.shape[0]
-        tiles = self._tensor_core_tiles(rows)
-        pdl, eps, layers = self._pdl(rows), self.layers[0].eps, self.layers
-        stream, squares = gemv_residual(x, self.projection[0], index=index, bias=self.projection[1],
-                                        config=tiles.get("proj"), pdl=pdl)  # fmt: skip
-        for number, layer in enumerate(layers):
-            qkv, _ = gemv(stream, layer.qkv, norm_weight=layer.input_norm, norm_squares=squares, eps=eps,
-                          config=tiles.get("qkv"), pdl=pdl)  # fmt: skip
-            attended = self._attention(number, qkv, start, tokens)
-            stream, squares = gemv_residual(attended, layer.o, add_to=stream, config=tiles.get("o"), pdl=pdl)
-            act, _ = gemv(stream, layer.gate_up, norm_weight=layer.post_norm, norm_squares=squares, eps=eps,
-                          silu_mul=True, config=tiles.get("gate_up"), pdl=pdl)  # fmt: skip
-            stream, squares = gemv_residual(act, layer.down, add_to=stream, config=tiles.get("down"), pdl=pdl)
-        frame_rows = rows // tokens  # the head reads each frame row's last token
-        stream = stream.view(frame_rows, tokens, -1)[:, -1]
-        squares = squares.view(frame_rows, tokens, -1)[:, -1]
-        norm = self.predictor.model.norm
-        logits, _ = gemv(stream, self.heads[max(1, start) - 1], norm_weight=norm.weight, norm_squares=squares,
-                         eps=norm.eps, config=tiles.get("head"), pdl=pdl)  # fmt: skip
         return logits
 
     def _step_logits_folded(self, x: Tensor, index: Tensor | None, start: int, tokens: int) -> Tensor:
@@ -377,8 +301,8 @@ class CodePredictorGraphs:
         return normed(last, folded.heads[max(1, start) - 1], last_squares, "head", eps=self.predictor.model.norm.eps)
 
     def _tensor_core_tiles(self, rows: int) -> dict[str, GemvConfig]:
-        """The `dot_gemv` tiles of a step of this many token rows, on tensor cores whatever the rows (the streamed
-        and folded steps have no cuBLAS fallback); in the interpreter one program per product, as `_product` runs."""
+        """The `dot_gemv` tiles of a step of this many token rows, on tensor cores whatever the rows (the folded
+        steps have no cuBLAS fallback); in the interpreter one program per product, as `_product` runs."""
         tiles = {name: replace(tile, use_dot=True) for name, tile in self.kernels.dot_gemv[rows].items()}
         if INTERPRET:
             tiles = {name: replace(tile, block_n=4096) for name, tile in tiles.items()}
@@ -390,8 +314,7 @@ class CodePredictorGraphs:
         k_cache, v_cache = self.cache.layer(number)
         return cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, layer.eps, k_cache, v_cache, start,
                             tokens, layer.num_heads, layer.num_kv_heads, num_warps=k.attention_warps,
-                            pdl=self._pdl(qkv.shape[0]), queries_first=k.attention_queries_first,
-                            dot=k.attention_dot, early_cache=k.attention_early_cache)  # fmt: skip
+                            pdl=self._pdl(qkv.shape[0]), early_cache=k.attention_early_cache)  # fmt: skip
 
     def _pdl(self, token_rows: int) -> bool:
         """Whether a kernel of a step with this many token rows launches as a programmatic dependent."""

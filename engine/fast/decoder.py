@@ -6,7 +6,7 @@ For one or two token rows (`run_layers_streamed`), six:
             qkv gemv(norm prologue) -> qk_norm_rope -> attention -> o gemv -> gate|up gemv(norm prologue,
             SwiGLU epilogue) -> down gemv,
 where each product streams its weight once at full width (`kernels.gemv`, tiles per shape in `StreamTiles`).
-For tens of rows (`run_layers_chained`, opt-in), the `run_layers` chain without `silu_mul`, in `gemv`'s
+For tens of rows (`run_layers_chained`), the `run_layers` chain without `silu_mul`, in `gemv`'s
 tensor-core tiles and launched as programmatic dependents, each kernel starting in the tail of the one before.
 The arithmetic is the plain `engine.model.layers` arithmetic, rounded at the same places; only GEMM
 shapes change (q|k|v and gate|up as one product), so bf16 results match the plain twin within GEMM
@@ -20,12 +20,12 @@ supplied by the caller (decode over per-row lengths, or the code predictor's sho
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from engine.fast.kernels.gemv import GemvConfig, gemv, gemv_residual
+from engine.fast.kernels.gemv import GemvConfig, gemv
 from engine.fast.kernels.qk_norm_rope import qk_norm_rope
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.silu_mul import silu_mul
@@ -158,32 +158,13 @@ class ChainTiles:
     each at 64 rows on the H200, bare (2026-12-04, `tools/gemv_tiles.py --model talker --rows 64`, raw
     docs/bench/gemv-tiles-2026-12-04-s18-talker.json), us a call against cuBLAS: qkv 8.57 (7.54), o 7.10 (6.49),
     gate|up with its SwiGLU 17.20 (17.16, and `silu_mul` apart); down lost by 4.4 us (16.02 against 11.63), so
-    it stays on cuBLAS.
-
-    `stream_norms` (qkv, o and gate|up in tiles): no RMSNorm kernel where a tile product ends the residual branch.
-    o (and down, when it has a tile) run as `gemv_residual`, writing the residual stream and their programs' shares
-    of each row's sum of squares; the next product (gate|up, or the next layer's qkv) normalises its x tiles from
-    those (`gemv(norm_squares=...)`). With down on cuBLAS that removes the 28 post-attention norms a step; with a
-    down tile, all 56 (down then costs its tile's extra time). Unmeasured on a GPU: off."""
+    it stays on cuBLAS (and in the chain too: a 16-column down tile, alone or in 2 K slices, lost on the H200,
+    2026-12-05, docs/benchmarks.md, twenty-third session)."""
 
     qkv: GemvConfig | None = GemvConfig(block_n=32, block_k=128, num_warps=4, loop_stages=4)
     o: GemvConfig | None = GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4)
     gate_up: GemvConfig | None = GemvConfig(block_n=64, block_k=128, num_warps=4, loop_stages=4)
     down: GemvConfig | None = None
-    stream_norms: bool = False
-
-    def split(self, slices: int) -> ChainTiles:
-        """These tiles with every product's K in `slices` slices (`GemvConfig.split_k`), gate|up in at most 2 (16
-        columns a program with stream norms, 32 without: wider spills, compiled for sm_90), down in a 16-column
-        tile (split too) instead of cuBLAS."""
-        if slices == 1:
-            return self
-        if self.qkv is None or self.o is None or self.gate_up is None:
-            raise ValueError("split tiles need qkv, o and gate|up in gemv tiles")
-        down = self.down or GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4)
-        gate_up = replace(self.gate_up, block_n=16 if self.stream_norms else 32, split_k=min(slices, 2))
-        return replace(self, qkv=replace(self.qkv, split_k=slices), o=replace(self.o, split_k=slices),
-                       gate_up=gate_up, down=replace(down, split_k=slices))  # fmt: skip
 
 
 def run_layers_chained(
@@ -194,8 +175,6 @@ def run_layers_chained(
     gate|up's epilogue, the norms in `rms_norm`, all launched so each starts while the one before finishes;
     `attend_qkv` should launch its kernels the same way. Same arithmetic and roundings as `run_layers`."""
     tiles = tiles or ChainTiles()
-    if tiles.stream_norms:
-        return _run_layers_chained_streamed(layers, x, final_norm, attend_qkv, tiles)
 
     def product(x: Tensor, weight: Tensor, config: GemvConfig | None, silu: bool = False) -> Tensor:
         if config is None:
@@ -211,40 +190,6 @@ def run_layers_chained(
         normed, residual = rms_norm(x, layer.post_norm, layer.eps, residual, pdl=True)  # residual: h = x + attn
         x = product(product(normed, layer.gate_up, tiles.gate_up, silu=True), layer.down, tiles.down)
     return rms_norm(x, final_norm, layers[0].eps, residual, pdl=True)[0]
-
-
-def _run_layers_chained_streamed(
-    layers: list[FusedLayer], x: Tensor, final_norm: Tensor, attend_qkv: Attend, tiles: ChainTiles,
-) -> Tensor:  # fmt: skip
-    """`run_layers_chained` with `ChainTiles.stream_norms`: the residual stream and its partial sums of squares
-    [R, programs] fp32 pass from the product ending each branch to the product that norms it. Same roundings as
-    `run_layers`; a norm's sum of squares adds up in another order."""
-    if tiles.qkv is None or tiles.o is None or tiles.gate_up is None:
-        raise ValueError("stream_norms needs qkv, o and gate|up in gemv tiles")
-    stream = x  # the residual stream [R,Hd]: the layer input
-    squares: Tensor | None = None  # its rows' shares of their sums of squares, when a tile product wrote them
-    pending: Tensor | None = None  # cuBLAS down's output, not yet added to the stream
-    for index, layer in enumerate(layers):
-        if squares is not None:
-            qkv, _ = gemv(stream, layer.qkv, norm_weight=layer.input_norm, norm_squares=squares, eps=layer.eps,
-                          config=tiles.qkv, pdl=True)  # fmt: skip
-        else:
-            # the first layer's input, or cuBLAS down's output added to the stream (the plain add) and normed
-            x, residual = (stream, None) if pending is None else (pending, stream)
-            normed, stream = rms_norm(x, layer.input_norm, layer.eps, residual, pdl=True)
-            qkv, _ = gemv(normed, layer.qkv, config=tiles.qkv, pdl=True)
-        attended = attend_qkv(index, qkv)
-        stream, squares = gemv_residual(attended, layer.o, add_to=stream, config=tiles.o, pdl=True)  # h = x + attn
-        act, _ = gemv(stream, layer.gate_up, norm_weight=layer.post_norm, norm_squares=squares, eps=layer.eps,
-                      silu_mul=True, config=tiles.gate_up, pdl=True)  # fmt: skip
-        if tiles.down is None:
-            pending, squares = act @ layer.down.T, None
-        else:
-            stream, squares = gemv_residual(act, layer.down, add_to=stream, config=tiles.down, pdl=True)
-            pending = None
-    if pending is not None:
-        return rms_norm(pending, final_norm, layers[0].eps, stream, pdl=True)[0]
-    return rms_norm(stream, final_norm, layers[0].eps, pdl=True)[0]
 
 
 def rope_tables(rotary: nn.Module, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:

@@ -127,7 +127,6 @@ def run_job(job: dict) -> None:
     """The child: the eager fused frame once per size, on a random-weight predictor of the job's shapes."""
     from engine.executors.slots import GenerationSlots, new_code_buffer
     from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
-    from engine.fast.kernels.cp_step import StepTiles
     from engine.fast.kernels.gemv import GemvConfig
     from engine.ipc.messages import Sampling
     from engine.model.layers import RotaryEmbedding
@@ -147,7 +146,6 @@ def run_job(job: dict) -> None:
     spec["gemv"] = {name: GemvConfig(**tile) for name, tile in spec["gemv"].items()}
     spec["dot_gemv"] = {int(rows): {name: GemvConfig(**tile) for name, tile in tiles.items()}
                         for rows, tiles in spec["dot_gemv"].items()}  # (JSON keys are strings)  # fmt: skip
-    spec["step_tiles"] = StepTiles(**spec["step_tiles"])
     sizes = sorted(job["sizes"])
     slots = GenerationSlots(sizes[-1], job["talker_hidden"], job["talker_vocab"], device=device, dtype=dtype)
     slots.start_many(list(range(sizes[-1])), [Sampling()] * sizes[-1], list(range(sizes[-1])))

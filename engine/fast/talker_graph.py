@@ -50,15 +50,14 @@ CAPTURE_SAFE_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
 CHAIN_ROWS = (16, 64)
 
 
-def chain_options(mode: str, slices: int = 1) -> tuple[tuple[int, ...], ChainTiles | None]:
-    """The engine's `--talker-chain` / `--talker-split-k` as (`chain_rows`, `chain_tiles`) for `TalkerGraphs`:
-    off (none), on (`run_layers_chained` at `CHAIN_ROWS`), stream (with `ChainTiles.stream_norms`); the products'
-    K in `slices` slices (`ChainTiles.split`)."""
+def chain_options(mode: str) -> tuple[tuple[int, ...], ChainTiles | None]:
+    """The engine's `--talker-chain` as (`chain_rows`, `chain_tiles`) for `TalkerGraphs`: off (none) or on
+    (`run_layers_chained` at `CHAIN_ROWS`, `ChainTiles()`)."""
     if mode not in TALKER_CHAINS:
         raise ValueError(f"talker chain mode must be one of {', '.join(TALKER_CHAINS)}, got {mode!r}")
     if mode == "off":
         return (), None
-    return CHAIN_ROWS, ChainTiles(stream_norms=mode == "stream").split(slices)
+    return CHAIN_ROWS, ChainTiles()
 
 
 class TalkerGraphs:

@@ -22,7 +22,7 @@ import torch
 
 from engine.executors import Executors
 from engine.executors.talker import TalkerExecutor
-from engine.fast.code_predictor_graph import CodePredictorGraphs
+from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
 from engine.fast.sampling import DEFAULT_TOP_K_CAP
 from engine.fast.talker_graph import CHAIN_ROWS, TalkerGraphs
 from engine.ipc.client import EngineLink
@@ -42,7 +42,7 @@ from engine.ipc.process import engine_command, spawn_engine, stop_engine, wait_f
 from engine.loop import EngineLoop
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.request import WorkKind, length_model_frames
-from engine.settings import CaptureShapes, EngineSettings, FastPath, parse_args
+from engine.settings import CaptureShapes, EngineSettings, FastPath, KernelOptions, parse_args
 from tests.engine.helpers import LINK, SENTENCES, Finished, make_loop, reference, submit, text_ids
 
 REPO = Path(__file__).resolve().parents[2]
@@ -291,7 +291,7 @@ def test_cp_pdl_reaches_the_fused_frame_and_leaves_its_results_unchanged(fast_mo
     for pdl in (False, True):
         executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
                               silence=settings.silence_config(), fast=FastPath(code_predictor=True), shapes=shapes,
-                              cp_kernels="fused", cp_pdl=pdl)  # fmt: skip
+                              kernels=KernelOptions(cp_pdl=pdl))  # fmt: skip
         predictor = executors.code_predictor
         assert isinstance(predictor, CodePredictorGraphs) and predictor.kernels.pdl is pdl
         frames[pdl] = _first_frame(executors, predictor)
@@ -307,27 +307,42 @@ def test_the_talker_kernel_options_reach_the_fast_talker(fast_model: Qwen3TTS) -
                            codec_frames=(1,))  # fmt: skip
     executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
                           silence=settings.silence_config(), fast=FastPath(talker=True), shapes=shapes,
-                          talker_gemv_rows=settings.talker_gemv_rows)  # fmt: skip
+                          kernels=settings.kernel_options)  # fmt: skip
     assert isinstance(executors.talker, TalkerGraphs) and executors.talker.gemv_max_rows == 1
-    assert not executors.talker.fused_rope and EngineSettings(model="tiny", socket="@x").talker_fused_rope
-    rope = parse_args(["--model", "tiny", "--socket", "@x", "--talker-fused-rope"])
+    assert executors.talker.fused_rope and EngineSettings(model="tiny", socket="@x").talker_fused_rope
+    rope = parse_args(["--model", "tiny", "--socket", "@x", "--no-talker-fused-rope", "--talker-chain", "off"])
     executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
                           silence=rope.silence_config(), fast=FastPath(talker=True), shapes=shapes,
-                          talker_fused_rope=rope.talker_fused_rope)  # fmt: skip
-    assert isinstance(executors.talker, TalkerGraphs) and executors.talker.fused_rope
+                          kernels=rope.kernel_options)  # fmt: skip
+    assert isinstance(executors.talker, TalkerGraphs) and not executors.talker.fused_rope
+
+
+def test_executors_default_to_the_engines_kernel_options(fast_model: Qwen3TTS) -> None:
+    """`Executors` built without kernel options runs the fast paths as the engine serves them by default (one place
+    for those defaults: `KernelOptions`), so a GPU check or test measures what users get."""
+    shapes = CaptureShapes(batch=(1, 2), prefill_batch=(1,), prefill_buckets=(16,), codec_batch=(1,),
+                           codec_frames=(1,))  # fmt: skip
+    settings = EngineSettings(model="tiny", socket="@x")
+    assert settings.kernel_options == KernelOptions()
+    executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
+                          silence=settings.silence_config(), fast=FastPath(talker=True, code_predictor=True),
+                          shapes=shapes)  # fmt: skip
+    talker, predictor = executors.talker, executors.code_predictor
+    assert isinstance(talker, TalkerGraphs) and isinstance(predictor, CodePredictorGraphs)
+    assert (talker.gemv_max_rows, talker.fused_rope, talker.chain_rows) == (settings.talker_gemv_rows, True, CHAIN_ROWS)
+    assert predictor.kernels == FrameKernels.from_options(settings.kernel_options)
+    assert predictor.kernels.fused and predictor.kernels.pdl
 
 
 def test_the_kernel_options_reach_the_fast_paths_and_leave_their_results_unchanged(fast_model: Qwen3TTS) -> None:
-    """--cp-stream-norms, --cp-folded-norms, --cp-split-k, --talker-chain and --talker-split-k reach the code predictor's `FrameKernels`
-    (split-K on projection, o and down only) and the talker's chain rows and tiles; by default the code predictor's
-    64-program products run in 4 K slices and the talker's 16-64 row steps as a chain (measured on the H200); on the
-    CPU every kernel runs its twin, so the frame's codes are the same whatever the options."""
+    """--cp-folded-norms, --cp-split-k and --talker-chain reach the code predictor's `FrameKernels` (split-K on
+    projection, o and down only) and the talker's chain rows; by default the code predictor's 64-program products run
+    in 4 K slices and the talker's 16-64 row steps as a chain (measured on the H200); on the CPU every kernel runs its
+    twin, so the frame's codes are the same whatever the options."""
     defaults = EngineSettings(model="tiny", socket="@x")
-    assert (defaults.cp_stream_norms, defaults.cp_split_k, defaults.talker_chain, defaults.talker_split_k) == (
-        False, 4, "on", 1)  # fmt: skip
+    assert (defaults.cp_folded_norms, defaults.cp_split_k, defaults.talker_chain) == (False, 4, "on")
     plain = parse_args(["--model", "tiny", "--socket", "@x", "--cp-split-k", "1", "--talker-chain", "off"])
-    on = parse_args(["--model", "tiny", "--socket", "@x", "--cp-stream-norms", "--cp-split-k", "2",
-                     "--talker-chain", "stream", "--talker-split-k", "2"])  # fmt: skip
+    on = parse_args(["--model", "tiny", "--socket", "@x", "--cp-split-k", "2"])
     folded = parse_args(["--model", "tiny", "--socket", "@x", "--cp-folded-norms"])
     shapes = CaptureShapes(batch=(1, 2), prefill_batch=(1,), prefill_buckets=(16,), codec_batch=(1,),
                            codec_frames=(1,))  # fmt: skip
@@ -335,29 +350,24 @@ def test_the_kernel_options_reach_the_fast_paths_and_leave_their_results_unchang
     for settings in (defaults, plain, on, folded):
         executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
                               silence=settings.silence_config(), fast=FastPath(talker=True, code_predictor=True),
-                              shapes=shapes, cp_kernels="fused", cp_stream_norms=settings.cp_stream_norms,
-                              cp_folded_norms=settings.cp_folded_norms,
-                              cp_split_k=settings.cp_split_k, talker_fused_rope=True,
-                              talker_chain=settings.talker_chain, talker_split_k=settings.talker_split_k)  # fmt: skip
+                              shapes=shapes, kernels=settings.kernel_options)  # fmt: skip
         talker, predictor = executors.talker, executors.code_predictor
         assert isinstance(talker, TalkerGraphs) and isinstance(predictor, CodePredictorGraphs)
         kernels = predictor.kernels
-        assert kernels.stream_norms is settings.cp_stream_norms
         assert kernels.folded_norms is settings.cp_folded_norms
         for tiles in kernels.dot_gemv.values():
             assert {name: tile.split_k for name, tile in tiles.items()} == {
                 "proj": settings.cp_split_k, "qkv": 1, "o": settings.cp_split_k, "gate_up": 1,
                 "down": settings.cp_split_k, "head": 1}  # fmt: skip
         assert talker.chain_rows == (CHAIN_ROWS if settings.talker_chain != "off" else ())
-        assert talker.chain_tiles.stream_norms is (settings.talker_chain == "stream")
-        assert talker.chain_tiles.qkv is not None and talker.chain_tiles.qkv.split_k == settings.talker_split_k
         frames.append(_first_frame(executors, predictor))
     assert all(torch.equal(frames[0], frame) for frame in frames[1:])
-    for bad in ({"talker_chain": "on", "talker_fused_rope": False}, {"talker_chain": "off", "talker_split_k": 2},
-                {"cp_split_k": 3},
-                {"talker_chain": "yes"}):  # fmt: skip
-        with pytest.raises(ValueError, match="talker_chain|split_k"):
+    for bad in ({"talker_chain": "on", "talker_fused_rope": False}, {"cp_split_k": 3}, {"talker_chain": "stream"},
+                {"talker_gemv_rows": 8}, {"cp_kernels": "persistent"}):  # fmt: skip
+        with pytest.raises(ValueError, match="talker_chain|split_k|talker_gemv_rows|cp_kernels"):
             EngineSettings(model="tiny", socket="@x", **bad)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="talker_chain|split_k|talker_gemv_rows|cp_kernels"):
+            KernelOptions(**bad)  # type: ignore[arg-type]
 
 
 def test_capture_logs_how_long_each_fast_path_took(fast_model: Qwen3TTS, caplog: pytest.LogCaptureFixture) -> None:

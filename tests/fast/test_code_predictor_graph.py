@@ -4,15 +4,13 @@ executor's frames exactly and its summed code embeddings within fp32 rounding, o
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 
 import pytest
 import torch
 
 from engine.executors.code_predictor import CodePredictorExecutor
 from engine.executors.slots import GenerationSlots, new_code_buffer
-from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
-from engine.fast.kernels.cp_step import StepTiles
+from engine.fast.code_predictor_graph import CodePredictorGraphs
 from engine.ipc.messages import Sampling
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.model.weights import load_model
@@ -54,22 +52,6 @@ def test_fast_frame_equals_the_plain_executor(model: Qwen3TTS, sizes: tuple[int,
     assert fast.steps.eager_runs == -(-5 // max(sizes))  # one run per piece of the split cohort
 
 
-@pytest.mark.parametrize("sizes", [(8,), (16,)], ids=["first-step", "every-step"])
-def test_fast_frame_with_norms_carried_by_the_residual_stream_equals_the_plain_executor(
-    model: Qwen3TTS, sizes: tuple[int, ...]
-) -> None:
-    """`FrameKernels.stream_norms` (the 16-64 token-row steps without RMSNorm kernels), on the CPU twins."""
-    plain_slots = _slots(model, 6)
-    fast_slots = copy.deepcopy(plain_slots)
-    plain_codes, fast_codes = new_code_buffer(6, 4, model.device), new_code_buffer(6, 4, model.device)
-    fast = CodePredictorGraphs(model, fast_slots, fast_codes, sizes, kernels=FrameKernels(stream_norms=True))
-    kv_slots, streams, frames = [4, 0, 3, 1, 5], [2, 5, 0, 1, 3], [0, 3, 1, 2, 0]
-    fast.predict(kv_slots, streams, frames)
-    CodePredictorExecutor(model, plain_slots, plain_codes, max_batch=8).predict(kv_slots, streams, frames)
-    assert torch.equal(fast_codes, plain_codes) and fast_codes[streams, frames].ne(0).any()
-    torch.testing.assert_close(fast_slots.frame_embed, plain_slots.frame_embed, rtol=1e-5, atol=1e-5)
-
-
 def test_a_row_is_independent_of_its_batch(model: Qwen3TTS) -> None:
     slots = _slots(model, 6)
     codes = new_code_buffer(6, 2, model.device)
@@ -87,37 +69,3 @@ def test_top_k_above_the_static_cap_is_refused_before_anything_runs(model: Qwen3
     with pytest.raises(ValueError, match="cap of 64"):
         fast.predict([0, 1], [0, 1], [0, 0])
     assert fast.steps.eager_runs == 0
-
-
-@pytest.mark.parametrize(("min_rows", "tiles"), [(1, StepTiles()), (4, StepTiles()), (1, StepTiles(queries_first=True))],
-                         ids=["every-step", "wide-steps", "queries-first"])  # fmt: skip
-def test_persistent_step_frame_equals_the_plain_executor(model: Qwen3TTS, min_rows: int, tiles: StepTiles) -> None:
-    """Steps of at least `min_rows` token rows run as the one-launch persistent step (`kernels.cp_step`: its
-    twin here, its Triton kernel phase by phase under the interpreter); codes and embeddings stay the plain ones."""
-    plain_slots = _slots(model, 6)
-    fast_slots = copy.deepcopy(plain_slots)
-    plain_codes, fast_codes = new_code_buffer(6, 4, model.device), new_code_buffer(6, 4, model.device)
-    fast = CodePredictorGraphs(model, fast_slots, fast_codes, (1, 2, 4, 8),
-                               kernels=FrameKernels(persistent_min_rows=min_rows, step_tiles=tiles))  # fmt: skip
-    assert fast.persistent is not None
-    plain = CodePredictorExecutor(model, plain_slots, plain_codes, max_batch=8)
-    kv_slots, streams, frames = [4, 0, 3, 1, 5], [2, 5, 0, 1, 3], [0, 3, 1, 2, 0]
-    fast.predict(kv_slots, streams, frames)
-    plain.predict(kv_slots, streams, frames)
-    assert torch.equal(fast_codes, plain_codes)
-    torch.testing.assert_close(fast_slots.frame_embed, plain_slots.frame_embed, rtol=1e-5, atol=1e-5)
-
-
-def test_the_persistent_step_slices_every_sliced_product_evenly(model: Qwen3TTS) -> None:
-    slots = _slots(model, 2)
-    fast = CodePredictorGraphs(model, slots, new_code_buffer(2, 2, model.device), (1, 2),
-                               kernels=FrameKernels(persistent_min_rows=1))  # fmt: skip
-    step = fast.persistent
-    assert step is not None
-    w = step.weights
-    for wanted in (1, 2, 4, 8):
-        split, block_k = step.slicing(replace(step.tiles, split_k=wanted))
-        assert 1 <= split <= min(wanted, step.parts.shape[0]) and block_k >= 16
-        for k in [w.o.shape[2], w.down.shape[2]] + ([w.proj_w.shape[1]] if w.proj_w is not None else []):
-            assert k % split == 0 and (k // split) % block_k == 0 and k // split >= 16
-        assert w.qkv.shape[2] % block_k == 0

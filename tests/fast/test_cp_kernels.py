@@ -50,14 +50,13 @@ def test_code_predictor_kernels_match_their_twins_in_the_interpreter() -> None:
     kinds = ("proj", "qkv", "qkv_first", "o", "gate_up", "down", "head")
     expected = {f"gemv_{k}_r{r}" for k in kinds for r in (1, 3, 17)}
     expected |= {f"cp_attention_p{p}_r{r}" for p in (0, 7, 15) for r in (1, 3, 17)}
-    expected |= {f"cp_attention_qf_p7_r{r}" for r in (1, 3, 17)}  # queries loaded first (1-token steps)
-    expected |= {f"cp_attention_dot_p{p}_r{r}" for p in (0, 7) for r in (1, 3, 17)}  # products as tl.dot
     expected |= {f"cp_attention_early_p7_r{r}" for r in (1, 3, 17)}  # earlier positions loaded before the PDL wait
-    streamed = ("residual_down", "residual_proj", "norm_squares", "norm_squares_head")
+    streamed = ("residual_down", "residual_proj")
     expected |= {f"gemv_{k}_r{r}" for k in streamed for r in (1, 3, 17)}
     split = ("split_o1", "split_o2", "split_residual", "split_gate_up")  # split K, run twice, under each epilogue
     expected |= {f"gemv_{k}_r{r}" for k in split for r in (1, 3, 17)}
-    folded = ("row_norm_qkv", "row_norm_gate_up", "row_norm_head", "row_norm_shares", "row_norm_late", "add_to_o")
+    folded = ("row_norm_qkv", "row_norm_gate_up", "row_norm_head", "row_norm_shares", "row_norm_late",
+              "row_norm_shares_head", "add_to_o")
     expected |= {f"gemv_{k}_r{r}" for k in folded for r in (1, 3, 17)}
     expected |= {f"{name}_r{r}" for name in ("sampler", "sampler_acc") for r in (1, 3, 17)}
     assert set(errors) == expected
@@ -117,7 +116,7 @@ rows, norms = int(sys.argv[1]), sys.argv[2]
 plain_slots = _slots(model, rows)
 fast_slots = copy.deepcopy(plain_slots)
 plain_codes, fast_codes = new_code_buffer(rows, 2, model.device), new_code_buffer(rows, 2, model.device)
-kernels = FrameKernels(stream_norms=norms.startswith("stream"), folded_norms=norms.startswith("folded"))
+kernels = FrameKernels(folded_norms=norms.startswith("folded"))
 if norms in ("folded_late", "folded_loop"):
     kernels = replace(kernels, folded_squares=norms.removeprefix("folded_"))
 assert all(map(kernels.runs_gemv, (16, 32, 64))) and not any(map(kernels.runs_gemv, (8, 128)))
@@ -134,14 +133,13 @@ print(json.dumps({"codes": bool(torch.equal(fast_codes, plain_codes)), "written"
 """
 
 
-@pytest.mark.parametrize(("rows", "norms"), [(8, "kernels"), (8, "stream"), (16, "stream"), (16, "split"),
-                                            (16, "stream_split"), (16, "folded"), (16, "folded_split"),
+@pytest.mark.parametrize(("rows", "norms"), [(8, "kernels"), (16, "split"), (16, "folded"), (16, "folded_split"),
                                             (16, "folded_late"), (16, "folded_loop")])  # fmt: skip
 def test_the_fused_frame_with_tensor_core_products_equals_the_plain_executor(rows: int, norms: str) -> None:
     """8 frame rows: the first step's 16 token rows run the default tensor-core `gemv` tiles, the later 8-row steps
-    cuBLAS; 16 frame rows: every step in `gemv` (32 and 16 token rows). Norms in `rms_norm` kernels, or carried by
-    the residual stream's products as partial sums of squares (`FrameKernels.stream_norms`), or folded into the
-    products that follow them (`FrameKernels.folded_norms`); products in split-K tiles (`GemvConfig.split_k`)."""
+    cuBLAS; 16 frame rows: every step in `gemv` (32 and 16 token rows). Norms in `rms_norm` kernels, or folded into
+    the products that follow them (`FrameKernels.folded_norms`, the rows' sums of squares from the branch ends'
+    shares or the x tiles); products in split-K tiles (`GemvConfig.split_k`)."""
     result = run_interpreted(FRAME_WIDE, timeout_s=600, args=(str(rows), norms))
     assert result["codes"] and result["written"]
     assert result["embed"] < 1e-5

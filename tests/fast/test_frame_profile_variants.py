@@ -21,17 +21,16 @@ def test_every_named_variant_builds_its_kernels_and_talker_options() -> None:
 
 
 def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
-    kernels = frame_profile.frame_kernels("stream_norms+attn_dot+split4+attn_early")
-    assert kernels.stream_norms and kernels.attention_dot and kernels.attention_early_cache
+    kernels = frame_profile.frame_kernels("folded_late+attn_late+split4")
+    assert kernels.folded_norms and kernels.folded_squares == "late" and not kernels.attention_early_cache
     assert {tile.split_k for tiles in kernels.dot_gemv.values() for tile in tiles.values()} == {4}
     assert all(tiles["gate_up"].block_n == 16 for tiles in kernels.dot_gemv.values())  # split gate|up: 16 columns
     narrow = frame_profile.frame_kernels("split4_narrow").dot_gemv[64]
     assert {name for name, tile in narrow.items() if tile.split_k == 4} == {"proj", "o", "down"}
     assert 128 in frame_profile.frame_kernels("split4_128").dot_gemv  # a B = 64 frame's first step too
-    _, _, chain, tiles = frame_profile.talker_options("stream_norms+talker_chain_stream_split")
-    assert chain == (16, 64) and tiles.stream_norms and tiles.down is not None
-    assert frame_profile.talker_options("talker_chain_all")[2] == (16, 32, 64)
-    assert (tiles.qkv.split_k, tiles.o.split_k, tiles.gate_up.split_k, tiles.down.split_k) == (4, 4, 2, 4)
+    _, _, chain, tiles = frame_profile.talker_options("folded_norms+talker_chain_all")
+    assert chain == (16, 32, 64) and tiles.down is None
+    assert frame_profile.talker_options("talker_chain")[2] == (16, 64)
     assert frame_profile.talker_options("split4") == frame_profile.talker_options("defaults")  # talker untouched
     down = frame_profile.talker_options("talker_chain_down_split2")[3].down
     assert down is not None and down.split_k == 2 and frame_profile.talker_options("talker_chain_down")[3].down
@@ -50,7 +49,7 @@ def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
     assert {name for name, tile in small[4].items() if tile.split_k == 4} == {"proj", "o", "down"}
 
 
-@pytest.mark.parametrize("variant", ["stream_norm", "talker_chain+talker_chain_stream"])
+@pytest.mark.parametrize("variant", ["stream_norms", "persistent", "talker_chain+talker_chain_all"])
 def test_an_unknown_part_or_two_talker_parts_are_refused(variant: str) -> None:
     with pytest.raises(SystemExit) as refused:
         frame_profile.main(["--variants", "defaults", variant])

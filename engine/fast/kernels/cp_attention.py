@@ -70,17 +70,13 @@ if HAVE_TRITON:
         qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr, b, j,
         start, eps, scale, stride_s, stride_k, stride_l, keys, values,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
-        D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, CACHE: tl.constexpr,
-        QUERIES_FIRST: tl.constexpr = False, DOT: tl.constexpr = False,
+        D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr,
     ):  # fmt: skip
         """Frame row b, kv head j: everything the module docstring lists, with the q/k norm weights (and their
         rotate-half partners) already loaded as fp32 [D], and the earlier positions' keys and values
-        (`load_earlier`). CACHE: the load modifier for qkv (".cg" where qkv was
-        written earlier in the same kernel, by other SMs, so no stale L1 line can be read). QUERIES_FIRST (one
-        token): the query heads are loaded with the key and value, before the cache writes, which the compiler
-        may not move a later load above: one trip to memory instead of two. DOT (GP >= 16, the query heads
-        padded with masked rows): q k^T and the weighted sum of values as fp32 `tl.dot` products ("ieee": no
-        TF32 rounding) instead of broadcast products summed across threads."""
+        (`load_earlier`). The two products (q k^T over at most 16 keys, weights x values) are broadcast products
+        summed across threads: as fp32 `tl.dot` over query heads padded to 16 rows they were slower on the H200
+        (CP frame 3.99 against 3.05 ms at B = 64, 2026-12-05)."""
         width: tl.constexpr = (H + 2 * K) * D
         d = tl.arange(0, D)
         d_rot = (d + D // 2) % D
@@ -92,20 +88,14 @@ if HAVE_TRITON:
         positions = tl.arange(0, BLOCK_L)
         # Keys and values of the earlier steps came from the cache (`keys`, `values`); this step's are computed
         # here and merged in registers, so the cache writes below are never read back by this program.
-        if QUERIES_FIRST:
-            tl.static_assert(T == 1, "queries first: one token a row")
-            q_first = qkv_ptr + b * width + heads[:, None] * D
-            x_first = tl.load(q_first + d[None, :], mask=g_mask[:, None], other=0.0, cache_modifier=CACHE)
-            x_rot_first = tl.load(q_first + d_rot[None, :], mask=g_mask[:, None], other=0.0, cache_modifier=CACHE)
         for t in tl.static_range(T):
             row = qkv_ptr + (b * T + t) * width
             c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
             s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
             head = row + (H + j + one[:, None]) * D  # k [1, D] as the cache stores it, v [1, D]
-            k = _norm_rope(tl.load(head + d[None, :], cache_modifier=CACHE).to(tl.float32),
-                           tl.load(head + d_rot[None, :], cache_modifier=CACHE).to(tl.float32),
+            k = _norm_rope(tl.load(head + d[None, :]).to(tl.float32), tl.load(head + d_rot[None, :]).to(tl.float32),
                            kw, kw_rot, c, s, eps, d, D, DTYPE).to(DTYPE)  # fmt: skip
-            v = tl.load(row + (H + K + j + one[:, None]) * D + d[None, :], cache_modifier=CACHE)
+            v = tl.load(row + (H + K + j + one[:, None]) * D + d[None, :])
             slot = cache + (start + t) * stride_l + d[None, :]  # [1, D]
             tl.store(k_cache_ptr + slot, k)
             tl.store(v_cache_ptr + slot, v)
@@ -117,28 +107,16 @@ if HAVE_TRITON:
             row = qkv_ptr + (b * T + t) * width
             c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
             s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
-            if QUERIES_FIRST:
-                x = x_first.to(tl.float32)
-                x_rot = x_rot_first.to(tl.float32)
-            else:
-                q_ptrs = row + heads[:, None] * D
-                x = tl.load(q_ptrs + d[None, :], mask=g_mask[:, None], other=0.0,
-                            cache_modifier=CACHE).to(tl.float32)  # fmt: skip
-                x_rot = tl.load(q_ptrs + d_rot[None, :], mask=g_mask[:, None], other=0.0,
-                                cache_modifier=CACHE).to(tl.float32)  # fmt: skip
+            q_ptrs = row + heads[:, None] * D
+            x = tl.load(q_ptrs + d[None, :], mask=g_mask[:, None], other=0.0).to(tl.float32)
+            x_rot = tl.load(q_ptrs + d_rot[None, :], mask=g_mask[:, None], other=0.0).to(tl.float32)
             q = _norm_rope(x, x_rot, qw, qw_rot, c, s, eps, d, D, DTYPE)  # [GP, D]
             visible = positions <= start + t  # (a later token's key and value get weight 0)
-            if DOT:
-                scores = tl.dot(q, tl.trans(keys), input_precision="ieee") * scale  # [GP, BL]
-            else:
-                scores = tl.sum(q[:, None, :] * keys[None, :, :], axis=2) * scale  # [GP, BL]
+            scores = tl.sum(q[:, None, :] * keys[None, :, :], axis=2) * scale  # [GP, BL]
             scores = tl.where(visible[None, :], scores, float("-inf"))
             weights = tl.exp(scores - tl.max(scores, axis=1)[:, None])
             weights = weights / tl.sum(weights, axis=1)[:, None]
-            if DOT:
-                out = tl.dot(weights, values, input_precision="ieee")  # [GP, D]
-            else:
-                out = tl.sum(weights[:, :, None] * values[None, :, :], axis=1)  # [GP, D]
+            out = tl.sum(weights[:, :, None] * values[None, :, :], axis=1)  # [GP, D]
             out_ptrs = out_ptr + (b * T + t) * H * D + heads[:, None] * D + d[None, :]
             tl.store(out_ptrs, out.to(DTYPE), mask=g_mask[:, None])
 
@@ -158,8 +136,7 @@ if HAVE_TRITON:
         qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_cache_ptr, v_cache_ptr, out_ptr,
         start, eps, scale, stride_s, stride_k, stride_l,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
-        D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PDL: tl.constexpr,
-        QUERIES_FIRST: tl.constexpr, DOT: tl.constexpr, EARLY: tl.constexpr,
+        D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr,
     ):  # fmt: skip
         b, j = tl.program_id(0), tl.program_id(1)
         qw, qw_rot, kw, kw_rot = norm_weights(qw_ptr, kw_ptr, D)
@@ -172,7 +149,7 @@ if HAVE_TRITON:
                                         BLOCK_L)  # fmt: skip
         attend_row_head(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr, b, j,
                         start, eps, scale, stride_s, stride_k, stride_l, keys, values, T, H, K, G, GP, D, BLOCK_L,
-                        DTYPE, "", QUERIES_FIRST, DOT)  # fmt: skip
+                        DTYPE)  # fmt: skip
 
 
 def cp_attention_reference(
@@ -192,16 +169,12 @@ def cp_attention_reference(
 def cp_attention(
     qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float,
     k_cache: Tensor, v_cache: Tensor, start: int, tokens: int, num_heads: int, num_kv_heads: int,
-    out: Tensor | None = None, num_warps: int = 4, pdl: bool = False, queries_first: bool = False,
-    dot: bool = False, early_cache: bool = False,
+    out: Tensor | None = None, num_warps: int = 4, pdl: bool = False, early_cache: bool = False,
 ) -> Tensor:  # fmt: skip
     """qkv [B*T,(H+2K)D] contiguous, cos/sin [L,D], caches [S>=B,K,L,D]; tokens T at positions start..start+T-1
     -> attention output [B*T, H*D] (into `out`, contiguous, when given); the new keys and values are written
     into the caches in place. `num_warps` of each (frame row, kv head) program. `pdl`: launched as a programmatic
-    dependent of the kernel before it (`kernels.pdl`). `queries_first` (one token a row only; ignored otherwise):
-    the query heads are loaded with the key and value, before the cache writes (`attend_row_head`). `dot`: the
-    two attention products as fp32 `tl.dot` over the query heads padded to 16 rows (`attend_row_head`).
-    `early_cache` (with `pdl`): the earlier positions' keys and values are loaded before waiting for the kernel
+    dependent of the kernel before it (`kernels.pdl`). `early_cache` (with `pdl`): the earlier positions' keys and values are loaded before waiting for the kernel
     before (the previous step's attention wrote them, dozens of launches back: a programmatic dependent starts
     only once the kernel two back has completed and its writes are visible), so those loads leave the critical
     path after the qkv product."""
@@ -220,9 +193,9 @@ def cp_attention(
     _cp_attention_kernel[(rows // tokens, num_kv_heads)](
         qkv, cos, sin, q_weight, k_weight, k_cache, v_cache, out, start, eps, 1.0 / math.sqrt(d),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        T=tokens, H=num_heads, K=num_kv_heads, G=group, GP=max(16 if dot else 1, triton.next_power_of_2(group)), D=d,
+        T=tokens, H=num_heads, K=num_kv_heads, G=group, GP=triton.next_power_of_2(group), D=d,
         BLOCK_L=triton.next_power_of_2(k_cache.shape[2]), DTYPE=TRITON_DTYPES[qkv.dtype], PDL=pdl_enabled(pdl),
-        QUERIES_FIRST=queries_first and tokens == 1, DOT=dot, EARLY=early_cache, num_warps=num_warps,
+        EARLY=early_cache, num_warps=num_warps,
         **launch_options(pdl),
     )  # fmt: skip
     return out

@@ -105,8 +105,9 @@ def check_cp_kernels(
         pairs = rand(r, 2, hidden)  # the frame's first step: the head reads every second token row
         run_gemv("head", r, pairs[:, 1], weights["head"], residual=rand(r, 2, hidden)[:, 1], norm_weight=norm)
 
-        # The residual stream's products (`gemv_residual`: the stream and its shares of each row's sum of squares)
-        # and the products normed from those shares; the head reads every second token row, its shares too.
+        # The residual stream's products (`gemv_residual`: the stream and its shares of each row's sum of squares,
+        # which the folded norms' products below scale their rows by); the head reads every second token row, its
+        # shares too.
         tile = configs.get("stream")
         for name, kw in (("down", {"add_to": res}), ("proj", {"index": index[:, 1], "bias": bias})):
             source = rand(r, inter, scale=0.3) if name == "down" else table
@@ -114,13 +115,9 @@ def check_cp_kernels(
             stream_ref, squares_ref = gemv_residual_reference(source, weights[name], config=tile, **kw)  # type: ignore[arg-type]
             errors[f"gemv_residual_{name}_r{r}"] = max(relative_l2(stream, stream_ref),
                                                         relative_l2(squares, squares_ref))  # fmt: skip
-        y, _ = gemv(stream, weights["qkv"], norm_weight=norm, norm_squares=squares, config=tile)
-        errors[f"gemv_norm_squares_r{r}"] = relative_l2(y, gemv_reference(stream, weights["qkv"], norm_weight=norm)[0])
         pairs, pair_squares = gemv_residual(rand(2 * r, inter, scale=0.3), weights["down"], add_to=rand(2 * r, hidden),
                                             config=tile)  # fmt: skip
         last, last_squares = pairs.view(r, 2, hidden)[:, 1], pair_squares.view(r, 2, -1)[:, 1]
-        y, _ = gemv(last, weights["head"], norm_weight=norm, norm_squares=last_squares, config=tile)
-        errors[f"gemv_norm_squares_head_r{r}"] = relative_l2(y, gemv_reference(last, weights["head"], norm_weight=norm)[0])
 
         # Norms folded into the products (`fold_norm`'s weights, `gemv(row_norm=True)`; rows of any stride, as the
         # head reads every second token row) and a branch's end adding the residual stream (`gemv(add_to=...)`):
@@ -140,6 +137,9 @@ def check_cp_kernels(
                         config=tile, out=nan(r, inter))  # fmt: skip
             y_ref = row_norm_reference(stream, folded, 1e-6, silu_mul=True)
             errors[f"gemv_row_norm_{'late' if late else 'shares'}_r{r}"] = relative_l2(y, y_ref)
+        folded = fold_norm(weights["head"], norm)
+        y, _ = gemv(last, folded, row_norm=True, norm_squares=last_squares, config=tile, out=nan(r, vocab))
+        errors[f"gemv_row_norm_shares_head_r{r}"] = relative_l2(y, row_norm_reference(last, folded, 1e-6))
         attended = rand(r, heads * head_dim)
         y, _ = gemv(attended, weights["o"], add_to=x, config=tile, out=nan(r, hidden))
         errors[f"gemv_add_to_o_r{r}"] = relative_l2(y, x + gemv_reference(attended, weights["o"])[0])
@@ -156,10 +156,8 @@ def check_cp_kernels(
         stream_ref, squares_ref = gemv_residual_reference(attended, weights["o"], add_to=x, config=split)
         errors[f"gemv_split_residual_r{r}"] = max(relative_l2(stream, stream_ref),
                                                   relative_l2(squares, squares_ref))  # fmt: skip
-        y, _ = gemv(stream, weights["gate_up"], norm_weight=norm, norm_squares=squares, silu_mul=True, config=split,
-                    out=nan(r, inter))  # fmt: skip
-        y_ref = gemv_reference(stream, weights["gate_up"], norm_weight=norm, silu_mul=True)[0]
-        errors[f"gemv_split_gate_up_r{r}"] = relative_l2(y, y_ref)
+        y, _ = gemv(stream, weights["gate_up"], silu_mul=True, config=split, out=nan(r, inter))
+        errors[f"gemv_split_gate_up_r{r}"] = relative_l2(y, gemv_reference(stream, weights["gate_up"], silu_mul=True)[0])
 
     rotary = RotaryEmbedding(head_dim, 1_000_000.0).to(device)
     rotary.reset_inv_freq()
@@ -167,8 +165,7 @@ def check_cp_kernels(
     cos, sin = cos[0, 0].contiguous(), sin[0, 0].contiguous()  # [L,D]
     qw, kw = 1.0 + rand(head_dim, scale=0.1), 1.0 + rand(head_dim, scale=0.1)
     for r in rows:
-        cases = ((0, 2, ""), (7, 1, ""), (positions - 1, 1, ""), (7, 1, "qf"), (0, 2, "dot"), (7, 1, "dot"),
-                 (7, 1, "early"))  # fmt: skip
+        cases = ((0, 2, ""), (7, 1, ""), (positions - 1, 1, ""), (7, 1, "early"))
         for start, tokens, variant in cases:
             caches = [rand(r + 1, kv_heads, positions, head_dim) for _ in range(2)]
             clean = [c.clone() for c in caches]
@@ -178,8 +175,7 @@ def check_cp_kernels(
                     c[:, :, start:] = float("nan")
                 c_clean[:, :, start:] = 0.0  # the twin masks after the product: it needs finite keys
             out = cp_attention(qkv, cos, sin, qw, kw, 1e-6, *caches, start, tokens, heads, kv_heads,
-                               out=nan(r * tokens, heads * head_dim), queries_first=variant == "qf",
-                               dot=variant == "dot", early_cache=variant == "early",
+                               out=nan(r * tokens, heads * head_dim), early_cache=variant == "early",
                                pdl=variant == "early")  # fmt: skip
             ref = cp_attention_reference(qkv, cos, sin, qw, kw, 1e-6, *clean, start, tokens, heads, kv_heads)
             written = slice(start, start + tokens)

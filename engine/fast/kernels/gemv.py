@@ -19,7 +19,9 @@ Around the product, in the same kernel, so the layer needs fewer launches (each 
               y = silu(gate) * up                             (W = [gate; up] of 2N rows: `silu_mul`'s rounding)
               y = add_to + acc (+ bias), with each program's share of every row's sum of y^2 ([R, programs]
                                                               fp32: `gemv_residual`, the end of a residual branch)
-    prologue  xn = norm_w * rms_norm(x) from those shares     (`norm_squares`: no pass over x, no norm kernel)
+              y = rms_scale(x) * acc                          (`row_norm`: the norm weight folded into W's
+                                                              columns, the rows' sums of squares from those
+                                                              shares or from the x tiles)
 
     x [*, K] (rows addressed by index or 0..R-1; any row stride)   W [N or 2N, K] contiguous
     -> y [R, N] in x's dtype (and s [R, K] when a residual is given)
@@ -71,15 +73,6 @@ if HAVE_TRITON:
         return x
 
     @triton.jit
-    def _prefetch_rows(w_rows, n_mask, w_ptr, K: tl.constexpr, PER_LINE: tl.constexpr, BLOCK_LINES: tl.constexpr):
-        """One `prefetch.global.L2` per 128-byte line (PER_LINE values) of the K-wide rows w_rows [BN,1]."""
-        line = tl.arange(0, BLOCK_LINES)
-        valid = n_mask[:, None] & (line * PER_LINE < K)[None, :]
-        lines = tl.where(valid, w_rows + line[None, :] * PER_LINE, w_ptr)
-        tl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [lines], dtype=tl.int32, is_pure=False,
-                                  pack=1)  # fmt: skip
-
-    @triton.jit
     def _sum_k_slices(acc, acc_up, part_ptr, count_ptr, pid, SILU_MUL: tl.constexpr, BLOCK_R: tl.constexpr,
                       BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):  # fmt: skip
         """Split K: store this program's fp32 tile(s) [BR, BN] as slice program_id(1)'s partial, count the arrival
@@ -118,8 +111,8 @@ if HAVE_TRITON:
         K: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
         HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, USE_DOT: tl.constexpr, DTYPE: tl.constexpr,
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr, PER_LINE: tl.constexpr,
-        PREFETCH_LINES: tl.constexpr, NORM_SQUARES: tl.constexpr, BLOCK_P: tl.constexpr, ADD_TO: tl.constexpr,
+        ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr,
+        NORM_SQUARES: tl.constexpr, BLOCK_P: tl.constexpr, ADD_TO: tl.constexpr,
         SQUARES_OUT: tl.constexpr, SPLIT_K: tl.constexpr, ROW_NORM: tl.constexpr, SQUARES_LATE: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
@@ -138,10 +131,6 @@ if HAVE_TRITON:
             w_first = tl.load(w_rows + k_first[None, :], mask=w_first_mask, other=0.0)
             if SILU_MUL:
                 w_up_first = tl.load(w_rows + n_out * K + k_first[None, :], mask=w_first_mask, other=0.0)
-        if PREFETCH_LINES > 0:  # this program's weight slice, into L2 while the kernel before still runs
-            _prefetch_rows(w_rows, n_mask, w_ptr, K, PER_LINE, PREFETCH_LINES)
-            if SILU_MUL:
-                _prefetch_rows(w_rows + n_out * K, n_mask, w_ptr, K, PER_LINE, PREFETCH_LINES)
         wait_for_producer(PDL)  # everything below reads or writes activations
         if HAS_INDEX:  # noqa: SIM108 (a constexpr branch: no load is emitted without an index)
             source = tl.load(index_ptr + r * stride_index, mask=r_mask, other=0)
@@ -153,7 +142,7 @@ if HAVE_TRITON:
             p_all = tl.arange(0, BLOCK_P)
             late_parts = tl.load(sq_in_ptr + r[:, None] * stride_sq_in + p_all[None, :],
                                  mask=r_mask[:, None] & (p_all < parts_in)[None, :], other=0.0)  # [BR, BP] fp32
-        elif NORM_SQUARES:  # the row norms from the producer's partial sums of squares: no pass over x
+        elif NORM_SQUARES:  # (ROW_NORM) the row norms from the producer's partial sums of squares: no pass over x
             # 16 shares a load: beside the talker's gate|up tiles, its o's 128 shares at once spilled 104 bytes a
             # thread, 32 a load spilled 16 in the code predictor's (compiled for sm_90 by Triton 3.9)
             squares = tl.zeros([BLOCK_R], dtype=tl.float32)
@@ -294,10 +283,6 @@ class GemvConfig:
     the rows multiply on tensor cores (None: from 16 rows up; `tl.dot` needs 16 rows and 16 columns).
     `loop_stages` 0: the K loop unrolled, the first weight tile requested before the norm pass; n > 0: a runtime
     K loop software-pipelined over n tiles (for long K, where the unrolled loop runs out of registers).
-    `prefetch`: launched as a programmatic dependent (`pdl`), a program first asks L2 for its whole weight slice
-    (one `prefetch.global.L2` per 128-byte line), so the weights stream while the kernel before it finishes.
-    On the H200 (2026-12-04, frame_profile `gemv64_pdl_prefetch_qf`, with the queries-first attention too): CP
-    frame at B=64 3.130 against 3.132 ms without either, so off.
     `split_k` > 1 (tensor cores, pipelined loop): each column tile's K cut into that many slices, one program each,
     so a product of few column tiles has that many times the programs streaming it; the slices' fp32 partials are
     summed, in slice order, by the slice program that finishes last (`_sum_k_slices`). Unmeasured on a GPU."""
@@ -307,7 +292,6 @@ class GemvConfig:
     num_warps: int = 4
     use_dot: bool | None = None
     loop_stages: int = 0
-    prefetch: bool = False
     split_k: int = 1
 
 
@@ -418,24 +402,21 @@ def gemv(
     contiguous), norm_weight [K], bias [N] -> (y [R,N], residual + x [R,K] when a residual is given, else
     None). `out` / `sum_out` (last dim contiguous) receive them when given. `pdl`: launched as a programmatic
     dependent of the kernel before it (`kernels.pdl`), its first weight tile fetched before waiting for it.
-    `norm_squares` [R,P] fp32 (last dim contiguous, any row stride; with norm_weight, without a residual): the
-    rows of x are the residual stream `gemv_residual` wrote, normed from its shares of their sums of squares
-    instead of a pass over x (the twin norms x itself).
     `add_to` [R,N] (last dim contiguous): y = add_to + x @ W^T, the plain add of the rounded product (a residual
     branch's end, without `gemv_residual`'s shares). `row_norm` (without norm_weight, residual or bias): y =
     rms_scale(x) * (x @ W^T), each row's 1 / sqrt(mean(x^2) + eps) applied to the fp32 product before its rounding
     (and before SwiGLU): with W's columns pre-multiplied by an RMSNorm's weight (`fold_norm`) this is the norm and
     the product in one pass over x, the activations' two roundings (x * rstd, then * weight) replaced by the folded
-    weight's one. The rows' sums of squares come from the x tiles the product streams, or with `norm_squares` from
-    the shares `gemv_residual` wrote (no work on x in the K loop), requested before the loop and summed after it
-    when `squares_late`."""
+    weight's one. The rows' sums of squares come from the x tiles the product streams, or with `norm_squares` [R,P]
+    fp32 (last dim contiguous, any row stride) from the shares `gemv_residual` wrote when x is its output (no work
+    on x in the K loop; the twin squares x itself), requested before the loop and summed after it when
+    `squares_late`."""
     if residual is not None and norm_weight is None:
         raise ValueError("gemv: a residual is only added in the norm prologue")
     if bias is not None and silu_mul:
         raise ValueError("gemv: bias and silu_mul do not combine")
-    if norm_squares is not None and ((norm_weight is None) == (not row_norm) or residual is not None
-                                     or index is not None):  # fmt: skip
-        raise ValueError("gemv: norm_squares norms the rows of x as they are (no residual, no index)")
+    if norm_squares is not None and (not row_norm or index is not None):
+        raise ValueError("gemv: norm_squares scales the rows of x as they are (row_norm, no index)")
     if squares_late and (norm_squares is None or not row_norm):
         raise ValueError("gemv: squares_late sums norm_squares' shares after the K loop of a row_norm product")
     if row_norm and (norm_weight is not None or residual is not None or bias is not None):
@@ -511,16 +492,14 @@ def _launch(
     if split > 1:
         if row_norm:
             raise ValueError("gemv split_k: a row norm needs each row's whole K in one program")
-        if not (use_dot and config.loop_stages > 0 and residual is None and not config.prefetch):
-            raise ValueError("gemv split_k: tensor-core tiles, a pipelined loop, no residual prologue, no prefetch")
+        if not (use_dot and config.loop_stages > 0 and residual is None):
+            raise ValueError("gemv split_k: tensor-core tiles, a pipelined loop, no residual prologue")
         if k % (split * block_k):
             raise ValueError(f"gemv split_k: K {k} is not {split} slices of whole {block_k}-wide tiles")
         units = 2 if silu_mul else 1
         parts = torch.empty(split * programs * units * block_r * block_n, dtype=torch.float32, device=x.device)
         counts = _split_counts(x.device, programs)
     assert squares_out is None or (squares_out.shape == (rows, programs) and squares_out.is_contiguous())
-    per_line = 128 // weight.element_size()  # values in a 128-byte L2 line
-    prefetch_lines = _next_power_of_2(triton.cdiv(k, per_line)) if config.prefetch and pdl_enabled(pdl) else 0
     parts_in = norm_squares.shape[1] if norm_squares is not None else 1
     _gemv_kernel[(programs, split)](
         x, index if index is not None else x, residual if residual is not None else x,
@@ -536,7 +515,7 @@ def _launch(
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
         BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k,
         ONE_CHUNK=block_k >= k and not config.loop_stages and norm_squares is None,
-        PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages, PER_LINE=per_line, PREFETCH_LINES=prefetch_lines,
+        PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages,
         NORM_SQUARES=norm_squares is not None, BLOCK_P=_next_power_of_2(parts_in), ADD_TO=add_to is not None,
         SQUARES_OUT=squares_out is not None, SPLIT_K=split, ROW_NORM=row_norm, SQUARES_LATE=squares_late,
         num_warps=config.num_warps,
