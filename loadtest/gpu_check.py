@@ -1,6 +1,6 @@
 """THE GPU check: every fast path against its plain-PyTorch twin, then timings, the cost-model JSON, a table.
 
-One run, one section per module: "talker/code predictor" here, "codec" from `engine.fast.codec_check.run`
+One run, one section per module: "talker/code predictor" here, "codec" from `loadtest.codec_check.run`
 when that module exists. On the full-size model with random bf16 weights (never zeros):
 
 1. kernels: each Triton kernel vs its twin (`engine.fast.kernels.selfcheck`);
@@ -443,12 +443,12 @@ def main(argv: list[str] | None = None) -> int:
     codec: dict[str, Any] | None = None
     if not args.skip_codec:
         try:
-            from engine.fast import codec_check  # type: ignore[attr-defined]
+            from loadtest import codec_check
 
             codec = codec_check.run(args)
             report["codec"] = codec
         except ImportError:
-            report["codec"] = "engine.fast.codec_check not present"
+            report["codec"] = "loadtest.codec_check not present"
         except Exception:  # noqa: BLE001 - one section's failure must not hide the others
             report["codec"] = {"error": traceback.format_exc()}
     ok = True

@@ -1,4 +1,4 @@
-"""`engine.fast.codec_check` judges bf16 fast paths the way issue 13 asks: by their error against fp32.
+"""`loadtest.codec_check` judges bf16 fast paths the way issue 13 asks: by their error against fp32.
 
 On a CPU, tiny codec: the fast bf16 decoder does not follow the plain bf16 op sequence's roundings (fused norms and
 folded layer scales in the pre-transformer), so the two are ~3e-2 apart, yet each is as close to fp32 as the other.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import engine.fast.codec_check as codec_check
+import loadtest.codec_check as codec_check
 from engine.codec.config import codec_preset
 
 

@@ -1,6 +1,6 @@
 """The codec section of the GPU check: fast path vs its plain twin per precision, then timings and cost entries.
 
-`run(args) -> dict` (called by `loadtest/gpu_check.py`, or directly: `python -m engine.fast.codec_check`), on
+`run(args) -> dict` (called by `loadtest/gpu_check.py`, or directly: `python -m loadtest.codec_check`), on
 the full-size codec with seeded random weights (never zeros), every stream at its own position:
 
 1. kernels: fused SnakeBeta variants and the codebook gather-sum vs their PyTorch twins, bf16 and fp32;
@@ -603,7 +603,7 @@ def table(report: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m engine.fast.codec_check", description=__doc__.splitlines()[0]
+        prog="python -m loadtest.codec_check", description=__doc__.splitlines()[0]
     )
     parser.add_argument("--preset", default="full")
     parser.add_argument("--codec-budget-s", type=float, default=300.0)

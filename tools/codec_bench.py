@@ -1,4 +1,4 @@
-"""`python -m engine.codec.bench`: time one incremental codec step per (batch, frames) shape, eager and graphed.
+"""`python tools/codec_bench.py`: time one incremental codec step per (batch, frames) shape, eager and graphed.
 
 Every stream carries state from real history (past the 72-frame window), so the step is the shape a streaming
 engine runs. Prints one JSON line per shape (milliseconds per call, frames per second) for the cost model.
@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import torch
 
-from engine.codec.config import codec_preset
-from engine.codec.model import CodecDecoder
-from engine.codec.stream import CodecStatePool, decode_incremental
-from engine.codec.weights import random_codec
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from engine.codec.config import codec_preset  # noqa: E402
+from engine.codec.model import CodecDecoder  # noqa: E402
+from engine.codec.stream import CodecStatePool, decode_incremental  # noqa: E402
+from engine.codec.weights import random_codec  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -56,7 +60,7 @@ def bench_shape(decoder: CodecDecoder, batch: int, frames: int, repeats: int) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m engine.codec.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python tools/codec_bench.py", description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="full", choices=["full", "tiny"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
