@@ -87,6 +87,7 @@ class KernelOptions:
     talker_gemv_rows: int = 2  # fast talker: decode steps of up to this many rows with its products in `gemv`
     talker_fused_rope: bool = True  # fast talker: q/k norm and RoPE inside the decode attention's split kernel
     talker_chain: str = "on"  # fast talker: 16- and 64-row decode steps as one PDL chain: off | on
+    talker_folded_norms: bool = False  # talker_chain on: its post-attention norms folded into gate|up
 
     def __post_init__(self) -> None:
         _check_choice("cp_kernels", self.cp_kernels, CP_KERNELS)
@@ -99,6 +100,8 @@ class KernelOptions:
         if self.talker_chain != "off" and not self.talker_fused_rope:
             raise ValueError("talker_chain needs talker_fused_rope (its attention kernels are the fused ones): "
                              "with --no-talker-fused-rope pass --talker-chain off")
+        if self.talker_folded_norms and self.talker_chain == "off":
+            raise ValueError("talker_folded_norms folds the chained talker's norms: it needs talker_chain on")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +159,7 @@ class EngineSettings:
     cp_folded_norms: bool = KernelOptions.cp_folded_norms
     cp_split_k: int = KernelOptions.cp_split_k
     talker_chain: str = KernelOptions.talker_chain
+    talker_folded_norms: bool = KernelOptions.talker_folded_norms
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
     rescue_slack_ms: float = SchedulerConfig().rescue_slack_ms  # a playing stream this near running dry goes first
@@ -237,7 +241,8 @@ class EngineSettings:
         """The fast paths' kernel choices as `Executors` takes them."""
         return KernelOptions(cp_kernels=self.cp_kernels, cp_pdl=self.cp_pdl, cp_folded_norms=self.cp_folded_norms,
                              cp_split_k=self.cp_split_k, talker_gemv_rows=self.talker_gemv_rows,
-                             talker_fused_rope=self.talker_fused_rope, talker_chain=self.talker_chain)  # fmt: skip
+                             talker_fused_rope=self.talker_fused_rope, talker_chain=self.talker_chain,
+                             talker_folded_norms=self.talker_folded_norms)  # fmt: skip
 
     @property
     def resolved_precompile_workers(self) -> int:
@@ -519,6 +524,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fast talker: its 16- and 64-row decode steps as one chain of programmatic-dependent Triton "
                         "kernels (default on; needs --talker-fused-rope: the B = 64 decode step 2.05 -> 1.98 ms on "
                         "the H200, the same results bit for bit)")
+    p.add_argument("--talker-folded-norms", action=argparse.BooleanOptionalAction, default=d.talker_folded_norms,
+                   help="with --talker-chain on: its steps without the post-attention RMSNorm kernels, each norm's "
+                        "weight folded into gate|up's columns (a second copy, ~1.4 GB at 1.7B) and the rows' RMS "
+                        "scale, from o's shares of their sums of squares, applied to its result (28 launches fewer "
+                        "a step; unmeasured on a GPU, off)")
     p.add_argument("--precompile-workers", type=int, default=d.precompile_workers,
                    help="with --cp-kernels fused: child processes that compile its Triton kernels in parallel before "
                         "capture (-1: one per CPU core, at most 8; 0: the capture compiles them one by one)")

@@ -84,7 +84,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 
         precompile_frames(model.config.talker, model.config.code_predictor, DTYPE, BATCHES, kernels,
                           DEFAULT_TOP_K_CAP, default_workers())  # fmt: skip
-    chain_rows, chain_tiles = chain_options(options.talker_chain)
+    chain_rows, chain_tiles = chain_options(options.talker_chain, options.talker_folded_norms)
     fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256),
                                gemv_max_rows=options.talker_gemv_rows, fused_rope=options.talker_fused_rope,
                                chain_rows=chain_rows, chain_tiles=chain_tiles)  # fmt: skip
@@ -423,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the fused code predictor's tensor-core products' K slices")
     p.add_argument("--talker-chain", default=engine.talker_chain, choices=TALKER_CHAINS,
                    help="the fast talker's 16- and 64-row decode as one kernel chain")
+    p.add_argument("--talker-folded-norms", action=argparse.BooleanOptionalAction, default=engine.talker_folded_norms,
+                   help="as the engine's --talker-folded-norms")
     args = p.parse_args(argv)
     if args.dry_run:
         return dry_run(args)

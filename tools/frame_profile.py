@@ -47,7 +47,9 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                talker_gemv_rope both, without the chain (the defaults before 2026-12-05)
     talker_chain  the talker's 16 and 64 row decode steps as `run_layers_chained` (the engine's default);
                talker_chain_off unchained; talker_chain_all also 32 rows; talker_chain_down with down in a 16-column
-               tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices
+               tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices; talker_chain_folded without
+               the post-attention norm kernels (`ChainTiles.folded`: the norm folded into gate|up, the rows' sums of
+               squares from o's shares, summed before gate|up's K loop; talker_chain_folded_late: after it)
     tattn_p2, tattn_p2_32  the talker's 5-64 row decode attention in 2 interleaved programs per (row, kv head),
                64- or 32-key blocks, 4 warps (`SplitConfig.programs`; the engine's default at 33-64 rows is
                tattn_p2_32's)
@@ -92,7 +94,8 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head",
             "split1_narrow", "folded_norms", "folded_late", "folded_loop", "norm_kernels", "dot_small",
             "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain", "talker_chain_off", "talker_chain_all",
-            "talker_chain_down", "talker_chain_down_split2", "tattn_p2", "tattn_p2_32")
+            "talker_chain_down", "talker_chain_down_split2", "talker_chain_folded", "talker_chain_folded_late",
+            "tattn_p2", "tattn_p2_32")
 CONTEXT = 512
 ROUNDS = 5
 
@@ -167,7 +170,9 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
         return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, (), None)
     if part.startswith("talker_chain"):
         options = part.removeprefix("talker_chain").split("_")[1:]  # e.g. ["all"], ["down", "split2"]
-        rows, tiles = chain_options("on")
+        rows, tiles = chain_options("on", "folded" in options)
+        if "late" in options:
+            tiles = replace(tiles, folded="late")
         rows = (16, 32, 64) if "all" in options else rows
         if "down" in options:
             down = GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4, split_k=2 if "split2" in options else 1)
@@ -177,7 +182,7 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
         return (2 if part.startswith("talker_gemv") else 0, part.endswith("rope"), (), None)
     if part == "sixteenth":
         return (0, False, (), None)
-    rows, tiles = chain_options(ENGINE_DEFAULTS.talker_chain)
+    rows, tiles = chain_options(ENGINE_DEFAULTS.talker_chain, ENGINE_DEFAULTS.talker_folded_norms)
     return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, rows, tiles)
 
 

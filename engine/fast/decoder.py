@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from engine.fast.kernels.gemv import GemvConfig, gemv
+from engine.fast.kernels.gemv import GemvConfig, fold_norm, gemv, gemv_residual
 from engine.fast.kernels.qk_norm_rope import qk_norm_rope
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.silu_mul import silu_mul
@@ -159,22 +159,40 @@ class ChainTiles:
     docs/bench/gemv-tiles-2026-12-04-s18-talker.json), us a call against cuBLAS: qkv 8.57 (7.54), o 7.10 (6.49),
     gate|up with its SwiGLU 17.20 (17.16, and `silu_mul` apart); down lost by 4.4 us (16.02 against 11.63), so
     it stays on cuBLAS (and in the chain too: a 16-column down tile, alone or in 2 K slices, lost on the H200,
-    2026-12-05, docs/benchmarks.md, twenty-third session)."""
+    2026-12-05, docs/benchmarks.md, twenty-third session).
+
+    `folded` ("shares" or "late"; o and gate|up in tiles): no post-attention RMSNorm kernel. o ends the attention
+    branch as `gemv_residual` (the residual stream h and its programs' shares of each row's sum of squares), and
+    gate|up runs on h with the norm's weight folded into its columns (`folded_gate_up`, `gemv.fold_norm`), scaling
+    its fp32 rows by their RMS from those shares (`gemv(row_norm=True)`: summed before its K loop, or requested
+    before and summed after it with "late"), so the K loop stays the plain product's. 28 launches fewer a step for
+    ~1.4 GB more weights at 1.7B; not the plain roundings (the folded weight rounds once where the norm rounds the
+    activations twice). Unmeasured on a GPU: off."""
 
     qkv: GemvConfig | None = GemvConfig(block_n=32, block_k=128, num_warps=4, loop_stages=4)
     o: GemvConfig | None = GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4)
     gate_up: GemvConfig | None = GemvConfig(block_n=64, block_k=128, num_warps=4, loop_stages=4)
     down: GemvConfig | None = None
+    folded: str | None = None
+
+
+def folded_gate_up(layers: list[FusedLayer]) -> list[Tensor]:
+    """Each layer's gate|up [2I,Hd] with its post-attention norm's weight folded into the columns (`ChainTiles.folded`)."""
+    return [fold_norm(layer.gate_up, layer.post_norm) for layer in layers]
 
 
 def run_layers_chained(
     layers: list[FusedLayer], x: Tensor, final_norm: Tensor, attend_qkv: Attend, tiles: ChainTiles | None = None,
+    folded: list[Tensor] | None = None,
 ) -> Tensor:  # fmt: skip
     """`run_layers` (with `attend_qkv`) for tens of token rows as a chain of programmatic dependent launches
     (`kernels.pdl`): the products in `gemv`'s tensor-core tiles (or cuBLAS where `tiles` says None), SwiGLU in
     gate|up's epilogue, the norms in `rms_norm`, all launched so each starts while the one before finishes;
-    `attend_qkv` should launch its kernels the same way. Same arithmetic and roundings as `run_layers`."""
+    `attend_qkv` should launch its kernels the same way. Same arithmetic and roundings as `run_layers`; with
+    `tiles.folded`, the post-attention norms folded into gate|up (`folded`: `folded_gate_up(layers)`)."""
     tiles = tiles or ChainTiles()
+    if tiles.folded is not None and (folded is None or tiles.o is None or tiles.gate_up is None):
+        raise ValueError("folded post-attention norms need o and gate|up in tiles and the folded gate|up weights")
 
     def product(x: Tensor, weight: Tensor, config: GemvConfig | None, silu: bool = False) -> Tensor:
         if config is None:
@@ -186,6 +204,12 @@ def run_layers_chained(
     for index, layer in enumerate(layers):
         normed, residual = rms_norm(x, layer.input_norm, layer.eps, residual, pdl=True)  # residual: layer input
         attended = attend_qkv(index, product(normed, layer.qkv, tiles.qkv))
+        if folded is not None and tiles.folded is not None:  # h = x + attn and its shares, then gate|up's rows scaled
+            residual, squares = gemv_residual(attended, layer.o, add_to=residual, config=tiles.o, pdl=True)
+            act, _ = gemv(residual, folded[index], row_norm=True, norm_squares=squares, squares_late=tiles.folded == "late",
+                          eps=layer.eps, silu_mul=True, config=tiles.gate_up, pdl=True)  # fmt: skip
+            x = product(act, layer.down, tiles.down)
+            continue
         x = product(attended, layer.o, tiles.o)  # [R,Hd]
         normed, residual = rms_norm(x, layer.post_norm, layer.eps, residual, pdl=True)  # residual: h = x + attn
         x = product(product(normed, layer.gate_up, tiles.gate_up, silu=True), layer.down, tiles.down)

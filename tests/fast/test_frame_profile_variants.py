@@ -31,6 +31,9 @@ def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
     _, _, chain, tiles = frame_profile.talker_options("folded_norms+talker_chain_all")
     assert chain == (16, 32, 64) and tiles.down is None
     assert frame_profile.talker_options("talker_chain")[2] == (16, 64)
+    assert frame_profile.talker_options("talker_chain_folded")[3].folded == "shares"
+    assert frame_profile.talker_options("talker_chain_folded_late")[3].folded == "late"
+    assert frame_profile.talker_options("defaults")[3].folded is None
     assert frame_profile.talker_options("split4") == frame_profile.talker_options("defaults")  # talker untouched
     down = frame_profile.talker_options("talker_chain_down_split2")[3].down
     assert down is not None and down.split_k == 2 and frame_profile.talker_options("talker_chain_down")[3].down

@@ -29,6 +29,11 @@ GEMV_CASES = {
     "folded-norm-late-squares": {"BLOCK_N": 32, "ROW_NORM": True, "NORM_SQUARES": True, "BLOCK_P": 64,
                                  "SQUARES_LATE": True, "SILU_MUL": True},
     "folded-norm-in-loop": {"BLOCK_N": 32, "ROW_NORM": True},
+    # the talker chain's gate|up with its post-attention norm folded in (`ChainTiles.folded`), from o's 128 shares
+    "talker-folded-gate-up": {"K": 2048, "BLOCK_N": 64, "ROW_NORM": True, "NORM_SQUARES": True, "BLOCK_P": 128,
+                              "SILU_MUL": True},
+    "talker-folded-gate-up-late": {"K": 2048, "BLOCK_N": 64, "ROW_NORM": True, "NORM_SQUARES": True,
+                                   "BLOCK_P": 128, "SQUARES_LATE": True, "SILU_MUL": True},
     # split K (`GemvConfig.split_k`): the last slice in sums the partials, then each epilogue
     "split-k": {"K": 3072, "LOOP_STAGES": 2, "SPLIT_K": 4},
     "split-k-residual-stream": {"K": 2048, "LOOP_STAGES": 2, "SPLIT_K": 4, "ADD_TO": True, "SQUARES_OUT": True},
