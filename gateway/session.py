@@ -15,24 +15,22 @@ chosen in gateway/protocol.py (`_close` is the one place that happens).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import secrets
 import time
 from collections.abc import Callable
 
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
-from engine.ipc.messages import EndText, Flush
 from gateway import protocol as p
 from gateway.audio import OpusPacketizer, OpusUnavailable, opus_available
 from gateway.clock import ClockOffset, PlaybackClock
 from gateway.compat.timings import CharTimeline, WordTimeline
-from gateway.context import Context, ContextTable
-from gateway.limits import TokenBucket
-from gateway.outbox import AudioOut, CloseOut, ContextText, LazyText, Outbox
+from gateway.context import Context
+from gateway.outbox import AudioOut, CloseOut, LazyText
 from gateway.resample import Resampler
 from gateway.session_defaults import SessionDefaults
+from gateway.socket_session import SocketSession
 from gateway.state import GatewayState
 from gateway.synthesis import Synthesis
 from gateway.textstream import TextStream
@@ -40,65 +38,28 @@ from gateway.textstream import TextStream
 log = logging.getLogger("vivace.session")
 
 
-class Session:
+class Session(SocketSession):
+    """A `vivace.speech.v1` session; run, drain and the send loop are gateway/socket_session.py's."""
+
+    subprotocol = p.PROTOCOL
+
     def __init__(self, websocket: WebSocket, state: GatewayState) -> None:
-        self.ws = websocket
-        self.state = state
-        self.limits = state.settings.limits
-        self.metrics = state.metrics
+        super().__init__(websocket, state)
         self.session_id = "sess_" + secrets.token_hex(8)
         info = state.engine_info()
         self.defaults = SessionDefaults(state, state.voices(), tuple(sorted({*info.languages, "auto"})))
         self.model_id = info.model_id
         self.random_weights = info.random_weights
-        self.contexts = ContextTable(self.limits.max_contexts, state.metrics.contexts_active)
-        self.outbox = Outbox(self.limits.max_outbound_bytes, state.metrics.outbound_bytes)
         self.synthesis = Synthesis(state, self.outbox, self.contexts, self._slow_reader)
         self.clock_offset = ClockOffset()
-        self.appends = TokenBucket(self.limits.appends_per_second, self.limits.append_burst, time.monotonic())
-        self.closing = asyncio.Event()
-        self.draining = False
 
     # ------------------------------------------------------------ life cycle
 
-    async def run(self) -> None:
-        await self.ws.accept(subprotocol=p.PROTOCOL)
-        self.state.sessions.add(self)
-        self.metrics.sessions_active.inc()
+    def _greet(self) -> None:
         self._queue_event(self._created_event())
-        sender = asyncio.create_task(self._send_loop())
-        receiver = asyncio.create_task(self._receive_loop())
-        closing = asyncio.create_task(self.closing.wait())
-        try:
-            await asyncio.wait({sender, receiver, closing}, return_when=asyncio.FIRST_COMPLETED)
-            if self.closing.is_set() and not sender.done():
-                await asyncio.wait({sender}, timeout=self.limits.slow_reader_grace_s)
-        finally:
-            for task in (sender, receiver, closing):
-                task.cancel()
-            self._abandon_contexts()
-            await asyncio.gather(sender, receiver, closing, return_exceptions=True)
-            self.state.sessions.discard(self)
-            self.metrics.sessions_active.dec()
 
-    def _abandon_contexts(self) -> None:
-        """Disconnect or close: cancel every engine request at once and free everything."""
-        for ctx in list(self.contexts.live.values()):
-            if ctx.request is not None:
-                ctx.request.cancel()
-                ctx.request.release()
-            if ctx.pump is not None:
-                ctx.pump.cancel()
-            self.contexts.finish(ctx, "abandoned")
-        self.outbox.drop_audio()
-
-    async def drain(self, deadline: float) -> None:
-        """SIGTERM: no new contexts; live ones may finish until `deadline` (monotonic s); then close 1001."""
-        self.draining = True
-        while self.contexts.live and time.monotonic() < deadline and not self.closing.is_set():
-            self.contexts.changed.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.contexts.changed.wait(), deadline - time.monotonic())
+    def _close_drained(self) -> None:
+        """Each live context ends with its own `server_draining` error, then the socket closes 1001."""
         for ctx in list(self.contexts.live.values()):
             self.synthesis.fail(ctx, "server_draining", "the server is shutting down", "server_error")
         self._close(
@@ -181,13 +142,6 @@ class Session:
                 self._handle(p.parse_client_event(text))
             except p.ProtocolError as error:
                 self._send_error(error)
-
-    def _producing(self) -> bool:
-        """Whether some context is still producing or sending audio (then the session is not idle)."""
-        return (
-            any(ctx.ended and not ctx.finished for ctx in self.contexts.live.values())
-            or self.outbox.bytes > 0
-        )
 
     def _handle(self, event: p.ClientEvent) -> None:
         if isinstance(event, p.InputTextAppend):
@@ -317,29 +271,15 @@ class Session:
     def _flush(self, event: p.InputTextFlush) -> None:
         ctx = self.contexts.get_live(event.context_id, event.event_id)
         self._open(ctx, event.event_id)
-        piece = ctx.text.flush()
-        if piece is not None:
-            self.synthesis.send_text(ctx, piece, ended=False)
-        if ctx.request is not None and not ctx.finished:
-            self.synthesis.send(ctx, Flush(ctx.request.request_id))
+        self.synthesis.flush(ctx)
         self._queue_event(p.context_flushed(ctx.context_id))
 
     def _end(self, event: p.InputTextEnd) -> None:
         ctx = self.contexts.get_live(event.context_id, event.event_id)
         self._open(ctx, event.event_id)
-        ctx.ended = True
-        piece = ctx.text.flush()
-        if ctx.request is None:
-            if piece is None:  # nothing was ever said: done at once, nothing to synthesize
-                self._queue_event(p.context_done(ctx.context_id, "completed", 0))
-                self.contexts.finish(ctx, "completed")
-                return
-            self.synthesis.send_text(ctx, piece, ended=True)
-            return
-        if piece is not None:
-            self.synthesis.send_text(ctx, piece, ended=False)
-        if not ctx.finished:
-            self.synthesis.send(ctx, EndText(ctx.request.request_id))
+        if not self.synthesis.end(ctx):  # nothing was ever said: done at once, nothing to synthesize
+            self._queue_event(p.context_done(ctx.context_id, "completed", 0))
+            self.contexts.finish(ctx, "completed")
 
     def _cancel(self, event: p.ContextCancel) -> None:
         ctx = self.contexts.get_live(event.context_id, event.event_id)
@@ -396,27 +336,9 @@ class Session:
         self.metrics.errors_total.inc(error.code)
         self.outbox.put_control(p.dumps(p.error_event(error)))
 
-    async def _send_loop(self) -> None:
-        try:
-            while True:
-                item = await self.outbox.get()
-                if isinstance(item, AudioOut):
-                    if item.context.cancelled:
-                        continue  # barge-in: queued audio of a cancelled context is dropped
-                    await self.ws.send_bytes(item.frame)
-                    self._audio_sent(item.context, item.samples)
-                elif isinstance(item, str):
-                    await self.ws.send_text(item)
-                elif isinstance(item, LazyText):
-                    await self.ws.send_text(item.render())
-                elif isinstance(item, ContextText):
-                    if not item.context.cancelled:
-                        await self.ws.send_text(item.text)
-                else:
-                    await self.ws.close(item.code, item.reason)
-                    return
-        except (WebSocketDisconnect, RuntimeError, OSError):
-            return  # the client went away; run() cleans up
+    async def _send_audio(self, item: AudioOut) -> None:
+        await self.ws.send_bytes(item.frame)  # native audio frames are binary
+        self._audio_sent(item.context, item.samples)
 
     def _audio_sent(self, ctx: Context, samples: int) -> None:
         now_ns = time.monotonic_ns()

@@ -57,6 +57,30 @@ class Synthesis:
             ctx.request.cancel()
             self.fail(ctx, exc.code, str(exc), "server_error")
 
+    def flush(self, ctx: Context) -> None:
+        """Send the text held back so far and ask the engine to speak everything received, now."""
+        piece = ctx.text.flush()
+        if piece is not None:
+            self.send_text(ctx, piece, ended=False)
+        if ctx.request is not None and not ctx.finished:
+            self.send(ctx, Flush(ctx.request.request_id))
+
+    def end(self, ctx: Context) -> bool:
+        """The context takes no more text: send the rest and end its input. False when nothing was ever
+        said (no engine request exists nor will): the session finishes that context itself."""
+        ctx.ended = True
+        piece = ctx.text.flush()
+        if ctx.request is None:
+            if piece is None:
+                return False
+            self.send_text(ctx, piece, ended=True)
+            return True
+        if piece is not None:
+            self.send_text(ctx, piece, ended=False)
+        if not ctx.finished:
+            self.send(ctx, EndText(ctx.request.request_id))
+        return True
+
     def update_deadline(self, ctx: Context, now_ns: int, source: str) -> None:
         if ctx.request is None or ctx.finished or ctx.cancelled:
             return
@@ -124,6 +148,7 @@ class Synthesis:
             self.outbox.put_control(ContextText(ctx, p.dumps(p.word_timing(ctx.context_id, timed))))
 
     def _on_done(self, ctx: Context, done: Done) -> None:
+        """The engine's Done ends the context: cancelled, failed, or complete (`_complete`)."""
         if ctx.finished:
             return
         if ctx.cancelled or done.reason == DoneReason.CANCELLED:
@@ -132,6 +157,11 @@ class Synthesis:
         if done.reason == DoneReason.ERROR:
             self.fail(ctx, "engine_error", "the engine could not finish this context", "server_error")
             return
+        self._complete(ctx)
+
+    def _complete(self, ctx: Context) -> None:
+        """The engine finished the context: the last audio, word timings and `context.done` "completed".
+        Compatible sockets override it with their own ending."""
         if ctx.opus is None:
             tail = ctx.resampler.process(b"", last=True).tobytes() if ctx.resampler is not None else b""
             self._time_words(ctx, len(tail) // 2, last=True)

@@ -19,6 +19,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from loadtest.connect import connect_protocol
 from loadtest.http_client import SPEECH_PATH, check_pcm_headers, speech_fields
 from loadtest.trace import RequestFailed, StreamTrace
 
@@ -234,20 +235,6 @@ class FastHttpSpeechClient:
             connection.close()
         self.idle.clear()
 
-    async def _connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
-        try:
-            _, connection = await loop.create_connection(
-                _Connection,
-                self.host,
-                self.port,
-                ssl=self.ssl,
-                server_hostname=self.host if self.ssl else None,
-            )
-        except OSError as exc:
-            raise RequestFailed("connect", f"{type(exc).__name__}: {exc}") from None
-        return connection
-
     async def synthesize(self, text: str, trace: StreamTrace) -> None:
         body = json.dumps({**self.fields, "input": text}).encode()
         request = (self.head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body
@@ -259,7 +246,7 @@ class FastHttpSpeechClient:
                     connection = candidate
             reused = connection is not None
             if connection is None:
-                connection = await self._connect()
+                connection = await connect_protocol(_Connection, self.host, self.port, self.ssl)
             exchange = _Exchange(trace, self.sample_rate)
             connection.exchange = exchange
             if connection.closed:

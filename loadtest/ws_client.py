@@ -26,6 +26,7 @@ import json
 import re
 import struct
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -135,25 +136,14 @@ class WsSpeechClient:
             await asyncio.gather(*helpers, return_exceptions=True)
 
     async def _send_text(self, ws: ClientConnection, context_id: str, text: str, trace: StreamTrace) -> None:
-        """Append word by word on an absolute cadence from time zero (no drift), then end the input."""
-        assert trace.dispatch is not None
-        pieces = split_words(text) if self.word_interval_s > 0 else [text]
-        for i, piece in enumerate(pieces):
-            delay = trace.dispatch + i * self.word_interval_s - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            await ws.send(append_event(context_id, piece))
-        await ws.send(end_event(context_id))
+        async for event in paced_input(context_id, text, self.word_interval_s, trace):
+            await ws.send(event)
         trace.input_last = time.monotonic()
 
     async def _report_playback(self, ws: ClientConnection, context_id: str, trace: StreamTrace) -> None:
-        """Every interval once audio plays, a playback.position report."""
         assert self.playback_report_s is not None
-        while True:
-            await asyncio.sleep(self.playback_report_s)
-            if not trace.playback.started:
-                continue
-            await ws.send(playback_report(context_id, trace, time.monotonic()))
+        async for report in playback_reports(context_id, trace, self.playback_report_s):
+            await ws.send(report)
             trace.reports_sent += 1
 
     async def _receive_audio(
@@ -261,6 +251,30 @@ def playback_report(context_id: str, trace: StreamTrace, now: float) -> str:
             "client_time_ms": now * 1000.0,
         }
     )
+
+
+async def paced_input(
+    context_id: str, text: str, word_interval_s: float, trace: StreamTrace
+) -> AsyncIterator[str]:
+    """The input events to send, each when it is due: the text word by word on an absolute cadence from
+    time zero (`trace.dispatch`, so a late send never drifts the schedule; the whole text in one append
+    when the interval is 0), then `input_text.end`."""
+    assert trace.dispatch is not None
+    pieces = split_words(text) if word_interval_s > 0 else [text]
+    for i, piece in enumerate(pieces):
+        delay = trace.dispatch + i * word_interval_s - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        yield append_event(context_id, piece)
+    yield end_event(context_id)
+
+
+async def playback_reports(context_id: str, trace: StreamTrace, interval_s: float) -> AsyncIterator[str]:
+    """Every `interval_s` once audio plays, the simulated player's playback.position report, forever."""
+    while True:
+        await asyncio.sleep(interval_s)
+        if trace.playback.started:
+            yield playback_report(context_id, trace, time.monotonic())
 
 
 def new_context_id() -> str:

@@ -19,20 +19,19 @@ import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from loadtest.connect import connect_protocol
 from loadtest.trace import RequestFailed, StreamTrace
 from loadtest.ws_client import (
     PROTOCOL,
     LiveContextReader,
-    append_event,
     check_session,
     context_create,
-    end_event,
     live_url,
     new_context_id,
+    paced_input,
     parse_event,
-    playback_report,
+    playback_reports,
     session_update_pacing,
-    split_words,
 )
 from loadtest.wsframes import (
     OP_BINARY,
@@ -204,16 +203,7 @@ class FastWsSpeechClient:
                         future.set_exception(exc)
 
         key = base64.b64encode(os.urandom(16)).decode()
-        try:
-            _, connection = await loop.create_connection(
-                lambda: _WsConnection(key, on_message),
-                self.host,
-                self.port,
-                ssl=self.ssl,
-                server_hostname=self.host if self.ssl else None,
-            )
-        except OSError as exc:
-            raise RequestFailed("connect", f"{type(exc).__name__}: {exc}") from None
+        connection = await connect_protocol(lambda: _WsConnection(key, on_message), self.host, self.port, self.ssl)
         helpers: list[asyncio.Task[None]] = []
         try:
             assert connection.transport is not None
@@ -241,24 +231,15 @@ class FastWsSpeechClient:
     async def _send_text(
         self, connection: _WsConnection, context_id: str, text: str, trace: StreamTrace
     ) -> None:
-        """Append word by word on an absolute cadence from time zero (no drift), then end the input."""
-        assert trace.dispatch is not None
-        pieces = split_words(text) if self.word_interval_s > 0 else [text]
-        for i, piece in enumerate(pieces):
-            delay = trace.dispatch + i * self.word_interval_s - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            connection.send_text(append_event(context_id, piece))
-        connection.send_text(end_event(context_id))
+        async for event in paced_input(context_id, text, self.word_interval_s, trace):
+            connection.send_text(event)
         trace.input_last = time.monotonic()
 
     async def _report_playback(self, connection: _WsConnection, context_id: str, trace: StreamTrace) -> None:
         assert self.playback_report_s is not None
-        while True:
-            await asyncio.sleep(self.playback_report_s)
-            if trace.playback.started:
-                connection.send_text(playback_report(context_id, trace, time.monotonic()))
-                trace.reports_sent += 1
+        async for report in playback_reports(context_id, trace, self.playback_report_s):
+            connection.send_text(report)
+            trace.reports_sent += 1
 
 
 async def _first(wanted: asyncio.Future[None], failure: asyncio.Future[None]) -> None:

@@ -12,24 +12,23 @@ drain, limits, metrics, API key and Origin checks are the same as for `vivace.sp
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
 
 from starlette.responses import JSONResponse
-from starlette.websockets import WebSocket, WebSocketDisconnect
+from starlette.websockets import WebSocket
 
-from engine.ipc.messages import Done, DoneReason, EndText, Flush
+from engine.ipc.messages import Done
 from gateway import protocol as p
 from gateway.compat.timings import CharTimeline, CharTiming
-from gateway.context import Context, ContextTable
+from gateway.context import Context
 from gateway.encoders import FormatUnavailable, OutputFormat, StreamEncoder, make_encoder
 from gateway.engines import EngineUnavailable
 from gateway.http_common import HttpError, key_matches
-from gateway.limits import TokenBucket
-from gateway.outbox import AudioOut, CloseOut, LazyText, Outbox
+from gateway.outbox import AudioOut, CloseOut
 from gateway.resample import ENGINE_RATE
+from gateway.socket_session import SocketSession
 from gateway.state import GatewayState
 from gateway.synthesis import Synthesis
 from gateway.textstream import TextStream
@@ -137,21 +136,13 @@ class CompatSynthesis(Synthesis):
 
     def _on_done(self, ctx: Context, done: Done) -> None:
         try:
-            self._done(ctx, done)
+            super()._on_done(ctx, done)
         except Exception:
             log.exception("%s socket: failed to complete a context", self.socket.endpoint)
             self.fail(ctx, "internal_error", "the server failed to complete this context", "server_error")
 
-    def _done(self, ctx: Context, done: Done) -> None:
+    def _complete(self, ctx: Context) -> None:
         assert isinstance(ctx, CompatContext)
-        if ctx.finished:
-            return
-        if ctx.cancelled or done.reason == DoneReason.CANCELLED:
-            self._finish_cancelled(ctx)
-            return
-        if done.reason == DoneReason.ERROR:
-            self.fail(ctx, "engine_error", "the engine could not finish this context", "server_error")
-            return
         self.socket.complete(ctx)
 
     def _finish_cancelled(self, ctx: Context) -> None:
@@ -172,28 +163,22 @@ class CompatSynthesis(Synthesis):
         self.socket.context_finished(ctx)
 
 
-class CompatSocket:
-    """One compatible WebSocket: subclasses implement `handle`, the renderers and the finish hook."""
+class CompatSocket(SocketSession):
+    """One compatible WebSocket: subclasses implement `handle`, the renderers and the finish hook.
+
+    Its life cycle (run, drain, the send loop) is gateway/socket_session.py's, as for a native session."""
 
     endpoint = "compat_ws"  # the metrics label
 
     def __init__(
         self, websocket: WebSocket, state: GatewayState, idle_timeout_s: float | None = None
     ) -> None:
-        self.ws = websocket
-        self.state = state
-        self.limits = state.settings.limits
-        self.metrics = state.metrics
+        super().__init__(websocket, state)
         info = state.engine_info()  # raises EngineUnavailable before the socket is accepted
         self.voices = state.voices()  # the served model's voices (gateway/voices.py)
         self.languages = tuple(sorted({*info.languages, "auto"}))
         self.idle_timeout_s = idle_timeout_s or self.limits.idle_timeout_s
-        self.contexts = ContextTable(self.limits.max_contexts, state.metrics.contexts_active)
-        self.outbox = Outbox(self.limits.max_outbound_bytes, state.metrics.outbound_bytes)
         self.synthesis = CompatSynthesis(self)
-        self.appends = TokenBucket(self.limits.appends_per_second, self.limits.append_burst, time.monotonic())
-        self.closing = asyncio.Event()
-        self.draining = False
 
     # ------------------------------------------------------------ what a protocol supplies
 
@@ -221,42 +206,8 @@ class CompatSocket:
 
     # ------------------------------------------------------------ life cycle
 
-    async def run(self) -> None:
-        await self.ws.accept()
-        self.state.sessions.add(self)  # type: ignore[arg-type]  # drained like a native session
-        self.metrics.sessions_active.inc()
-        sender = asyncio.create_task(self._send_loop())
-        receiver = asyncio.create_task(self._receive_loop())
-        closing = asyncio.create_task(self.closing.wait())
-        try:
-            await asyncio.wait({sender, receiver, closing}, return_when=asyncio.FIRST_COMPLETED)
-            if self.closing.is_set() and not sender.done():
-                await asyncio.wait({sender}, timeout=self.limits.slow_reader_grace_s)
-        finally:
-            for task in (sender, receiver, closing):
-                task.cancel()
-            self._abandon_contexts()
-            await asyncio.gather(sender, receiver, closing, return_exceptions=True)
-            self.state.sessions.discard(self)  # type: ignore[arg-type]
-            self.metrics.sessions_active.dec()
-
-    def _abandon_contexts(self) -> None:
-        for ctx in list(self.contexts.live.values()):
-            if ctx.request is not None:
-                ctx.request.cancel()
-                ctx.request.release()
-            if ctx.pump is not None:
-                ctx.pump.cancel()
-            self.contexts.finish(ctx, "abandoned")
-        self.outbox.drop_audio()
-
-    async def drain(self, deadline: float) -> None:
-        """SIGTERM: no new contexts; live ones may finish until `deadline`; then close 1001."""
-        self.draining = True
-        while self.contexts.live and time.monotonic() < deadline and not self.closing.is_set():
-            self.contexts.changed.clear()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.contexts.changed.wait(), deadline - time.monotonic())
+    def _close_drained(self) -> None:
+        """Close 1001 with `server_draining`: each live context ends with it first (see `close`)."""
         self.close(
             CompatError(
                 "server_draining", "the server is shutting down", close_code=p.CLOSE_GOING_AWAY, status=503
@@ -362,12 +313,6 @@ class CompatSocket:
                 log.exception("%s socket: failed to handle a message", self.endpoint)
                 self.close(CompatError("internal_error", "the server failed", close_code=1011, status=500))
 
-    def _producing(self) -> bool:
-        return (
-            any(ctx.ended and not ctx.finished for ctx in self.contexts.live.values())
-            or self.outbox.bytes > 0
-        )
-
     # ------------------------------------------------------------ contexts
 
     def open_context(
@@ -446,28 +391,14 @@ class CompatSocket:
     def flush(self, ctx: CompatContext) -> None:
         if ctx.ended or ctx.cancelled:
             return
-        piece = ctx.text.flush()
-        if piece is not None:
-            self.synthesis.send_text(ctx, piece, ended=False)
-        if ctx.request is not None and not ctx.finished:
-            self.synthesis.send(ctx, Flush(ctx.request.request_id))
+        self.synthesis.flush(ctx)
 
     def end(self, ctx: CompatContext) -> None:
         """No more text: finish what was received, then the protocol's final message."""
         if ctx.ended or ctx.cancelled:
             return
-        ctx.ended = True
-        piece = ctx.text.flush()
-        if ctx.request is None:
-            if piece is None:  # nothing was ever said: done at once
-                self.complete(ctx)
-                return
-            self.synthesis.send_text(ctx, piece, ended=True)
-            return
-        if piece is not None:
-            self.synthesis.send_text(ctx, piece, ended=False)
-        if not ctx.finished:
-            self.synthesis.send(ctx, EndText(ctx.request.request_id))
+        if not self.synthesis.end(ctx):  # nothing was ever said: done at once
+            self.complete(ctx)
 
     def cancel(self, ctx: CompatContext) -> None:
         """Stop a context now; its queued audio is dropped and nothing more is sent for it."""
@@ -501,25 +432,10 @@ class CompatSocket:
 
     # ------------------------------------------------------------ sending
 
-    async def _send_loop(self) -> None:
-        try:
-            while True:
-                item = await self.outbox.get()
-                if isinstance(item, AudioOut):
-                    if item.context.cancelled:
-                        continue  # barge-in: queued audio of a cancelled context is dropped
-                    if item.frame:
-                        await self.ws.send_text(item.frame.decode())
-                    self._audio_sent(item.context, item.samples)
-                elif isinstance(item, str):
-                    await self.ws.send_text(item)
-                elif isinstance(item, LazyText):
-                    await self.ws.send_text(item.render())
-                else:
-                    await self.ws.close(item.code, item.reason)
-                    return
-        except (WebSocketDisconnect, RuntimeError, OSError):
-            return
+    async def _send_audio(self, item: AudioOut) -> None:
+        if item.frame:  # a compatible protocol's audio is a JSON text message; "" only carries samples
+            await self.ws.send_text(item.frame.decode())
+        self._audio_sent(item.context, item.samples)
 
     def _audio_sent(self, ctx: Context, samples: int) -> None:
         if samples <= 0:
