@@ -458,8 +458,9 @@ def gemv_residual(
     """The product that ends a residual branch, with what the next RMSNorm needs: x [X,K] (rows index[r] when
     given), weight [N,K], add_to [R,N] (last dim contiguous), bias [N] -> (y = add_to + x @ W^T (+ bias), each
     add and the product rounded as the plain ops, [R,N]; squares [R,P] fp32: each of the launch's P programs'
-    share of every row's sum of y^2 over its columns). `gemv(y, ..., norm_weight=w, norm_squares=squares)` then
-    normalises y's rows without an RMSNorm kernel or a pass over y."""
+    share of every row's sum of y^2 over its columns). `gemv(y, fold_norm(W2, w), row_norm=True,
+    norm_squares=squares)` then applies the RMSNorm of weight w before the next product W2 without a norm kernel or
+    a pass over y."""
     config = config or GemvConfig()
     if not use_triton(x):
         return gemv_residual_reference(x, weight, index=index, add_to=add_to, bias=bias, config=config)
