@@ -238,11 +238,8 @@ class EngineSettings:
 
     @property
     def kernel_options(self) -> KernelOptions:
-        """The fast paths' kernel choices as `Executors` takes them."""
-        return KernelOptions(cp_kernels=self.cp_kernels, cp_pdl=self.cp_pdl, cp_folded_norms=self.cp_folded_norms,
-                             cp_split_k=self.cp_split_k, talker_gemv_rows=self.talker_gemv_rows,
-                             talker_fused_rope=self.talker_fused_rope, talker_chain=self.talker_chain,
-                             talker_folded_norms=self.talker_folded_norms)  # fmt: skip
+        """The fast paths' kernel choices as `Executors` takes them (every `KernelOptions` field is a setting)."""
+        return KernelOptions(**{name: getattr(self, name) for name in KernelOptions.__dataclass_fields__})
 
     @property
     def resolved_precompile_workers(self) -> int:
