@@ -387,6 +387,49 @@ def _int_list(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
 
 
+def add_kernel_arguments(p: argparse.ArgumentParser, options: KernelOptions) -> None:
+    """The `KernelOptions` flags (`--cp-*`, `--talker-*`), defaulting to `options`: the engine's command line and
+    `loadtest.gpu_check` declare them here, once."""
+    p.add_argument("--cp-kernels", default=options.cp_kernels, choices=CP_KERNELS,
+                   help="code-predictor fast path: fused (default: Triton products with folded norms at 1-2 token "
+                        "rows, tensor-core Triton products at 16-64 token rows, cuBLAS otherwise, short attention and "
+                        "the one-kernel sampler; 2.2-3.9 ms a frame on an H200; its kernels compile in parallel at "
+                        "start-up, see --precompile-workers) "
+                        "or layers (the fused layer stack with cuBLAS products and the graph sampler; 5.7-6.7 ms)")
+    p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=options.cp_pdl,
+                   help="with --cp-kernels fused: launch the kernels of the frame's steps whose products run in "
+                        "Triton (1-2 and 16-64 token rows) as programmatic dependents, so each starts while the one "
+                        "before it finishes (Hopper and later, ignored before; same results; B=1 frame 2.42 -> 2.16 "
+                        "ms on an H200, and the B=64 frame's Triton products need it to beat cuBLAS; on by "
+                        "default since the seventeenth session, docs/benchmarks.md: earlier server runs saw a 2-3 ms "
+                        "first-audio tail at 1 RPS with it)")
+    p.add_argument("--talker-gemv-rows", type=int, default=options.talker_gemv_rows, choices=TALKER_GEMV_ROWS,
+                   help="fast talker: decode steps of up to this many rows (default 2) stream each weight once in "
+                        "Triton products with the RMSNorms and SwiGLU folded in (6 kernels a layer instead of 9); 0: "
+                        "cuBLAS products at every batch size (docs/benchmarks.md, seventeenth session)")
+    p.add_argument("--talker-fused-rope", action=argparse.BooleanOptionalAction, default=options.talker_fused_rope,
+                   help="fast talker: norm and rotate q and k inside the decode attention's split kernel instead of a "
+                        "kernel of their own (on by default: 28 fewer launches a decode step, the same roundings)")
+    p.add_argument("--cp-folded-norms", action=argparse.BooleanOptionalAction, default=options.cp_folded_norms,
+                   help="with --cp-kernels fused: the 16-64 token-row steps without RMSNorm kernels, each norm's "
+                        "weight folded into the next product's columns and the rows' RMS scale applied to its "
+                        "result (11 launches fewer a step; the folded weights round once where the norm rounded "
+                        "the activations twice)")
+    p.add_argument("--cp-split-k", type=int, default=options.cp_split_k, choices=SPLIT_K,
+                   help="with --cp-kernels fused: the 16-64 token-row steps' projection, o and down products (64 "
+                        "programs each unsplit) with K cut into this many slices, one program each (default 4: the "
+                        "B = 64 code-predictor frame 3.07 -> 2.85 ms on the H200; 1: unsplit)")
+    p.add_argument("--talker-chain", default=options.talker_chain, choices=TALKER_CHAINS,
+                   help="fast talker: its 16- and 64-row decode steps as one chain of programmatic-dependent Triton "
+                        "kernels (default on; needs --talker-fused-rope: the B = 64 decode step 2.05 -> 1.98 ms on "
+                        "the H200, the same results bit for bit)")
+    p.add_argument("--talker-folded-norms", action=argparse.BooleanOptionalAction, default=options.talker_folded_norms,
+                   help="with --talker-chain on: its steps without the post-attention RMSNorm kernels, each norm's "
+                        "weight folded into gate|up's columns (a second copy, ~1.4 GB at 1.7B) and the rows' RMS "
+                        "scale, from o's shares of their sums of squares, applied to its result (28 launches fewer "
+                        "a step; unmeasured on a GPU, off)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     d = EngineSettings(model="", socket="")
     p = argparse.ArgumentParser(prog="python -m engine",
@@ -488,44 +531,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--first-chunk-lane", action=argparse.BooleanOptionalAction, default=d.first_chunk_lane,
                    help="newcomers' first codec chunks as plans of their own on the generation stream, so first "
                         "audio never waits behind the codec stream's longer plans (docs/scheduling.md)")
-    p.add_argument("--cp-kernels", default=d.cp_kernels, choices=CP_KERNELS,
-                   help="code-predictor fast path: fused (default: Triton products with folded norms at 1-2 token "
-                        "rows, tensor-core Triton products at 16-64 token rows, cuBLAS otherwise, short attention and "
-                        "the one-kernel sampler; 2.2-3.9 ms a frame on an H200; its kernels compile in parallel at "
-                        "start-up, see --precompile-workers) "
-                        "or layers (the fused layer stack with cuBLAS products and the graph sampler; 5.7-6.7 ms)")
-    p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=d.cp_pdl,
-                   help="with --cp-kernels fused: launch the kernels of the frame's steps whose products run in "
-                        "Triton (1-2 and 16-64 token rows) as programmatic dependents, so each starts while the one "
-                        "before it finishes (Hopper and later, ignored before; same results; B=1 frame 2.42 -> 2.16 "
-                        "ms on an H200, and the B=64 frame's Triton products need it to beat cuBLAS; on by "
-                        "default since the seventeenth session, docs/benchmarks.md: earlier server runs saw a 2-3 ms "
-                        "first-audio tail at 1 RPS with it)")
-    p.add_argument("--talker-gemv-rows", type=int, default=d.talker_gemv_rows, choices=TALKER_GEMV_ROWS,
-                   help="fast talker: decode steps of up to this many rows (default 2) stream each weight once in "
-                        "Triton products with the RMSNorms and SwiGLU folded in (6 kernels a layer instead of 9); 0: "
-                        "cuBLAS products at every batch size (docs/benchmarks.md, seventeenth session)")
-    p.add_argument("--talker-fused-rope", action=argparse.BooleanOptionalAction, default=d.talker_fused_rope,
-                   help="fast talker: norm and rotate q and k inside the decode attention's split kernel instead of a "
-                        "kernel of their own (on by default: 28 fewer launches a decode step, the same roundings)")
-    p.add_argument("--cp-folded-norms", action=argparse.BooleanOptionalAction, default=d.cp_folded_norms,
-                   help="with --cp-kernels fused: the 16-64 token-row steps without RMSNorm kernels, each norm's "
-                        "weight folded into the next product's columns and the rows' RMS scale applied to its "
-                        "result (11 launches fewer a step; the folded weights round once where the norm rounded "
-                        "the activations twice)")
-    p.add_argument("--cp-split-k", type=int, default=d.cp_split_k, choices=SPLIT_K,
-                   help="with --cp-kernels fused: the 16-64 token-row steps' projection, o and down products (64 "
-                        "programs each unsplit) with K cut into this many slices, one program each (default 4: the "
-                        "B = 64 code-predictor frame 3.07 -> 2.85 ms on the H200; 1: unsplit)")
-    p.add_argument("--talker-chain", default=d.talker_chain, choices=TALKER_CHAINS,
-                   help="fast talker: its 16- and 64-row decode steps as one chain of programmatic-dependent Triton "
-                        "kernels (default on; needs --talker-fused-rope: the B = 64 decode step 2.05 -> 1.98 ms on "
-                        "the H200, the same results bit for bit)")
-    p.add_argument("--talker-folded-norms", action=argparse.BooleanOptionalAction, default=d.talker_folded_norms,
-                   help="with --talker-chain on: its steps without the post-attention RMSNorm kernels, each norm's "
-                        "weight folded into gate|up's columns (a second copy, ~1.4 GB at 1.7B) and the rows' RMS "
-                        "scale, from o's shares of their sums of squares, applied to its result (28 launches fewer "
-                        "a step; unmeasured on a GPU, off)")
+    add_kernel_arguments(p, d.kernel_options)
     p.add_argument("--precompile-workers", type=int, default=d.precompile_workers,
                    help="with --cp-kernels fused: child processes that compile its Triton kernels in parallel before "
                         "capture (-1: one per CPU core, at most 8; 0: the capture compiles them one by one)")

@@ -38,7 +38,7 @@ import torch
 
 from engine.fast.measure import cuda_median_ms, relative_l2
 from engine.scheduling.costmodel import COSTS_DIR
-from engine.settings import CP_KERNELS, SPLIT_K, TALKER_CHAINS, TALKER_GEMV_ROWS, KernelOptions
+from engine.settings import KernelOptions, add_kernel_arguments
 from loadtest.revision import source_revision
 
 COPY_BANDWIDTH = 4255e9  # B/s, measured device-to-device copy on the H200 (h200-floors.md)
@@ -408,23 +408,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-codec", action="store_true")
     p.add_argument("--preset", default="1.7b", help="model shape (random weights)")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny model: correctness only, no timings")
-    engine = KernelOptions()  # every kernel option defaults to the engine's
-    p.add_argument("--cp-kernels", default=engine.cp_kernels, choices=CP_KERNELS,
-                   help="the code-predictor fast path to check and time")
-    p.add_argument("--talker-gemv-rows", type=int, default=engine.talker_gemv_rows, choices=TALKER_GEMV_ROWS,
-                   help="the fast talker's decode steps of up to this many rows in `gemv`")
-    p.add_argument("--talker-fused-rope", action=argparse.BooleanOptionalAction, default=engine.talker_fused_rope,
-                   help="the fast talker's q/k norm and RoPE inside its decode attention")
-    p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=engine.cp_pdl,
-                   help="the fused code predictor's Triton-product steps as programmatic dependent launches")
-    p.add_argument("--cp-folded-norms", action=argparse.BooleanOptionalAction, default=engine.cp_folded_norms,
-                   help="as the engine's --cp-folded-norms")
-    p.add_argument("--cp-split-k", type=int, default=engine.cp_split_k, choices=SPLIT_K,
-                   help="the fused code predictor's tensor-core products' K slices")
-    p.add_argument("--talker-chain", default=engine.talker_chain, choices=TALKER_CHAINS,
-                   help="the fast talker's 16- and 64-row decode as one kernel chain")
-    p.add_argument("--talker-folded-norms", action=argparse.BooleanOptionalAction, default=engine.talker_folded_norms,
-                   help="as the engine's --talker-folded-norms")
+    add_kernel_arguments(p, KernelOptions())  # every kernel option as the engine's, with its default
     args = p.parse_args(argv)
     if args.dry_run:
         return dry_run(args)

@@ -175,8 +175,8 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
             tiles = replace(tiles, folded="late")
         rows = (16, 32, 64) if "all" in options else rows
         if "down" in options:
-            down = GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4, split_k=2 if "split2" in options else 1)
-            tiles = replace(tiles, down=down)
+            slices = 2 if "split2" in options else 1
+            tiles = replace(tiles, down=GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4, split_k=slices))
         return (ENGINE_DEFAULTS.talker_gemv_rows, True, rows, tiles)
     if part.startswith("talker_"):
         return (2 if part.startswith("talker_gemv") else 0, part.endswith("rope"), (), None)

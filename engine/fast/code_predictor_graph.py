@@ -106,11 +106,12 @@ class FrameKernels:
     # -> 2.82 / 3.11 / 3.06, teacher-forced logits' error 1.01x the plain bf16 predictor's; at 128 rows these
     # tiles lost (B=128 3.95 -> 4.79 ms).
     dot_gemv: Mapping[int, Mapping[str, GemvConfig]] = field(default_factory=lambda: dict(DEFAULT_DOT_GEMV))
-    # In the `dot_gemv` steps, no RMSNorm kernels: each norm's weight is folded into the next product's
-    # columns once (`gemv.fold_norm`: qkv, gate|up and the heads, ~160 MB more at 1.7B), that product scales its fp32
-    # result by the rows' RMS (`gemv(row_norm=True)`, their sums of squares as `folded_squares` says), and o and down
-    # add the residual stream in their epilogue: 11 launches fewer a step and no pass over the activations. Not the plain roundings (the folded weight rounds once where the plain norm rounds
-    # the activations twice): held to the teacher-forced error rule. Off until measured on a GPU.
+    # In the `dot_gemv` steps, no RMSNorm kernels: each norm's weight is folded into the next product's columns once
+    # (`gemv.fold_norm`: qkv, gate|up and the heads, ~160 MB more at 1.7B), that product scales its fp32 result by
+    # the rows' RMS (`gemv(row_norm=True)`, their sums of squares as `folded_squares` says), and o and down add the
+    # residual stream in their epilogue: 11 launches fewer a step and no pass over the activations. Not the plain
+    # roundings (the folded weight rounds once where the plain norm rounds the activations twice): held to the
+    # teacher-forced error rule. Off until measured on a GPU.
     folded_norms: bool = False
     # Where a folded norm's product gets its rows' sums of squares: "loop" from the x tiles it streams (H200,
     # 2026-12-05, frame_profile at context 128: CP frame 3.68 / 5.04 / 3.43 ms at B = 16 / 32 / 64 against 2.47 /

@@ -177,7 +177,8 @@ class ChainTiles:
 
 
 def folded_gate_up(layers: list[FusedLayer]) -> list[Tensor]:
-    """Each layer's gate|up [2I,Hd] with its post-attention norm's weight folded into the columns (`ChainTiles.folded`)."""
+    """Each layer's gate|up [2I,Hd] with its post-attention norm's weight folded into its columns
+    (`ChainTiles.folded`)."""
     return [fold_norm(layer.gate_up, layer.post_norm) for layer in layers]
 
 
@@ -204,10 +205,11 @@ def run_layers_chained(
     for index, layer in enumerate(layers):
         normed, residual = rms_norm(x, layer.input_norm, layer.eps, residual, pdl=True)  # residual: layer input
         attended = attend_qkv(index, product(normed, layer.qkv, tiles.qkv))
-        if folded is not None and tiles.folded is not None:  # h = x + attn and its shares, then gate|up's rows scaled
+        if folded is not None and tiles.folded is not None:  # h = x + attn and its shares; gate|up's rows scaled
             residual, squares = gemv_residual(attended, layer.o, add_to=residual, config=tiles.o, pdl=True)
-            act, _ = gemv(residual, folded[index], row_norm=True, norm_squares=squares, squares_late=tiles.folded == "late",
-                          eps=layer.eps, silu_mul=True, config=tiles.gate_up, pdl=True)  # fmt: skip
+            act, _ = gemv(residual, folded[index], row_norm=True, norm_squares=squares,
+                          squares_late=tiles.folded == "late", eps=layer.eps, silu_mul=True, config=tiles.gate_up,
+                          pdl=True)  # fmt: skip
             x = product(act, layer.down, tiles.down)
             continue
         x = product(attended, layer.o, tiles.o)  # [R,Hd]

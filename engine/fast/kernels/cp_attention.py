@@ -174,10 +174,10 @@ def cp_attention(
     """qkv [B*T,(H+2K)D] contiguous, cos/sin [L,D], caches [S>=B,K,L,D]; tokens T at positions start..start+T-1
     -> attention output [B*T, H*D] (into `out`, contiguous, when given); the new keys and values are written
     into the caches in place. `num_warps` of each (frame row, kv head) program. `pdl`: launched as a programmatic
-    dependent of the kernel before it (`kernels.pdl`). `early_cache` (with `pdl`): the earlier positions' keys and values are loaded before waiting for the kernel
-    before (the previous step's attention wrote them, dozens of launches back: a programmatic dependent starts
-    only once the kernel two back has completed and its writes are visible), so those loads leave the critical
-    path after the qkv product."""
+    dependent of the kernel before it (`kernels.pdl`). `early_cache` (with `pdl`): the earlier positions' keys and
+    values are loaded before waiting for the kernel before (the previous step's attention wrote them, dozens of
+    launches back: a programmatic dependent starts only once the kernel two back has completed and its writes are
+    visible), so those loads leave the critical path after the qkv product."""
     if not use_triton(qkv):
         result = cp_attention_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, start, tokens,
                                         num_heads, num_kv_heads)  # fmt: skip
