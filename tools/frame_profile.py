@@ -40,8 +40,8 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                sums of squares from the branch-ending products' shares, summed before the K loop (`folded_norms`)
                or requested before it and summed after (`folded_late`), or from the streamed x tiles
                (`folded_loop`); `norm_kernels`: the norms in kernels of their own (should folded become the default)
-    dot_small  the code predictor's 4- and 8-token-row steps (B = 2..8) on the 16-row tensor-core tiles, rows
-               masked (`GemvConfig.use_dot`), instead of cuBLAS with `rms_norm` kernels
+    cublas_small  the code predictor's 4- and 8-token-row steps (B = 2..8) in cuBLAS with `rms_norm` kernels,
+               instead of the 16-row tensor-core tiles with the rows masked (the engine's default since 2026-12-05)
     talker_gemv  the talker's 1-2 row decode steps with their products in `gemv` (`TalkerGraphs.gemv_max_rows`);
                talker_rope its q/k norm and RoPE inside its decode attention (`TalkerGraphs.fused_rope`);
                talker_gemv_rope both, without the chain (the defaults before 2026-12-05)
@@ -92,7 +92,7 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "radix3", "radix1", "radix8", "warps4", "narrow", "attn_warps2", "attn_warps1", "sampler_warps2",
             "sampler_warps4", "sampler_warps16", "attn_early", "attn_late", "split2", "split4", "split4_narrow",
             "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head",
-            "split1_narrow", "folded_norms", "folded_late", "folded_loop", "norm_kernels", "dot_small",
+            "split1_narrow", "folded_norms", "folded_late", "folded_loop", "norm_kernels", "cublas_small",
             "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain", "talker_chain_off", "talker_chain_all",
             "talker_chain_down", "talker_chain_down_split2", "talker_chain_folded", "talker_chain_folded_late",
             "tattn_p2", "tattn_p2_32")
@@ -152,9 +152,8 @@ def _cp_change(kernels: Any, variant: str) -> Any:
         return replace(kernels, folded_norms=True, folded_squares=variant.removeprefix("folded_"))
     if variant == "norm_kernels":  # (the defaults before folded norms, should they become the defaults)
         return replace(kernels, folded_norms=False)
-    if variant == "dot_small":  # 4 and 8 token rows on the 16-row tensor-core tiles (rows masked), not cuBLAS
-        small = {name: replace(tile, use_dot=True) for name, tile in kernels.dot_gemv[16].items()}
-        return replace(kernels, dot_gemv={4: small, 8: small, **kernels.dot_gemv})
+    if variant == "cublas_small":  # 4 and 8 token rows in cuBLAS (the defaults before 2026-12-05's dot_small)
+        return replace(kernels, dot_gemv={rows: tiles for rows, tiles in kernels.dot_gemv.items() if rows > 8})
     return kernels
 
 

@@ -63,7 +63,12 @@ _DOT_TILES = {
     "down": GemvConfig(16, 128, 4, loop_stages=4), "head": GemvConfig(16, 128, 4, loop_stages=4),
 }  # fmt: skip
 _DOT_TILES_32 = {name: replace(tile, block_n=32) for name, tile in _DOT_TILES.items()}
-DEFAULT_DOT_GEMV = {16: _DOT_TILES, 32: _DOT_TILES_32, 64: _DOT_TILES}
+# 4 and 8 token rows (the steps of B = 2..8 frames) on the 16-row tiles with the rows masked (`use_dot`, else such a
+# tile runs on CUDA cores): H200, 2026-12-05, `tools/frame_profile.py` at context 128, CP frame 3.44 -> 2.38 ms at
+# B = 4 and 3.14 -> 2.41 at B = 8 against cuBLAS with `rms_norm` kernels; teacher-forced logits' error 1.04 and 1.03x
+# the plain bf16 predictor's (docs/bench/frame-profile-2026-12-05-s25.json).
+_DOT_TILES_SMALL = {name: replace(tile, use_dot=True) for name, tile in _DOT_TILES.items()}
+DEFAULT_DOT_GEMV = {4: _DOT_TILES_SMALL, 8: _DOT_TILES_SMALL, 16: _DOT_TILES, 32: _DOT_TILES_32, 64: _DOT_TILES}
 PRODUCTS = ("proj", "qkv", "o", "gate_up", "down", "head")
 # The products whose 16-64 token-row steps run the fewest programs (64: projection, o and down; gate|up 96, qkv and
 # head 128, against 132 SMs), so the ones split-K pays for: H200, 2026-12-05, `tools/frame_profile.py` at context

@@ -47,9 +47,10 @@ def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
     late = frame_profile.frame_kernels("folded_late+radix8")
     assert late.folded_norms and late.folded_squares == "late" and late.radix_bits == 8
     assert frame_profile.frame_kernels("folded_norms").folded_squares == "shares"
-    small = frame_profile.frame_kernels("dot_small").dot_gemv  # B = 2..8 on the 16-row tensor-core tiles
+    small = frame_profile.frame_kernels("defaults").dot_gemv  # B = 2..8 on the 16-row tensor-core tiles
     assert small[4] == small[8] and all(tile.use_dot for tile in small[4].values())
     assert {name for name, tile in small[4].items() if tile.split_k == 4} == {"proj", "o", "down"}
+    assert set(frame_profile.frame_kernels("cublas_small").dot_gemv) == {16, 32, 64}  # those steps in cuBLAS
 
 
 @pytest.mark.parametrize("variant", ["stream_norms", "persistent", "talker_chain+talker_chain_all"])
