@@ -50,9 +50,11 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices; talker_chain_folded without
                the post-attention norm kernels (`ChainTiles.folded`: the norm folded into gate|up, the rows' sums of
                squares from o's shares, summed before gate|up's K loop; talker_chain_folded_late: after it)
-    tattn_p2, tattn_p2_32  the talker's 5-64 row decode attention in 2 interleaved programs per (row, kv head),
-               64- or 32-key blocks, 4 warps (`SplitConfig.programs`; the engine's default at 33-64 rows is
-               tattn_p2_32's)
+    tattn_p2, tattn_p2_32, tattn_p4_32  the talker's 5-64 row decode attention in 2 (or 4) interleaved programs
+               per (row, kv head), 64- or 32-key blocks, 4 warps (`SplitConfig.programs`; the engine's default at
+               33-64 rows is tattn_p2_32's)
+    tattn_merge_kernel  the talker's decode attention with its splits merged by a kernel of their own (the form
+               before 2026-12-05) instead of the last program of each (row, kv head) to finish
 
 Parts join with +: `folded_norms+split4+talker_chain_all` applies each code-predictor part in order and the one
 talker part. Forms measured slower and removed from the engine (a persistent code-predictor step, norms streamed
@@ -95,7 +97,7 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "split1_narrow", "folded_norms", "folded_late", "folded_loop", "norm_kernels", "cublas_small",
             "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain", "talker_chain_off", "talker_chain_all",
             "talker_chain_down", "talker_chain_down_split2", "talker_chain_folded", "talker_chain_folded_late",
-            "tattn_p2", "tattn_p2_32")
+            "tattn_p2", "tattn_p2_32", "tattn_p4_32", "tattn_merge_kernel")
 CONTEXT = 512
 ROUNDS = 5
 
@@ -185,13 +187,27 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
     return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, rows, tiles)
 
 
-def talker_attention(variant: str) -> Any:
-    """The talker decode attention's `SplitConfig` for 5-64 rows in a variant (None: `default_split_config`)."""
+TALKER_ATTENTION = {  # variant part -> 5-64 row attention in (programs, keys a block) interleaved splits, or None
+    "tattn_p2": (2, 64), "tattn_p2_32": (2, 32), "tattn_p4_32": (4, 32), "tattn_merge_kernel": None,
+}
+
+
+def talker_attention(variant: str) -> str | None:
+    """The variant's `tattn_*` part, which changes the talker decode attention's `SplitConfig` (None: none does)."""
+    return next((part for part in variant.split("+") if part in TALKER_ATTENTION), None)
+
+
+def attention_split(part: str | None, rows: int, default: Any) -> Any:
+    """The talker decode attention's `SplitConfig` at `rows` under a `tattn_*` part (`default`: the engine's
+    `default_split_config`): interleaved splits at 5-64 rows, or every size merged by `_merge_kernel`."""
     from engine.fast.kernels.decode_attention import SplitConfig
 
-    blocks = {"tattn_p2": 64, "tattn_p2_32": 32}
-    part = next((part for part in variant.split("+") if part in blocks), None)
-    return None if part is None else SplitConfig(programs=2, block_n=blocks[part], num_warps=4)
+    if part == "tattn_merge_kernel":
+        return replace(default(rows), merge_last=False)
+    if part is None or not 4 < rows <= 64:
+        return default(rows)
+    programs, block = TALKER_ATTENTION[part]
+    return SplitConfig(programs=programs, block_n=block, num_warps=4)
 
 
 def talker_key(variant: str) -> tuple[Any, ...]:
@@ -200,14 +216,15 @@ def talker_key(variant: str) -> tuple[Any, ...]:
 
 
 @contextlib.contextmanager
-def attention_config(config: Any) -> Iterator[None]:
-    """While capturing: the talker's 5-64 row decode attention in `config` (None: the defaults), by swapping the
-    module's `default_split_config` that `decode_attention_rope` asks (tool-only; the engine has no such option)."""
+def attention_config(part: str | None) -> Iterator[None]:
+    """While capturing: the talker's decode attention as a `tattn_*` part says (None: the defaults), by swapping
+    the module's `default_split_config` that `decode_attention_rope` asks (tool-only; the engine has no such
+    option)."""
     from engine.fast.kernels import decode_attention
 
     default = decode_attention.default_split_config
-    if config is not None:
-        decode_attention.default_split_config = lambda rows: config if 4 < rows <= 64 else default(rows)
+    if part is not None:
+        decode_attention.default_split_config = lambda rows: attention_split(part, rows, default)
     try:
         yield
     finally:

@@ -38,7 +38,7 @@ def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
     down = frame_profile.talker_options("talker_chain_down_split2")[3].down
     assert down is not None and down.split_k == 2 and frame_profile.talker_options("talker_chain_down")[3].down
     assert frame_profile.talker_attention("defaults") is None
-    assert frame_profile.talker_attention("split4_narrow+tattn_p2_32").programs == 2
+    assert frame_profile.talker_attention("split4_narrow+tattn_p2_32") == "tattn_p2_32"
     assert frame_profile.talker_key("tattn_p2") != frame_profile.talker_key("tattn_p2_32")
     unsplit = frame_profile.frame_kernels("split1_narrow").dot_gemv  # the defaults before 2026-12-05
     assert {tile.split_k for tiles in unsplit.values() for tile in tiles.values()} == {1}
@@ -63,8 +63,13 @@ def test_an_unknown_part_or_two_talker_parts_are_refused(variant: str) -> None:
 def test_an_attention_variant_reaches_the_talkers_5_to_64_row_steps_only_while_capturing() -> None:
     from engine.fast.kernels import decode_attention
 
-    config = frame_profile.talker_attention("tattn_p2")
-    with frame_profile.attention_config(config):
+    part = frame_profile.talker_attention("split4_narrow+tattn_p2")
+    assert part == "tattn_p2" and frame_profile.talker_attention("defaults") is None
+    config = decode_attention.SplitConfig(programs=2, block_n=64)
+    with frame_profile.attention_config(part):
         assert decode_attention.default_split_config(64) == config
         assert decode_attention.default_split_config(4) != config and decode_attention.default_split_config(128) != config
     assert decode_attention.default_split_config(64) != config
+    with frame_profile.attention_config("tattn_merge_kernel"):  # every size, merged by a kernel of its own
+        assert not any(decode_attention.default_split_config(rows).merge_last for rows in (1, 16, 64, 128))
+    assert all(decode_attention.default_split_config(rows).merge_last for rows in (1, 16, 64, 128))

@@ -86,17 +86,22 @@ def test_the_sampler_compiles_with_its_timeline(radix_bits: int) -> None:
 
 def test_the_talker_attention_compiles_as_programmatic_dependents_at_no_extra_cost() -> None:
     """(The split kernel spills at 4 warps with or without PDL, compiled by Triton 3.9: its resources are compared
-    with its plain launch's, not bounded.)"""
+    with its plain launch's, not bounded.) Merging in the last program to finish (`SplitConfig.merge_last`) costs
+    no more than storing the partial for a merge kernel."""
     from engine.fast.kernels.decode_attention import BLOCK_N, _merge_kernel, _split_rope_kernel
 
-    pointers = {"slots_ptr": "*i64", "lengths_ptr": "*i64", "m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32"}
+    pointers = {"slots_ptr": "*i64", "lengths_ptr": "*i64", "m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32",
+                "count_ptr": "*i32"}  # fmt: skip
     split = dict(H=16, KV=8, G=2, GP=16, D=128, SPLITS=16, CHUNK=128, BLOCK=BLOCK_N, PRECISION="tf32",
-                 INTERLEAVED=False)  # fmt: skip
+                 INTERLEAVED=False, MERGE_LAST=False)  # fmt: skip
     chained, plain = (compile_for(_split_rope_kernel, {**split, "PDL": pdl}, pointers) for pdl in (True, False))
     assert chained["spills"] <= plain["spills"] and chained["shared"] == plain["shared"]
-    # interleaved splits (`SplitConfig.programs`): 4 programs a (row, kv head), 32-key blocks
-    interleaved = compile_for(_split_rope_kernel, {**split, "PDL": True, "INTERLEAVED": True, "SPLITS": 4,
-                                                   "CHUNK": 32, "BLOCK": 32}, pointers)  # fmt: skip
-    assert 0 < interleaved["registers"] <= 255 and interleaved["spills"] <= plain["spills"]
+    merging = compile_for(_split_rope_kernel, {**split, "PDL": True, "MERGE_LAST": True}, pointers)
+    assert merging["spills"] <= plain["spills"] and merging["shared"] == plain["shared"]
+    # interleaved splits (`SplitConfig.programs`): 4 programs a (row, kv head), 32-key blocks, merged by the last
+    for merge_last in (False, True):
+        interleaved = compile_for(_split_rope_kernel, {**split, "PDL": True, "INTERLEAVED": True, "SPLITS": 4,
+                                                       "CHUNK": 32, "BLOCK": 32, "MERGE_LAST": merge_last}, pointers)
+        assert 0 < interleaved["registers"] <= 255 and interleaved["spills"] == 0
     merge = compile_for(_merge_kernel, dict(H=16, SPLITS=16, CHUNK=128, D=128, PDL=True), pointers)
     assert 0 < merge["registers"] <= 255 and merge["spills"] == 0

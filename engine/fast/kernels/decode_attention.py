@@ -3,18 +3,21 @@
 One query token per row b attends to keys 0..lengths[b]-1 of cache slot slots[b]. Split-KV
 ("flash-decoding"): the context is cut into SPLITS chunks of CHUNK keys, program (b, kv head, split)
 handles the G = H/K query heads sharing that kv head (one read of the keys serves all G), and writes a
-partial (max, sum, weighted values) in fp32; a second kernel merges the splits a row has. The grid is
+partial (max, sum, weighted values) in fp32, which the program of that (b, kv head) to finish last merges
+(`SplitConfig.merge_last`: each counts its arrival; a row whose keys fit one split writes its output at once),
+or a second kernel does (the form before 2026-12-05: one launch more a layer). The grid is
 static (CUDA-graph capture), so it is sized for the cache's capacity, but a program whose chunk starts at
 or past its row's length returns before reading or writing anything, and a chunk's loop stops at the
 row's length: a row costs the keys it has. How long a chunk is depends on the batch (`default_split_config`):
 64 keys for up to 4 rows, whose few programs must each stream little, up to 256 for 128 rows, where short
 chunks only add partials to merge. (Before programs returned early, 64-key chunks of a 2048-position cache
 made 30 of 32 programs per (row, kv head) do masked work: at 80 RPS this kernel was 12 % of all GPU time.)
-Interleaved splits (`SplitConfig.programs`, opt-in, unmeasured): P programs per (row, kv head) whatever the
-capacity, program p taking the row's key blocks p, p + P, p + 2P, ... into one partial, so the grid does not grow
-with the cache and a short row still spreads over P programs.
+Interleaved splits (`SplitConfig.programs`; the default at 33-64 rows): P programs per (row, kv head) whatever
+the capacity, program p taking the row's key blocks p, p + P, p + 2P, ... into one partial, so the grid does not
+grow with the cache and a short row still spreads over P programs.
 
     q [B,H,D]   k_cache, v_cache [S,K,L,D]   slots [B] int64   lengths [B] int64   -> out [B,H,D]
+    partials: m, l [B,H,SPLITS] fp32, acc [B,H,SPLITS,D] fp32;   arrivals [B*K] int32, zero between launches
 
 `decode_attention_rope` does `qk_norm_rope`'s work in the split programs instead of a kernel of its own: each
 program norms and rotates its G query heads straight from the qkv row, and the one program whose chunk holds the
@@ -57,6 +60,9 @@ class SplitConfig:
     # longer spans the capacity (a 2048-position cache in 128-key splits is 16 programs a (row, kv head), 15 with
     # nothing to do at context 128), and short contexts still spread over P programs. None: contiguous splits.
     programs: int | None = None
+    # The program of a (row, kv head) whose partial arrives last merges the row's splits (False: `_merge_kernel`,
+    # one launch more a layer; the form before 2026-12-05).
+    merge_last: bool = True
 
 
 def default_split_config(rows: int) -> SplitConfig:
@@ -83,12 +89,66 @@ if HAVE_TRITON:
     from engine.fast.kernels.pdl import wait_for_producer
 
     @triton.jit
-    def _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, m_ptr, l_ptr, acc_ptr, b, heads, sp, d,
-                      q_mask, H: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr,
-                      BLOCK: tl.constexpr, PRECISION: tl.constexpr, STEP: tl.constexpr):  # fmt: skip
+    def _splits_used(length, SPLITS: tl.constexpr, CHUNK: tl.constexpr, INTERLEAVED: tl.constexpr):
+        """How many splits hold a row of `length` keys: interleaved, one a CHUNK-key block up to SPLITS; else one
+        a CHUNK-key chunk."""
+        used = (length + CHUNK - 1) // CHUNK
+        if INTERLEAVED:
+            used = tl.minimum(used, SPLITS)
+        return used
+
+    @triton.jit
+    def _finish(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, out_ptr, count_ptr, b, heads, sp, used, d, q_mask,
+                H: tl.constexpr, GP: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr,
+                MERGE_LAST: tl.constexpr):  # fmt: skip
+        """Split sp's partial of row b's heads [GP] (max m [GP], sum l_sum [GP], weighted values acc [GP, D], fp32;
+        masked by q_mask) when `used` splits hold the row's keys: stored for `_merge_kernel`; or (MERGE_LAST) the
+        heads' output, divided at once when the row has one split, else merged by the program of this (row, kv
+        head) that arrives last at count_ptr[b * KV + kv head] (release / acquire, after every warp's stores), in
+        split order (the same sums whichever arrives last); that program zeroes the count for the next launch."""
+        part = (b * H + heads) * SPLITS + sp  # [GP]
+        out_at = out_ptr + (b * H + heads)[:, None] * D + d[None, :]  # [GP, D]
+        if MERGE_LAST:
+            if used == 1:
+                tl.store(out_at, (acc / l_sum[:, None]).to(out_ptr.dtype.element_ty), mask=q_mask[:, None])
+            else:
+                _store_partial(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, part, d, q_mask, D)
+                count = count_ptr + b * tl.num_programs(1) + tl.program_id(1)
+                tl.debug_barrier()  # every warp's partial is stored before the release below
+                arrived = tl.atomic_add(count, 1, sem="acq_rel", scope="gpu")
+                tl.debug_barrier()
+                if arrived == used - 1:  # the last in: every used split's partial is visible
+                    first = (b * H + heads) * SPLITS  # [GP]: split 0's partial of each head
+                    m_max = tl.full([GP], float("-inf"), tl.float32)
+                    for k in tl.range(0, used):  # L2 reads (".cg"): other SMs wrote these
+                        m_max = tl.maximum(m_max, tl.load(m_ptr + first + k, mask=q_mask, other=0.0,
+                                                          cache_modifier=".cg"))  # fmt: skip
+                    total = tl.zeros([GP, D], tl.float32)
+                    weights = tl.zeros([GP], tl.float32)
+                    for k in tl.range(0, used):
+                        w = tl.exp(tl.load(m_ptr + first + k, mask=q_mask, other=0.0, cache_modifier=".cg") - m_max)
+                        weights += w * tl.load(l_ptr + first + k, mask=q_mask, other=0.0, cache_modifier=".cg")
+                        total += w[:, None] * tl.load(acc_ptr + (first + k)[:, None] * D + d[None, :],
+                                                      mask=q_mask[:, None], other=0.0, cache_modifier=".cg")  # fmt: skip
+                    tl.store(out_at, (total / weights[:, None]).to(out_ptr.dtype.element_ty), mask=q_mask[:, None])
+                    tl.store(count, 0)
+        else:
+            _store_partial(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, part, d, q_mask, D)
+
+    @triton.jit
+    def _store_partial(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, part, d, q_mask, D: tl.constexpr):
+        """A split's partial (max, sum, weighted values) into the partial buffers at rows `part` [GP]."""
+        tl.store(m_ptr + part, m, mask=q_mask)
+        tl.store(l_ptr + part, l_sum, mask=q_mask)
+        tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=q_mask[:, None])
+
+    @triton.jit
+    def _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, b, heads, d, H: tl.constexpr,
+                      GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
+                      STEP: tl.constexpr):  # fmt: skip
         """Queries q [GP, D] (heads [GP] of row b) over the cache's BLOCK-key blocks starting at lo, lo + STEP, ...
-        below hi (at `base`, `stride_l` apart) -> split sp's partial (max, sum, weighted values) in fp32, stored in
-        the partial buffers (masked by q_mask). STEP = BLOCK: keys lo..hi-1; SPLITS * BLOCK: interleaved."""
+        below hi (at `base`, `stride_l` apart) -> the split's partial (max [GP], sum [GP], weighted values [GP, D])
+        in fp32. STEP = BLOCK: keys lo..hi-1; SPLITS * BLOCK: interleaved."""
         m = tl.full([GP], float("-inf"), tl.float32)
         l_sum = tl.zeros([GP], tl.float32)
         acc = tl.zeros([GP, D], tl.float32)
@@ -106,18 +166,15 @@ if HAVE_TRITON:
             v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             m = m_new
-        part = (b * H + heads) * SPLITS + sp  # [GP]
-        tl.store(m_ptr + part, m, mask=q_mask)
-        tl.store(l_ptr + part, l_sum, mask=q_mask)
-        tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=q_mask[:, None])
+        return m, l_sum, acc
 
     @triton.jit
     def _split_kernel(
-        q_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, m_ptr, l_ptr, acc_ptr, scale,
+        q_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, m_ptr, l_ptr, acc_ptr, out_ptr, count_ptr, scale,
         stride_s, stride_k, stride_l,
         H: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
-        INTERLEAVED: tl.constexpr,
+        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
@@ -137,9 +194,11 @@ if HAVE_TRITON:
             q_mask = g < G
             q = tl.load(q_ptr + (b * H + heads[:, None]) * D + d[None, :], mask=q_mask[:, None], other=0.0)
             base = slot * stride_s + j * stride_k
-            _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, m_ptr, l_ptr, acc_ptr, b, heads, sp, d,
-                          q_mask, H, GP, D, SPLITS, BLOCK, PRECISION,
-                          SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
+            m, l_sum, acc = _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, b, heads, d, H, GP, D,
+                                          BLOCK, PRECISION, SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
+            _finish(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, out_ptr, count_ptr, b, heads, sp,
+                    _splits_used(length, SPLITS, CHUNK, INTERLEAVED), d, q_mask, H, GP, D, SPLITS,
+                    MERGE_LAST)  # fmt: skip
 
     @triton.jit
     def _norm_rope_rows(x, x_rot, w, w_rot, c, s, eps, d, D: tl.constexpr, DTYPE: tl.constexpr):
@@ -154,10 +213,10 @@ if HAVE_TRITON:
     @triton.jit
     def _split_rope_kernel(
         qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, m_ptr, l_ptr, acc_ptr,
-        scale, eps, stride_s, stride_k, stride_l,
+        out_ptr, count_ptr, scale, eps, stride_s, stride_k, stride_l,
         H: tl.constexpr, KV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
-        INTERLEAVED: tl.constexpr,
+        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
@@ -200,9 +259,11 @@ if HAVE_TRITON:
                 tl.store(k_ptr + new, k_new)
                 tl.store(v_ptr + new, tl.load(row + (H + KV + j + one[:, None]) * D + d[None, :]))
                 tl.debug_barrier()  # the block's threads read those cache rows below
-            _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, m_ptr, l_ptr, acc_ptr, b, heads, sp, d,
-                          q_mask, H, GP, D, SPLITS, BLOCK, PRECISION,
-                          SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
+            m, l_sum, acc = _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, b, heads, d, H, GP, D,
+                                          BLOCK, PRECISION, SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
+            _finish(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, out_ptr, count_ptr, b, heads, sp,
+                    _splits_used(length, SPLITS, CHUNK, INTERLEAVED), d, q_mask, H, GP, D, SPLITS,
+                    MERGE_LAST)  # fmt: skip
 
     @triton.jit
     def _merge_kernel(m_ptr, l_ptr, acc_ptr, lengths_ptr, out_ptr, H: tl.constexpr, SPLITS: tl.constexpr,
@@ -262,26 +323,47 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
 def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: int, heads: int, kv_heads: int,
                      d: int, dtype: torch.dtype, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor,
                      config: SplitConfig, *scalars: float, pdl: bool = False, **constexprs: int) -> Tensor:  # fmt: skip
-    """Launch a split kernel over (rows, kv heads, splits) with its partial buffers, then the merge -> [B,H,D].
-    `leading`: the split kernel's arguments before the caches; `scalars`: after the partial buffers. `pdl`: both
-    launched as programmatic dependents (`kernels.pdl`), each waiting for the kernel before it first."""
+    """Launch a split kernel over (rows, kv heads, splits) with its partial buffers, merging in its last program
+    (`config.merge_last`) or then in `_merge_kernel` -> [B,H,D]. `leading`: the split kernel's arguments before the
+    caches; `scalars`: after the output and arrival counts. `pdl`: launched as programmatic dependents
+    (`kernels.pdl`), each waiting for the kernel before it first."""
     splits, chunk = split_layout(k_cache.shape[2], config)
     device = k_cache.device
     m = torch.empty(rows, heads, splits, dtype=torch.float32, device=device)
     l_sum = torch.empty_like(m)
     acc = torch.empty(rows, heads, splits, d, dtype=torch.float32, device=device)
+    out = torch.empty(rows, heads, d, dtype=dtype, device=device)
+    counts = _arrival_counts(device, rows * kv_heads) if config.merge_last else m  # (unread without merge_last)
     split_kernel[(rows, kv_heads, splits)](  # type: ignore[index]
-        *leading, k_cache, v_cache, slots, lengths, m, l_sum, acc, *scalars,
+        *leading, k_cache, v_cache, slots, lengths, m, l_sum, acc, out, counts, *scalars,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         H=heads, D=d, SPLITS=splits, CHUNK=chunk, BLOCK=config.block_n,
         PRECISION="ieee" if dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
         num_warps=config.num_warps, **({} if config.num_stages is None else {"num_stages": config.num_stages}),
-        PDL=pdl_enabled(pdl), INTERLEAVED=config.programs is not None, **launch_options(pdl), **constexprs,
+        PDL=pdl_enabled(pdl), INTERLEAVED=config.programs is not None, MERGE_LAST=config.merge_last,
+        **launch_options(pdl), **constexprs,
     )  # fmt: skip
-    out = torch.empty(rows, heads, d, dtype=dtype, device=device)
-    _merge_kernel[(rows * heads,)](m, l_sum, acc, lengths, out, H=heads, SPLITS=splits, CHUNK=chunk, D=d,
-                                   PDL=pdl_enabled(pdl), num_warps=4, **launch_options(pdl))  # fmt: skip
+    if not config.merge_last:
+        _merge_kernel[(rows * heads,)](m, l_sum, acc, lengths, out, H=heads, SPLITS=splits, CHUNK=chunk, D=d,
+                                       PDL=pdl_enabled(pdl), num_warps=4, **launch_options(pdl))  # fmt: skip
     return out
+
+
+_ARRIVALS: dict[torch.device, Tensor] = {}  # per device: the split programs' arrival counts, zero between launches
+
+
+def _arrival_counts(device: torch.device, count: int) -> Tensor:
+    """The arrival counts [count] int32 on `device`, all zero: one buffer per device, shared by every launch that
+    merges in its last program (each merging program zeroes its count; the talker's layers run one after another on
+    one stream, a programmatic dependent counting only after waiting for the kernel before it). Made the first
+    time outside CUDA-graph capture (a warm-up), so no graph owns its memory."""
+    counts = _ARRIVALS.get(device)
+    if counts is None or counts.numel() < count:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError("decode attention: run it once before capturing it (its arrival counts)")
+        counts = torch.zeros(max(count, 8192), dtype=torch.int32, device=device)
+        _ARRIVALS[device] = counts
+    return counts
 
 
 def decode_attention_rope(
