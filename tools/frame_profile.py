@@ -39,7 +39,8 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                product's columns, the rows' RMS scale applied to its result (`FrameKernels.folded_norms`); the rows'
                sums of squares from the branch-ending products' shares, summed before the K loop (`folded_norms`)
                or requested before it and summed after (`folded_late`), or from the streamed x tiles
-               (`folded_loop`); `norm_kernels`: the norms in kernels of their own (should folded become the default)
+               (`folded_loop`), or one whole sum a row added up by the branch end's last program (`folded_total`);
+               `norm_kernels`: the norms in kernels of their own (should folded become the default)
     cublas_small  the code predictor's 4- and 8-token-row steps (B = 2..8) in cuBLAS with `rms_norm` kernels,
                instead of the 16-row tensor-core tiles with the rows masked (the engine's default since 2026-12-05)
     talker_gemv  the talker's 1-2 row decode steps with their products in `gemv` (`TalkerGraphs.gemv_max_rows`);
@@ -94,7 +95,7 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "radix3", "radix1", "radix8", "warps4", "narrow", "attn_warps2", "attn_warps1", "sampler_warps2",
             "sampler_warps4", "sampler_warps16", "attn_early", "attn_late", "split2", "split4", "split4_narrow",
             "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head",
-            "split1_narrow", "folded_norms", "folded_late", "folded_loop", "norm_kernels", "cublas_small",
+            "split1_narrow", "folded_norms", "folded_late", "folded_loop", "folded_total", "norm_kernels", "cublas_small",
             "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain", "talker_chain_off", "talker_chain_all",
             "talker_chain_down", "talker_chain_down_split2", "talker_chain_folded", "talker_chain_folded_late",
             "tattn_p2", "tattn_p2_32", "tattn_p4_32", "tattn_merge_kernel")
@@ -150,7 +151,7 @@ def _cp_change(kernels: Any, variant: str) -> Any:
         return replace(kernels, attention_early_cache=variant == "attn_early")
     if variant == "folded_norms":
         return replace(kernels, folded_norms=True)
-    if variant in ("folded_late", "folded_loop"):
+    if variant in ("folded_late", "folded_loop", "folded_total"):
         return replace(kernels, folded_norms=True, folded_squares=variant.removeprefix("folded_"))
     if variant == "norm_kernels":  # (the defaults before folded norms, should they become the defaults)
         return replace(kernels, folded_norms=False)

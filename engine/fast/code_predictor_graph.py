@@ -122,7 +122,10 @@ class FrameKernels:
     # 2026-12-05, frame_profile at context 128: CP frame 3.68 / 5.04 / 3.43 ms at B = 16 / 32 / 64 against 2.47 /
     # 2.66 / 2.81 with norm kernels: work on x inside the K loop costs the product its pipelining, as the norm
     # prologue's did), "shares" from the branch-ending product's shares (`gemv_residual`) summed before the K loop,
-    # "late" the same shares requested before the loop and summed after it.
+    # "late" the same shares requested before the loop and summed after it (H200, 2026-12-05: 2.54 / 3.31 / 2.88
+    # and 2.51 / 3.22 / 2.88 ms against 2.45 / 2.64 / 2.78 with norm kernels: each of a product's ~100 programs
+    # reads 64-128 shares a row), "total" the rows' whole sums, added up by the branch end's last program to store
+    # its shares (`gemv_residual(total=True)`: one value a row to read). Unmeasured.
     folded_squares: str = "shares"
     # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates, or (8) at most 4
     # histogram passes, one a byte
@@ -278,8 +281,8 @@ class CodePredictorGraphs:
 
     def _step_logits_folded(self, x: Tensor, index: Tensor | None, start: int, tokens: int) -> Tensor:
         """`step_logits` with the norms folded into the products (`FrameKernels.folded_norms`): the residual stream
-        (and, unless `folded_squares` is "loop", its shares of each row's sum of squares) passes from each branch's
-        last product (which adds it) to the next product (which scales its rows by their RMS)."""
+        (and, unless `folded_squares` is "loop", its shares of each row's sum of squares, or their total) passes from
+        each branch's last product (which adds it) to the next product (which scales its rows by their RMS)."""
         assert self.projection is not None and self.folded is not None
         rows = index.shape[0] if index is not None else x.shape[0]
         tiles = self._tensor_core_tiles(rows)
@@ -288,7 +291,7 @@ class CodePredictorGraphs:
         def branch_end(x: Tensor, weight: Tensor, name: str, **kw: Any) -> tuple[Tensor, Tensor | None]:
             if mode == "loop":
                 return gemv(x, weight, config=tiles.get(name), pdl=pdl, **kw)[0], None
-            return gemv_residual(x, weight, config=tiles.get(name), pdl=pdl, **kw)
+            return gemv_residual(x, weight, config=tiles.get(name), pdl=pdl, total=mode == "total", **kw)
 
         def normed(x: Tensor, weight: Tensor, squares: Tensor | None, name: str, **kw: Any) -> Tensor:
             return gemv(x, weight, row_norm=True, norm_squares=squares, squares_late=mode == "late",

@@ -53,10 +53,11 @@ def test_code_predictor_kernels_match_their_twins_in_the_interpreter() -> None:
     expected |= {f"cp_attention_early_p7_r{r}" for r in (1, 3, 17)}  # earlier positions loaded before the PDL wait
     streamed = ("residual_down", "residual_proj")
     expected |= {f"gemv_{k}_r{r}" for k in streamed for r in (1, 3, 17)}
-    split = ("split_o1", "split_o2", "split_residual", "split_gate_up")  # split K, run twice, under each epilogue
+    split = ("split_o1", "split_o2", "split_residual", "split_gate_up",  # split K, run twice, under each epilogue
+             "split_total1", "split_total2")  # the rows' whole sums of squares from the column tiles' last slices
     expected |= {f"gemv_{k}_r{r}" for k in split for r in (1, 3, 17)}
     folded = ("row_norm_qkv", "row_norm_gate_up", "row_norm_head", "row_norm_shares", "row_norm_late",
-              "row_norm_shares_head", "add_to_o")
+              "row_norm_shares_head", "add_to_o", "row_norm_total1", "row_norm_total2")
     expected |= {f"gemv_{k}_r{r}" for k in folded for r in (1, 3, 17)}
     expected |= {f"{name}_r{r}" for name in ("sampler", "sampler_acc") for r in (1, 3, 17)}
     assert set(errors) == expected
@@ -117,8 +118,8 @@ plain_slots = _slots(model, rows)
 fast_slots = copy.deepcopy(plain_slots)
 plain_codes, fast_codes = new_code_buffer(rows, 2, model.device), new_code_buffer(rows, 2, model.device)
 kernels = FrameKernels(folded_norms=norms.startswith("folded"))
-if norms in ("folded_late", "folded_loop"):
-    kernels = replace(kernels, folded_squares=norms.removeprefix("folded_"))
+if norms.removesuffix("_split") in ("folded_late", "folded_loop", "folded_total"):
+    kernels = replace(kernels, folded_squares=norms.removesuffix("_split").removeprefix("folded_"))
 assert all(map(kernels.runs_gemv, (4, 8, 16, 32, 64))) and not kernels.runs_gemv(128)
 if norms == "cublas_small":  # the 4- and 8-row steps in cuBLAS with `rms_norm` kernels
     kernels = replace(kernels, dot_gemv={r: tiles for r, tiles in kernels.dot_gemv.items() if r > 8})
@@ -136,7 +137,8 @@ print(json.dumps({"codes": bool(torch.equal(fast_codes, plain_codes)), "written"
 
 
 @pytest.mark.parametrize(("rows", "norms"), [(8, "kernels"), (8, "cublas_small"), (16, "split"), (16, "folded"),
-                                            (16, "folded_split"), (16, "folded_late"), (16, "folded_loop")])  # fmt: skip
+                                            (16, "folded_split"), (16, "folded_late"), (16, "folded_loop"),
+                                            (16, "folded_total"), (16, "folded_total_split")])  # fmt: skip
 def test_the_fused_frame_with_tensor_core_products_equals_the_plain_executor(rows: int, norms: str) -> None:
     """8 frame rows: the first step's 16 token rows run the default tensor-core `gemv` tiles, the later 8-row steps
     the same tiles with the rows masked (or, `cublas_small`, cuBLAS); 16 frame rows: every step in `gemv` (32 and 16

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(not have_ptxas(), reason="Triton without its NVI
 GEMV = dict(K=1024, HAS_INDEX=False, HAS_NORM=False, HAS_RESIDUAL=False, HAS_BIAS=False, SILU_MUL=False,
             USE_DOT=True, PRECISION="tf32", BLOCK_R=64, BLOCK_N=16, BLOCK_K=128, ONE_CHUNK=False, PDL=True,
             LOOP_STAGES=4, NORM_SQUARES=False, BLOCK_P=1, ADD_TO=False,
-            SQUARES_OUT=False, SPLIT_K=1, ROW_NORM=False, SQUARES_LATE=False)  # fmt: skip
+            SQUARES_OUT=False, SPLIT_K=1, ROW_NORM=False, SQUARES_LATE=False, SQUARES_TOTAL=False)  # fmt: skip
 GEMV_CASES = {
     "residual-stream": {"K": 2048, "ADD_TO": True, "SQUARES_OUT": True},
     "projection-stream": {"K": 2048, "HAS_INDEX": True, "HAS_BIAS": True, "SQUARES_OUT": True},
@@ -38,6 +38,12 @@ GEMV_CASES = {
     "split-k": {"K": 3072, "LOOP_STAGES": 2, "SPLIT_K": 4},
     "split-k-residual-stream": {"K": 2048, "LOOP_STAGES": 2, "SPLIT_K": 4, "ADD_TO": True, "SQUARES_OUT": True},
     "split-k-gate-up": {"BLOCK_N": 16, "LOOP_STAGES": 2, "SPLIT_K": 4, "SILU_MUL": True},
+    # the rows' whole sums of squares added up by the last program to store its shares (`gemv_residual(total=True)`)
+    "residual-stream-total": {"K": 2048, "ADD_TO": True, "SQUARES_OUT": True, "SQUARES_TOTAL": True},
+    "split-k-residual-stream-total": {"K": 2048, "LOOP_STAGES": 2, "SPLIT_K": 4, "ADD_TO": True, "SQUARES_OUT": True,
+                                      "SQUARES_TOTAL": True},
+    "folded-norm-from-total": {"BLOCK_N": 32, "ROW_NORM": True, "NORM_SQUARES": True, "BLOCK_P": 1,
+                               "SILU_MUL": True},
 }
 GEMV_POINTERS = {"index_ptr": "*i64", "sq_in_ptr": "*fp32", "sq_out_ptr": "*fp32", "part_ptr": "*fp32",
                  "count_ptr": "*i32"}  # fmt: skip

@@ -140,6 +140,17 @@ def check_cp_kernels(
         folded = fold_norm(weights["head"], norm)
         y, _ = gemv(last, folded, row_norm=True, norm_squares=last_squares, config=tile, out=nan(r, vocab))
         errors[f"gemv_row_norm_shares_head_r{r}"] = relative_l2(y, row_norm_reference(last, folded, 1e-6))
+        # the rows' whole sums, added up by the branch end's last program (`gemv_residual(total=True)`), twice: a
+        # count the first launch left nonzero would leave the second's sums unwritten
+        for repeat in (1, 2):
+            source = rand(r, inter, scale=0.3)
+            stream, totals = gemv_residual(source, weights["down"], add_to=res, config=tile, total=True)
+            _, totals_ref = gemv_residual_reference(source, weights["down"], add_to=res, config=tile, total=True)
+            folded = fold_norm(weights["gate_up"], norm)
+            y, _ = gemv(stream, folded, row_norm=True, norm_squares=totals, silu_mul=True, config=tile,
+                        out=nan(r, inter))  # fmt: skip
+            errors[f"gemv_row_norm_total{repeat}_r{r}"] = max(
+                relative_l2(totals, totals_ref), relative_l2(y, row_norm_reference(stream, folded, 1e-6, True)))
         attended = rand(r, heads * head_dim)
         y, _ = gemv(attended, weights["o"], add_to=x, config=tile, out=nan(r, hidden))
         errors[f"gemv_add_to_o_r{r}"] = relative_l2(y, x + gemv_reference(attended, weights["o"])[0])
@@ -156,6 +167,10 @@ def check_cp_kernels(
         stream_ref, squares_ref = gemv_residual_reference(attended, weights["o"], add_to=x, config=split)
         errors[f"gemv_split_residual_r{r}"] = max(relative_l2(stream, stream_ref),
                                                   relative_l2(squares, squares_ref))  # fmt: skip
+        for repeat in (1, 2):  # the total from the column tiles' last slices
+            _, totals = gemv_residual(attended, weights["o"], add_to=x, config=split, total=True)
+            _, totals_ref = gemv_residual_reference(attended, weights["o"], add_to=x, config=split, total=True)
+            errors[f"gemv_split_total{repeat}_r{r}"] = relative_l2(totals, totals_ref)
         y, _ = gemv(stream, weights["gate_up"], silu_mul=True, config=split, out=nan(r, inter))
         errors[f"gemv_split_gate_up_r{r}"] = relative_l2(y, gemv_reference(stream, weights["gate_up"], silu_mul=True)[0])
 

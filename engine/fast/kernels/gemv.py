@@ -78,8 +78,9 @@ if HAVE_TRITON:
         """Split K: store this program's fp32 tile(s) [BR, BN] as slice program_id(1)'s partial, count the arrival
         at count_ptr[pid] (release / acquire), and in the program that arrives last sum every slice's partial in
         slice order, so the sum is the same whichever arrives last; that program also zeroes the count for the
-        next launch. Returns the sums and `last` [BR] (every row True in that program only; the others' sums are
-        zeros and their stores are masked off by it). (Masks are vectors: the interpreter refuses a scalar one.)"""
+        next launch. Returns the sums, `last` [BR] (every row True in that program only; the others' sums are
+        zeros and their stores are masked off by it) and the same as one flag. (Masks are vectors: the interpreter
+        refuses a scalar one.)"""
         units: tl.constexpr = 2 if SILU_MUL else 1
         size: tl.constexpr = BLOCK_R * BLOCK_N
         tile = tl.arange(0, BLOCK_R)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BR,BN]
@@ -101,7 +102,27 @@ if HAVE_TRITON:
                 total_up += tl.load(slices + k * stride + size + tile, mask=keep, other=0.0, cache_modifier=".cg")
         if arrived == SPLIT_K - 1:
             tl.store(count_ptr + pid, 0)
-        return total, total_up, (tl.zeros([BLOCK_R], dtype=tl.int32) + arrived) == SPLIT_K - 1
+        return total, total_up, (tl.zeros([BLOCK_R], dtype=tl.int32) + arrived) == SPLIT_K - 1, arrived == SPLIT_K - 1
+
+    @triton.jit
+    def _total_squares(sq_out_ptr, count_ptr, rows, r, r_mask, BLOCK_R: tl.constexpr):
+        """Called by every program once its share of each row's sum of squares is stored (sq_out [rows, P], P the
+        launch's column programs): counts the arrival at count_ptr[P] (release / acquire, after every warp's
+        stores), and the program that arrives last sums the rows' P shares, in program order, into the rows' whole
+        sums right after them (sq_out_ptr + rows * P: [rows] fp32) and zeroes the count for the next launch."""
+        programs = tl.num_programs(0)
+        tl.debug_barrier()  # every warp's share is stored before the release below
+        arrived = tl.atomic_add(count_ptr + programs, 1, sem="acq_rel", scope="gpu")
+        tl.debug_barrier()
+        if arrived == programs - 1:
+            total = tl.zeros([BLOCK_R], dtype=tl.float32)
+            for p0 in tl.range(0, programs, 16):  # L2 reads (".cg"): other SMs wrote these
+                p = p0 + tl.arange(0, 16)
+                shares = tl.load(sq_out_ptr + r[:, None] * programs + p[None, :],
+                                 mask=r_mask[:, None] & (p < programs)[None, :], other=0.0, cache_modifier=".cg")
+                total += tl.sum(shares, axis=1)
+            tl.store(sq_out_ptr + rows * programs + r, total, mask=r_mask)
+            tl.store(count_ptr + programs, 0)
 
     @triton.jit
     def _gemv_kernel(
@@ -114,6 +135,7 @@ if HAVE_TRITON:
         ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr,
         NORM_SQUARES: tl.constexpr, BLOCK_P: tl.constexpr, ADD_TO: tl.constexpr,
         SQUARES_OUT: tl.constexpr, SPLIT_K: tl.constexpr, ROW_NORM: tl.constexpr, SQUARES_LATE: tl.constexpr,
+        SQUARES_TOTAL: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         r = tl.arange(0, BLOCK_R)
@@ -250,8 +272,8 @@ if HAVE_TRITON:
             acc = acc * row_scale[:, None]
             acc_up = acc_up * row_scale[:, None]
         if SPLIT_K > 1:  # the K slices' fp32 sums meet in the one program that finishes its columns last
-            acc, acc_up, last = _sum_k_slices(acc, acc_up, part_ptr, count_ptr, pid, SILU_MUL, BLOCK_R, BLOCK_N,
-                                              SPLIT_K)  # fmt: skip
+            acc, acc_up, last, is_last = _sum_k_slices(acc, acc_up, part_ptr, count_ptr, pid, SILU_MUL, BLOCK_R,
+                                                       BLOCK_N, SPLIT_K)  # fmt: skip
 
         if SILU_MUL:  # silu(gate) rounded, times up (each GEMM output rounded first), as `silu_mul`
             gate = _rounded(acc, DTYPE)
@@ -275,6 +297,12 @@ if HAVE_TRITON:
         tl.store(
             out_ptr + r[:, None] * stride_out + n[None, :], y.to(out_ptr.dtype.element_ty), mask=out_mask
         )
+        if SQUARES_TOTAL:  # the rows' whole sums of squares, from the program whose share arrives last
+            if SPLIT_K > 1:  # (only a column tile's last slice stored a share)
+                if is_last:
+                    _total_squares(sq_out_ptr, count_ptr, rows, r, r_mask, BLOCK_R)
+            else:
+                _total_squares(sq_out_ptr, count_ptr, rows, r, r_mask, BLOCK_R)
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,16 +406,17 @@ def row_norm_reference(x: Tensor, folded: Tensor, eps: float, silu_mul: bool = F
 
 def gemv_residual_reference(
     x: Tensor, weight: Tensor, *, index: Tensor | None = None, add_to: Tensor | None = None,
-    bias: Tensor | None = None, config: GemvConfig | None = None,
+    bias: Tensor | None = None, config: GemvConfig | None = None, total: bool = False,
 ) -> tuple[Tensor, Tensor]:  # fmt: skip
     """The twin of `gemv_residual`: the plain linear (+ the plain add), and the sums of squares of its rounded
-    values in the kernel's column shares."""
+    values in the kernel's column shares (`total`: their sum, [R, 1])."""
     y, _ = gemv_reference(x, weight, index=index, bias=bias)
     if add_to is not None:
         y = add_to + y
     parts, columns = _parts(y.shape[0], x.shape[1], y.shape[1], config or GemvConfig())
     squares = F.pad(y.float().square(), (0, parts * columns - y.shape[1]))
-    return y, squares.view(y.shape[0], parts, columns).sum(-1)
+    shares = squares.view(y.shape[0], parts, columns).sum(-1)
+    return y, shares.sum(-1, keepdim=True) if total else shares
 
 
 def gemv(
@@ -453,32 +482,37 @@ def gemv(
 
 def gemv_residual(
     x: Tensor, weight: Tensor, *, index: Tensor | None = None, add_to: Tensor | None = None,
-    bias: Tensor | None = None, config: GemvConfig | None = None, pdl: bool = False,
+    bias: Tensor | None = None, config: GemvConfig | None = None, pdl: bool = False, total: bool = False,
 ) -> tuple[Tensor, Tensor]:  # fmt: skip
     """The product that ends a residual branch, with what the next RMSNorm needs: x [X,K] (rows index[r] when
     given), weight [N,K], add_to [R,N] (last dim contiguous), bias [N] -> (y = add_to + x @ W^T (+ bias), each
     add and the product rounded as the plain ops, [R,N]; squares [R,P] fp32: each of the launch's P programs'
     share of every row's sum of y^2 over its columns). `gemv(y, fold_norm(W2, w), row_norm=True,
     norm_squares=squares)` then applies the RMSNorm of weight w before the next product W2 without a norm kernel or
-    a pass over y."""
+    a pass over y. `total`: squares [R,1], each row's whole sum, added up by the launch's last program to store
+    its share (so the next product reads one value a row instead of P)."""
     config = config or GemvConfig()
     if not use_triton(x):
-        return gemv_residual_reference(x, weight, index=index, add_to=add_to, bias=bias, config=config)
+        return gemv_residual_reference(x, weight, index=index, add_to=add_to, bias=bias, config=config, total=total)
     rows = index.shape[0] if index is not None else x.shape[0]
     k, n_out = x.shape[1], weight.shape[0]
     out = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
-    squares = torch.empty(rows, _parts(rows, k, n_out, config)[0], dtype=torch.float32, device=x.device)
-    _launch(x, weight, index, None, None, 1e-6, bias, False, config, out, None, pdl, None, add_to, squares)
-    return out, squares
+    parts = _parts(rows, k, n_out, config)[0]
+    flat = torch.empty(rows * parts + (rows if total else 0), dtype=torch.float32, device=x.device)
+    squares = flat[: rows * parts].view(rows, parts)  # then, with `total`, the rows' sums [rows]
+    _launch(x, weight, index, None, None, 1e-6, bias, False, config, out, None, pdl, None, add_to, squares,
+            squares_total=total)  # fmt: skip
+    return out, flat[rows * parts :].view(rows, 1) if total else squares
 
 
 def _launch(
     x: Tensor, weight: Tensor, index: Tensor | None, residual: Tensor | None, norm_weight: Tensor | None,
     eps: float, bias: Tensor | None, silu_mul: bool, config: GemvConfig, out: Tensor, s: Tensor | None, pdl: bool,
     norm_squares: Tensor | None, add_to: Tensor | None, squares_out: Tensor | None, row_norm: bool = False,
-    squares_late: bool = False,
+    squares_late: bool = False, squares_total: bool = False,
 ) -> None:  # fmt: skip
-    """One `_gemv_kernel` launch with every option as its callers resolved it."""
+    """One `_gemv_kernel` launch with every option as its callers resolved it (`squares_total`: squares_out is
+    followed in its storage by [rows] fp32 for the rows' whole sums)."""
     assert x.stride(-1) == 1 and weight.is_contiguous() and (residual is None or residual.stride(-1) == 1)
     rows = index.shape[0] if index is not None else x.shape[0]
     k = x.shape[1]
@@ -500,6 +534,9 @@ def _launch(
         units = 2 if silu_mul else 1
         parts = torch.empty(split * programs * units * block_r * block_n, dtype=torch.float32, device=x.device)
         counts = _split_counts(x.device, programs)
+    if squares_total:  # the arrival count after the column tiles' (`_total_squares`)
+        assert squares_out is not None and squares_out.untyped_storage().nbytes() >= 4 * rows * (programs + 1)
+        counts = _split_counts(x.device, programs + 1)
     assert squares_out is None or (squares_out.shape == (rows, programs) and squares_out.is_contiguous())
     parts_in = norm_squares.shape[1] if norm_squares is not None else 1
     _gemv_kernel[(programs, split)](
@@ -519,6 +556,6 @@ def _launch(
         PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages,
         NORM_SQUARES=norm_squares is not None, BLOCK_P=_next_power_of_2(parts_in), ADD_TO=add_to is not None,
         SQUARES_OUT=squares_out is not None, SPLIT_K=split, ROW_NORM=row_norm, SQUARES_LATE=squares_late,
-        num_warps=config.num_warps,
+        SQUARES_TOTAL=squares_total, num_warps=config.num_warps,
         **launch_options(pdl),
     )  # fmt: skip
