@@ -50,7 +50,8 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                talker_chain_off unchained; talker_chain_all also 32 rows; talker_chain_down with down in a 16-column
                tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices; talker_chain_folded without
                the post-attention norm kernels (`ChainTiles.folded`: the norm folded into gate|up, the rows' sums of
-               squares from o's shares, summed before gate|up's K loop; talker_chain_folded_late: after it)
+               squares from o's shares, summed before gate|up's K loop; talker_chain_folded_late: after it;
+               talker_chain_folded_total: one whole sum a row from o's last program)
     tattn_p2, tattn_p2_32, tattn_p4_32  the talker's 5-64 row decode attention in 2 (or 4) interleaved programs
                per (row, kv head), 64- or 32-key blocks, 4 warps (`SplitConfig.programs`; the engine's default at
                33-64 rows is tattn_p2_32's)
@@ -98,6 +99,7 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "split1_narrow", "folded_norms", "folded_late", "folded_loop", "folded_total", "norm_kernels", "cublas_small",
             "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain", "talker_chain_off", "talker_chain_all",
             "talker_chain_down", "talker_chain_down_split2", "talker_chain_folded", "talker_chain_folded_late",
+            "talker_chain_folded_total",
             "tattn_p2", "tattn_p2_32", "tattn_p4_32", "tattn_merge_kernel")
 CONTEXT = 512
 ROUNDS = 5
@@ -173,8 +175,8 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
     if part.startswith("talker_chain"):
         options = part.removeprefix("talker_chain").split("_")[1:]  # e.g. ["all"], ["down", "split2"]
         rows, tiles = chain_options("on", "folded" in options)
-        if "late" in options:
-            tiles = replace(tiles, folded="late")
+        if "late" in options or "total" in options:
+            tiles = replace(tiles, folded="late" if "late" in options else "total")
         rows = (16, 32, 64) if "all" in options else rows
         if "down" in options:
             slices = 2 if "split2" in options else 1

@@ -161,13 +161,15 @@ class ChainTiles:
     it stays on cuBLAS (and in the chain too: a 16-column down tile, alone or in 2 K slices, lost on the H200,
     2026-12-05, docs/benchmarks.md, twenty-third session).
 
-    `folded` ("shares" or "late"; o and gate|up in tiles): no post-attention RMSNorm kernel. o ends the attention
+    `folded` ("shares", "late" or "total"; o and gate|up in tiles): no post-attention RMSNorm kernel. o ends the attention
     branch as `gemv_residual` (the residual stream h and its programs' shares of each row's sum of squares), and
     gate|up runs on h with the norm's weight folded into its columns (`folded_gate_up`, `gemv.fold_norm`), scaling
     its fp32 rows by their RMS from those shares (`gemv(row_norm=True)`: summed before its K loop, or requested
-    before and summed after it with "late"), so the K loop stays the plain product's. 28 launches fewer a step for
-    ~1.4 GB more weights at 1.7B; not the plain roundings (the folded weight rounds once where the norm rounds the
-    activations twice). Unmeasured on a GPU: off."""
+    before and summed after it with "late"; "total": o's last program to store its shares adds each row's up, so
+    gate|up reads one value a row instead of 128), so the K loop stays the plain product's. 28 launches fewer a step
+    for ~1.4 GB more weights at 1.7B; not the plain roundings (the folded weight rounds once where the norm rounds
+    the activations twice). H200, 2026-12-05: "shares" 1.676 / 1.940 ms and "late" 1.642 / 1.930 a 16 / 64 row
+    step against 1.624 / 1.944 with the norm kernels; "total" unmeasured. Off."""
 
     qkv: GemvConfig | None = GemvConfig(block_n=32, block_k=128, num_warps=4, loop_stages=4)
     o: GemvConfig | None = GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4)
@@ -206,7 +208,8 @@ def run_layers_chained(
         normed, residual = rms_norm(x, layer.input_norm, layer.eps, residual, pdl=True)  # residual: layer input
         attended = attend_qkv(index, product(normed, layer.qkv, tiles.qkv))
         if folded is not None and tiles.folded is not None:  # h = x + attn and its shares; gate|up's rows scaled
-            residual, squares = gemv_residual(attended, layer.o, add_to=residual, config=tiles.o, pdl=True)
+            residual, squares = gemv_residual(attended, layer.o, add_to=residual, config=tiles.o, pdl=True,
+                                              total=tiles.folded == "total")  # fmt: skip
             act, _ = gemv(residual, folded[index], row_norm=True, norm_squares=squares,
                           squares_late=tiles.folded == "late", eps=layer.eps, silu_mul=True, config=tiles.gate_up,
                           pdl=True)  # fmt: skip

@@ -33,6 +33,7 @@ def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
     assert frame_profile.talker_options("talker_chain")[2] == (16, 64)
     assert frame_profile.talker_options("talker_chain_folded")[3].folded == "shares"
     assert frame_profile.talker_options("talker_chain_folded_late")[3].folded == "late"
+    assert frame_profile.talker_options("talker_chain_folded_total")[3].folded == "total"
     assert frame_profile.talker_options("defaults")[3].folded is None
     assert frame_profile.talker_options("split4") == frame_profile.talker_options("defaults")  # talker untouched
     down = frame_profile.talker_options("talker_chain_down_split2")[3].down

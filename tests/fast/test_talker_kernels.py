@@ -143,6 +143,7 @@ split = GemvConfig(block_n=16, block_k=16, loop_stages=2, split_k=2)  # every pr
 forms["split"] = ChainTiles(qkv=split, o=split, gate_up=split, down=split)
 forms["folded"] = ChainTiles(folded="shares")  # the post-attention norms folded into gate|up
 forms["folded_late"] = ChainTiles(folded="late")
+forms["folded_total"] = ChainTiles(folded="total")  # the rows' whole sums from o's last program
 folded = folded_gate_up(layers)
 caches = {name: talker.new_cache(rows, 32) for name in forms}
 for cache in caches.values():
@@ -173,8 +174,9 @@ def test_the_chained_talker_layers_equal_the_cublas_layers_in_the_interpreter() 
     """`run_layers_chained` (tensor-core `gemv` products, SwiGLU in gate|up's epilogue, PDL-capable kernels) gives
     `run_layers`' hidden states and cache writes at 16 rows, with down in cuBLAS (the default) or in a tile, with
     its products in split-K tiles, and with its post-attention norms folded into gate|up (`ChainTiles.folded`: o
-    writes the residual stream and its shares of the rows' sums of squares, gate|up scales its rows by their RMS)."""
+    writes the residual stream and its shares of the rows' sums of squares, or their total, gate|up scales its rows
+    by their RMS)."""
     result = run_interpreted(CHAINED_SCRIPT, timeout_s=600)
-    assert set(result) == {"chained", "down_tile", "split", "folded", "folded_late"}
+    assert set(result) == {"chained", "down_tile", "split", "folded", "folded_late", "folded_total"}
     for form in result.values():
         assert form["error"] < 1e-5 and form["kv_error"] < 1e-5, result
