@@ -58,6 +58,14 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
     tattn_merge_kernel  the talker's decode attention with its splits merged by a kernel of their own (the form
                before 2026-12-05) instead of the last program of each (row, kv head) to finish
 
+Knockouts (timing only: the codes they draw are meaningless) capture a graph without one kind of kernel, so the
+span they save is what that kind costs in the chain, overlap included, where the kernel table's microseconds count
+each kernel from its launch (a programmatic dependent's wait included):
+
+    ko_cp_norms, ko_cp_attention  the code predictor's `rms_norm` / `cp_attention` launches left out (the next
+               product reads the un-normed rows / the q part of qkv)
+    ko_talker_norms, ko_talker_attention  the talker's `rms_norm` / decode attention launches left out
+
 Parts join with +: `folded_norms+split4+talker_chain_all` applies each code-predictor part in order and the one
 talker part. Forms measured slower and removed from the engine (a persistent code-predictor step, norms streamed
 as partial sums of squares, `cp_attention` on tensor cores, L2 prefetch, the talker's split chain) are in
@@ -100,7 +108,8 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain", "talker_chain_off", "talker_chain_all",
             "talker_chain_down", "talker_chain_down_split2", "talker_chain_folded", "talker_chain_folded_late",
             "talker_chain_folded_total",
-            "tattn_p2", "tattn_p2_32", "tattn_p4_32", "tattn_merge_kernel")
+            "tattn_p2", "tattn_p2_32", "tattn_p4_32", "tattn_merge_kernel",
+            "ko_cp_norms", "ko_cp_attention", "ko_talker_norms", "ko_talker_attention")
 CONTEXT = 512
 ROUNDS = 5
 
@@ -214,8 +223,52 @@ def attention_split(part: str | None, rows: int, default: Any) -> Any:
 
 
 def talker_key(variant: str) -> tuple[Any, ...]:
-    """Which talker graph set a variant times: its options and attention configuration."""
-    return (*talker_options(variant), talker_attention(variant))
+    """Which talker graph set a variant times: its options, attention configuration and knockout."""
+    knockout = next((part for part in variant.split("+") if part.startswith("ko_talker_")), None)
+    return (*talker_options(variant), talker_attention(variant), knockout)
+
+
+def _no_norm(x: Any, weight: Any, eps: float, residual: Any = None, *, pdl: bool = False) -> tuple[Any, Any]:
+    """`rms_norm` knocked out: the rows as they are, no launch."""
+    return x, (x if residual is None else residual)
+
+
+def _no_cp_attention(qkv: Any, cos: Any, sin: Any, *args: Any, **kwargs: Any) -> Any:
+    """`cp_attention` knocked out: the q part of qkv [rows, H*D] (a strided view), no launch."""
+    num_heads = args[7]  # (q_weight, k_weight, eps, k_cache, v_cache, start, tokens, num_heads, num_kv_heads)
+    return qkv[:, : num_heads * cos.shape[-1]]
+
+
+def _no_decode_attention(qkv: Any, cos: Any, sin: Any, *args: Any, **kwargs: Any) -> Any:
+    """`decode_attention_rope` knocked out: the q part of qkv as [rows, H, D] (a strided view), no launch."""
+    num_heads, d = args[7], cos.shape[-1]  # (q_weight, k_weight, eps, k_cache, v_cache, slots, lengths, H, K)
+    return qkv[:, : num_heads * d].view(qkv.shape[0], num_heads, d)
+
+
+KNOCKOUTS = {  # variant part -> (module, name, stand-in) swapped while capturing
+    "ko_cp_norms": ("engine.fast.code_predictor_graph", "rms_norm", _no_norm),
+    "ko_cp_attention": ("engine.fast.code_predictor_graph", "cp_attention", _no_cp_attention),
+    "ko_talker_norms": ("engine.fast.decoder", "rms_norm", _no_norm),
+    "ko_talker_attention": ("engine.fast.talker_graph", "decode_attention_rope", _no_decode_attention),
+}
+
+
+@contextlib.contextmanager
+def knocked_out(variant_or_part: str | None, prefix: str) -> Iterator[None]:
+    """While capturing: the kernels a `ko_<prefix>*` part of the variant names left out (tool-only)."""
+    import importlib
+
+    parts = (variant_or_part or "").split("+")
+    swaps = [KNOCKOUTS[part] for part in parts if part.startswith(prefix) and part in KNOCKOUTS]
+    saved = [(importlib.import_module(module), name) for module, name, _ in swaps]
+    originals = [getattr(module, name) for module, name in saved]
+    for (module, name), (_, _, stand_in) in zip(saved, swaps, strict=True):
+        setattr(module, name, stand_in)
+    try:
+        yield
+    finally:
+        for (module, name), original in zip(saved, originals, strict=True):
+            setattr(module, name, original)
 
 
 @contextlib.contextmanager
@@ -247,8 +300,8 @@ def build(model: Any, variants: list[str], batches: list[int], context: int) -> 
     codes = new_code_buffer(max(batches), 64, model.device)
     talkers = {}  # one graph set per talker configuration the variants use
     for key in dict.fromkeys(talker_key(v) for v in variants):
-        rows, rope, chain, tiles, attention = key
-        with attention_config(attention):
+        rows, rope, chain, tiles, attention, knockout = key
+        with attention_config(attention), knocked_out(knockout, "ko_talker_"):
             talkers[key] = TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows, fused_rope=rope,
                                         chain_rows=chain, chain_tiles=tiles)  # fmt: skip
             talkers[key].decode_steps.capture()
@@ -256,7 +309,8 @@ def build(model: Any, variants: list[str], batches: list[int], context: int) -> 
     for variant in variants:
         started = time.perf_counter()
         predictors[variant] = CodePredictorGraphs(model, slots, codes, batches, kernels=frame_kernels(variant))
-        predictors[variant].capture()
+        with knocked_out(variant, "ko_cp_"):
+            predictors[variant].capture()
         progress(f"built {variant} in {time.perf_counter() - started:.0f} s")
     return dict(model=model, slots=slots, cache=cache, codes=codes, talkers=talkers, predictors=predictors)
 

@@ -5,6 +5,7 @@ an unknown part is refused before any device work."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tools import frame_profile
 
@@ -74,3 +75,22 @@ def test_an_attention_variant_reaches_the_talkers_5_to_64_row_steps_only_while_c
     with frame_profile.attention_config("tattn_merge_kernel"):  # every size, merged by a kernel of its own
         assert not any(decode_attention.default_split_config(rows).merge_last for rows in (1, 16, 64, 128))
     assert all(decode_attention.default_split_config(rows).merge_last for rows in (1, 16, 64, 128))
+
+
+def test_a_knockout_leaves_its_kernels_out_only_while_capturing() -> None:
+    from engine.fast import code_predictor_graph, decoder, talker_graph
+
+    norm, attention = code_predictor_graph.rms_norm, talker_graph.decode_attention_rope
+    with frame_profile.knocked_out("split4_narrow+ko_cp_norms", "ko_cp_"):
+        assert code_predictor_graph.rms_norm is not norm and decoder.rms_norm is norm  # the talker's untouched
+        x = torch.randn(3, 8)
+        assert frame_profile._no_norm(x, torch.ones(8), 1e-6)[0] is x
+    assert code_predictor_graph.rms_norm is norm
+    with frame_profile.knocked_out("ko_talker_attention", "ko_talker_"):
+        qkv = torch.randn(5, (4 + 2 * 2) * 16)  # 4 query heads, 2 kv heads, head_dim 16
+        q = talker_graph.decode_attention_rope(qkv, torch.ones(5, 16), torch.ones(5, 16), None, None, 1e-6, None,
+                                               None, None, None, 4, 2, pdl=True)  # fmt: skip
+        assert q.shape == (5, 4, 16) and torch.equal(q.reshape(5, -1), qkv[:, :64])
+    assert talker_graph.decode_attention_rope is attention
+    assert frame_profile.talker_key("ko_talker_norms") != frame_profile.talker_key("defaults")
+    assert frame_profile.talker_key("ko_cp_norms") == frame_profile.talker_key("defaults")
