@@ -55,8 +55,8 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
     tattn_p2, tattn_p2_32, tattn_p4_32  the talker's 5-64 row decode attention in 2 (or 4) interleaved programs
                per (row, kv head), 64- or 32-key blocks, 4 warps (`SplitConfig.programs`; the engine's default at
                33-64 rows is tattn_p2_32's)
-    tattn_merge_kernel  the talker's decode attention with its splits merged by a kernel of their own (the form
-               before 2026-12-05) instead of the last program of each (row, kv head) to finish
+    tattn_merge_last  the talker's decode attention with its splits merged by the last program of each (row, kv
+               head) to finish (`SplitConfig.merge_last`) instead of a kernel of their own
 
 Knockouts (timing only: the codes they draw are meaningless) capture a graph without one kind of kernel, so the
 span they save is what that kind costs in the chain, overlap included, where the kernel table's microseconds count
@@ -108,7 +108,7 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain", "talker_chain_off", "talker_chain_all",
             "talker_chain_down", "talker_chain_down_split2", "talker_chain_folded", "talker_chain_folded_late",
             "talker_chain_folded_total",
-            "tattn_p2", "tattn_p2_32", "tattn_p4_32", "tattn_merge_kernel",
+            "tattn_p2", "tattn_p2_32", "tattn_p4_32", "tattn_merge_last",
             "ko_cp_norms", "ko_cp_attention", "ko_talker_norms", "ko_talker_attention")
 CONTEXT = 512
 ROUNDS = 5
@@ -200,7 +200,7 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
 
 
 TALKER_ATTENTION = {  # variant part -> 5-64 row attention in (programs, keys a block) interleaved splits, or None
-    "tattn_p2": (2, 64), "tattn_p2_32": (2, 32), "tattn_p4_32": (4, 32), "tattn_merge_kernel": None,
+    "tattn_p2": (2, 64), "tattn_p2_32": (2, 32), "tattn_p4_32": (4, 32), "tattn_merge_last": None,
 }
 
 
@@ -211,11 +211,11 @@ def talker_attention(variant: str) -> str | None:
 
 def attention_split(part: str | None, rows: int, default: Any) -> Any:
     """The talker decode attention's `SplitConfig` at `rows` under a `tattn_*` part (`default`: the engine's
-    `default_split_config`): interleaved splits at 5-64 rows, or every size merged by `_merge_kernel`."""
+    `default_split_config`): interleaved splits at 5-64 rows, or every size merged in its last program."""
     from engine.fast.kernels.decode_attention import SplitConfig
 
-    if part == "tattn_merge_kernel":
-        return replace(default(rows), merge_last=False)
+    if part == "tattn_merge_last":
+        return replace(default(rows), merge_last=True)
     if part is None or not 4 < rows <= 64:
         return default(rows)
     programs, block = TALKER_ATTENTION[part]

@@ -3,9 +3,9 @@
 One query token per row b attends to keys 0..lengths[b]-1 of cache slot slots[b]. Split-KV
 ("flash-decoding"): the context is cut into SPLITS chunks of CHUNK keys, program (b, kv head, split)
 handles the G = H/K query heads sharing that kv head (one read of the keys serves all G), and writes a
-partial (max, sum, weighted values) in fp32, which the program of that (b, kv head) to finish last merges
-(`SplitConfig.merge_last`: each counts its arrival; a row whose keys fit one split writes its output at once),
-or a second kernel does (the form before 2026-12-05: one launch more a layer). The grid is
+partial (max, sum, weighted values) in fp32, which a second kernel merges, or (`SplitConfig.merge_last`, off)
+the program of that (b, kv head) to finish last (each counts its arrival; a row whose keys fit one split writes
+its output at once): one launch fewer a layer, yet slower in the talker's chain (below). The grid is
 static (CUDA-graph capture), so it is sized for the cache's capacity, but a program whose chunk starts at
 or past its row's length returns before reading or writing anything, and a chunk's loop stops at the
 row's length: a row costs the keys it has. How long a chunk is depends on the batch (`default_split_config`):
@@ -60,9 +60,12 @@ class SplitConfig:
     # longer spans the capacity (a 2048-position cache in 128-key splits is 16 programs a (row, kv head), 15 with
     # nothing to do at context 128), and short contexts still spread over P programs. None: contiguous splits.
     programs: int | None = None
-    # The program of a (row, kv head) whose partial arrives last merges the row's splits (False: `_merge_kernel`,
-    # one launch more a layer; the form before 2026-12-05).
-    merge_last: bool = True
+    # The program of a (row, kv head) whose partial arrives last merges the row's splits (else `_merge_kernel`, one
+    # launch more a layer). Slower in the talker's chain: H100, 2026-12-05, `tools/frame_profile.py` at context 128,
+    # talker step 1.668 / 1.892 / 1.917 / 2.350 ms at B = 1 / 4 / 16 / 64 against 1.655 / 1.892 / 1.885 / 2.303
+    # with the merge kernel (a programmatic dependent: o's product, released at the attention's start, then shares
+    # the SMs with it where the merge kernel stood between them). Off.
+    merge_last: bool = False
 
 
 def default_split_config(rows: int) -> SplitConfig:
