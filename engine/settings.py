@@ -82,12 +82,10 @@ class KernelOptions:
     cp_pdl: bool = True  # cp_kernels fused: its Triton-product steps' kernels as programmatic dependent launches
     # Measured on the H200 (docs/benchmarks.md, twenty-second session): the code predictor's 64-program products in
     # 4 K slices and the talker chain won.
-    cp_folded_norms: bool = False  # cp_kernels fused: 16-64 token-row steps with each norm folded into the next product
     cp_split_k: int = 4  # cp_kernels fused: projection, o and down (16-64 token rows) in this many K slices
     talker_gemv_rows: int = 2  # fast talker: decode steps of up to this many rows with its products in `gemv`
     talker_fused_rope: bool = True  # fast talker: q/k norm and RoPE inside the decode attention's split kernel
     talker_chain: str = "on"  # fast talker: 16- and 64-row decode steps as one PDL chain: off | on
-    talker_folded_norms: bool = False  # talker_chain on: its post-attention norms folded into gate|up
 
     def __post_init__(self) -> None:
         _check_choice("cp_kernels", self.cp_kernels, CP_KERNELS)
@@ -100,8 +98,6 @@ class KernelOptions:
         if self.talker_chain != "off" and not self.talker_fused_rope:
             raise ValueError("talker_chain needs talker_fused_rope (its attention kernels are the fused ones): "
                              "with --no-talker-fused-rope pass --talker-chain off")
-        if self.talker_folded_norms and self.talker_chain == "off":
-            raise ValueError("talker_folded_norms folds the chained talker's norms: it needs talker_chain on")
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,10 +152,8 @@ class EngineSettings:
     cp_pdl: bool = KernelOptions.cp_pdl
     talker_gemv_rows: int = KernelOptions.talker_gemv_rows
     talker_fused_rope: bool = KernelOptions.talker_fused_rope
-    cp_folded_norms: bool = KernelOptions.cp_folded_norms
     cp_split_k: int = KernelOptions.cp_split_k
     talker_chain: str = KernelOptions.talker_chain
-    talker_folded_norms: bool = KernelOptions.talker_folded_norms
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
     rescue_slack_ms: float = SchedulerConfig().rescue_slack_ms  # a playing stream this near running dry goes first
@@ -391,10 +385,10 @@ def add_kernel_arguments(p: argparse.ArgumentParser, options: KernelOptions) -> 
     """The `KernelOptions` flags (`--cp-*`, `--talker-*`), defaulting to `options`: the engine's command line and
     `loadtest.gpu_check` declare them here, once."""
     p.add_argument("--cp-kernels", default=options.cp_kernels, choices=CP_KERNELS,
-                   help="code-predictor fast path: fused (default: Triton products with folded norms at 1-2 token "
-                        "rows, tensor-core Triton products at 16-64 token rows, cuBLAS otherwise, short attention and "
-                        "the one-kernel sampler; 2.2-3.9 ms a frame on an H200; its kernels compile in parallel at "
-                        "start-up, see --precompile-workers) "
+                   help="code-predictor fast path: fused (default: Triton products with the norms in their prologues "
+                        "at 1-2 token rows, tensor-core Triton products at 16-64 token rows, cuBLAS otherwise, short "
+                        "attention and the one-kernel sampler; 2.2-3.9 ms a frame on an H200; its kernels compile in "
+                        "parallel at start-up, see --precompile-workers) "
                         "or layers (the fused layer stack with cuBLAS products and the graph sampler; 5.7-6.7 ms)")
     p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=options.cp_pdl,
                    help="with --cp-kernels fused: launch the kernels of the frame's steps whose products run in "
@@ -410,11 +404,6 @@ def add_kernel_arguments(p: argparse.ArgumentParser, options: KernelOptions) -> 
     p.add_argument("--talker-fused-rope", action=argparse.BooleanOptionalAction, default=options.talker_fused_rope,
                    help="fast talker: norm and rotate q and k inside the decode attention's split kernel instead of a "
                         "kernel of their own (on by default: 28 fewer launches a decode step, the same roundings)")
-    p.add_argument("--cp-folded-norms", action=argparse.BooleanOptionalAction, default=options.cp_folded_norms,
-                   help="with --cp-kernels fused: the 16-64 token-row steps without RMSNorm kernels, each norm's "
-                        "weight folded into the next product's columns and the rows' RMS scale applied to its "
-                        "result (11 launches fewer a step; the folded weights round once where the norm rounded "
-                        "the activations twice)")
     p.add_argument("--cp-split-k", type=int, default=options.cp_split_k, choices=SPLIT_K,
                    help="with --cp-kernels fused: the 16-64 token-row steps' projection, o and down products (64 "
                         "programs each unsplit) with K cut into this many slices, one program each (default 4: the "
@@ -423,11 +412,6 @@ def add_kernel_arguments(p: argparse.ArgumentParser, options: KernelOptions) -> 
                    help="fast talker: its 16- and 64-row decode steps as one chain of programmatic-dependent Triton "
                         "kernels (default on; needs --talker-fused-rope: the B = 64 decode step 2.05 -> 1.98 ms on "
                         "the H200, the same results bit for bit)")
-    p.add_argument("--talker-folded-norms", action=argparse.BooleanOptionalAction, default=options.talker_folded_norms,
-                   help="with --talker-chain on: its steps without the post-attention RMSNorm kernels, each norm's "
-                        "weight folded into gate|up's columns (a second copy, ~1.4 GB at 1.7B) and the rows' RMS "
-                        "scale, from o's shares of their sums of squares, applied to its result (28 launches fewer "
-                        "a step; unmeasured on a GPU, off)")
 
 
 def build_parser() -> argparse.ArgumentParser:

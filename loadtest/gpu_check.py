@@ -84,7 +84,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 
         precompile_frames(model.config.talker, model.config.code_predictor, DTYPE, BATCHES, kernels,
                           DEFAULT_TOP_K_CAP, default_workers())  # fmt: skip
-    chain_rows, chain_tiles = chain_options(options.talker_chain, options.talker_folded_norms)
+    chain_rows, chain_tiles = chain_options(options.talker_chain)
     fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256),
                                gemv_max_rows=options.talker_gemv_rows, fused_rope=options.talker_fused_rope,
                                chain_rows=chain_rows, chain_tiles=chain_tiles)  # fmt: skip

@@ -35,12 +35,6 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                `split4_narrow` only the products of 64 column tiles (projection, o, down: the engine's default),
                `split4_128` also the 128 token-row steps (a B = 64 frame's first step), `split2_head` that one
                product (join with split4_narrow: `split4_narrow+split2_head`), `split1_narrow` none
-    folded_norms  the 16-64 token-row steps without `rms_norm` kernels: each norm's weight folded into the next
-               product's columns, the rows' RMS scale applied to its result (`FrameKernels.folded_norms`); the rows'
-               sums of squares from the branch-ending products' shares, summed before the K loop (`folded_norms`)
-               or requested before it and summed after (`folded_late`), or from the streamed x tiles
-               (`folded_loop`), or one whole sum a row added up by the branch end's last program (`folded_total`);
-               `norm_kernels`: the norms in kernels of their own (should folded become the default)
     cublas_small  the code predictor's 4- and 8-token-row steps (B = 2..8) in cuBLAS with `rms_norm` kernels,
                instead of the 16-row tensor-core tiles with the rows masked (the engine's default since 2026-12-05)
     talker_gemv  the talker's 1-2 row decode steps with their products in `gemv` (`TalkerGraphs.gemv_max_rows`);
@@ -48,10 +42,7 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                talker_gemv_rope both, without the chain (the defaults before 2026-12-05)
     talker_chain  the talker's 16 and 64 row decode steps as `run_layers_chained` (the engine's default);
                talker_chain_off unchained; talker_chain_all also 32 rows; talker_chain_down with down in a 16-column
-               tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices; talker_chain_folded without
-               the post-attention norm kernels (`ChainTiles.folded`: the norm folded into gate|up, the rows' sums of
-               squares from o's shares, summed before gate|up's K loop; talker_chain_folded_late: after it;
-               talker_chain_folded_total: one whole sum a row from o's last program)
+               tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices
     tattn_p2, tattn_p2_32, tattn_p4_32  the talker's 5-64 row decode attention in 2 (or 4) interleaved programs
                per (row, kv head), 64- or 32-key blocks, 4 warps (`SplitConfig.programs`; the engine's default at
                33-64 rows is tattn_p2_32's)
@@ -66,10 +57,10 @@ each kernel from its launch (a programmatic dependent's wait included):
                product reads the un-normed rows / the q part of qkv)
     ko_talker_norms, ko_talker_attention  the talker's `rms_norm` / decode attention launches left out
 
-Parts join with +: `folded_norms+split4+talker_chain_all` applies each code-predictor part in order and the one
+Parts join with +: `attn_late+split4+talker_chain_all` applies each code-predictor part in order and the one
 talker part. Forms measured slower and removed from the engine (a persistent code-predictor step, norms streamed
-as partial sums of squares, `cp_attention` on tensor cores, L2 prefetch, the talker's split chain) are in
-docs/benchmarks.md with the commits that held them.
+as partial sums of squares, `cp_attention` on tensor cores, L2 prefetch, the talker's split chain, norms folded
+into the products) are in docs/benchmarks.md with the commits that held them.
 
 The sampler's search finds the exact k-th value whatever its radix, so `radix*` must draw bitwise the same codes
 as `defaults`, and `pdl` / `no_pdl` change only when kernels start (checked over three frame steps; exit status 1
@@ -104,11 +95,9 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "radix3", "radix1", "radix8", "warps4", "narrow", "attn_warps2", "attn_warps1", "sampler_warps2",
             "sampler_warps4", "sampler_warps16", "attn_early", "attn_late", "split2", "split4", "split4_narrow",
             "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head",
-            "split1_narrow", "folded_norms", "folded_late", "folded_loop", "folded_total", "norm_kernels", "cublas_small",
-            "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain", "talker_chain_off", "talker_chain_all",
-            "talker_chain_down", "talker_chain_down_split2", "talker_chain_folded", "talker_chain_folded_late",
-            "talker_chain_folded_total",
-            "tattn_p2", "tattn_p2_32", "tattn_p4_32", "tattn_merge_last",
+            "split1_narrow", "cublas_small", "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain",
+            "talker_chain_off", "talker_chain_all", "talker_chain_down", "talker_chain_down_split2", "tattn_p2",
+            "tattn_p2_32", "tattn_p4_32", "tattn_merge_last",
             "ko_cp_norms", "ko_cp_attention", "ko_talker_norms", "ko_talker_attention")
 CONTEXT = 512
 ROUNDS = 5
@@ -160,12 +149,6 @@ def _cp_change(kernels: Any, variant: str) -> Any:
         return replace(kernels, sampler_warps=int(variant.removeprefix("sampler_warps")))
     if variant in ("attn_early", "attn_late"):
         return replace(kernels, attention_early_cache=variant == "attn_early")
-    if variant == "folded_norms":
-        return replace(kernels, folded_norms=True)
-    if variant in ("folded_late", "folded_loop", "folded_total"):
-        return replace(kernels, folded_norms=True, folded_squares=variant.removeprefix("folded_"))
-    if variant == "norm_kernels":  # (the defaults before folded norms, should they become the defaults)
-        return replace(kernels, folded_norms=False)
     if variant == "cublas_small":  # 4 and 8 token rows in cuBLAS (the defaults before 2026-12-05's dot_small)
         return replace(kernels, dot_gemv={rows: tiles for rows, tiles in kernels.dot_gemv.items() if rows > 8})
     return kernels
@@ -183,9 +166,7 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
         return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, (), None)
     if part.startswith("talker_chain"):
         options = part.removeprefix("talker_chain").split("_")[1:]  # e.g. ["all"], ["down", "split2"]
-        rows, tiles = chain_options("on", "folded" in options)
-        if "late" in options or "total" in options:
-            tiles = replace(tiles, folded="late" if "late" in options else "total")
+        rows, tiles = chain_options("on")
         rows = (16, 32, 64) if "all" in options else rows
         if "down" in options:
             slices = 2 if "split2" in options else 1
@@ -195,7 +176,7 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
         return (2 if part.startswith("talker_gemv") else 0, part.endswith("rope"), (), None)
     if part == "sixteenth":
         return (0, False, (), None)
-    rows, tiles = chain_options(ENGINE_DEFAULTS.talker_chain, ENGINE_DEFAULTS.talker_folded_norms)
+    rows, tiles = chain_options(ENGINE_DEFAULTS.talker_chain)
     return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, rows, tiles)
 
 
@@ -359,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 64])
     p.add_argument("--variants", nargs="+", default=list(VARIANTS),
-                   help="names above, or several joined by + (e.g. folded_norms+split4+talker_chain_all)")
+                   help="names above, or several joined by + (e.g. attn_late+split4+talker_chain_all)")
     p.add_argument("--context", type=int, default=CONTEXT, help="talker contexts drawn from N/2..N-1")
     p.add_argument("--exact-context", action="store_true", help="every talker row at exactly --context")
     p.add_argument("--teacher-forced", action="store_true",

@@ -155,7 +155,7 @@ class Executors:
         self.code_predictor: CodePredictorExecutor | CodePredictorGraphs
         if fast.talker:
             assert shapes is not None
-            chain_rows, chain_tiles = chain_options(kernels.talker_chain, kernels.talker_folded_norms)
+            chain_rows, chain_tiles = chain_options(kernels.talker_chain)
             self.talker = TalkerGraphs(model, self.generation, self.kv_cache, shapes.batch,
                                        prefill_sizes=shapes.prefill_batch, prefill_buckets=shapes.prefill_buckets,
                                        top_k_cap=top_k_cap, gemv_max_rows=kernels.talker_gemv_rows,

@@ -16,8 +16,7 @@ Two ways to run a step (`FrameKernels.fused`):
   RoPE, the cache write and attention in one kernel; `sampler.sample` draws the group in one kernel and adds
   its code embedding to the frame's fp32 running sum. Above `gemv_max_rows` token rows the products run on
   tensor cores, in `gemv` tiles at the token rows `dot_gemv` lists (16, 32, 64), where every kernel's launch overlaps
-  the tail of the one before, else in cuBLAS; the norms then run in `rms_norm` (or, with
-  `FrameKernels.folded_norms`, as the next product's folded weights and a scale of its rows).
+  the tail of the one before, else in cuBLAS; the norms then run in `rms_norm`.
 - layers: the fused decoder stack (`decoder.run_layers`, ~10 kernels per layer) and the torch graph sampler.
 (A persistent kernel for a whole step, the norms streamed between products as partial sums of squares, and
 `cp_attention`'s products on tensor cores were built, checked and measured slower on the H200; docs/benchmarks.md,
@@ -30,19 +29,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from engine.executors.slots import GenerationSlots
-from engine.fast.decoder import FusedLayer, fuse_layers, rope_tables, run_layers
+from engine.fast.decoder import fuse_layers, rope_tables, run_layers
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
 from engine.fast.kernels import INTERPRET, use_triton
 from engine.fast.kernels.cp_attention import cp_attention
 from engine.fast.kernels.decode_attention import decode_attention
-from engine.fast.kernels.gemv import STREAM_TILE, GemvConfig, fold_norm, gemv, gemv_residual
+from engine.fast.kernels.gemv import STREAM_TILE, GemvConfig, gemv
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.sampler import sample
 from engine.fast.kernels.silu_mul import silu_mul as swiglu
@@ -95,7 +94,10 @@ def split_products(dot_gemv: Mapping[int, Mapping[str, GemvConfig]], slices: int
 @dataclass(frozen=True)
 class FrameKernels:
     """How a frame's steps run on the fast path (module docstring). Products are named proj, qkv, o, gate_up,
-    down, head; `gemv` maps a name to its tile shape. Rows below are token rows (2n in a frame's first step)."""
+    down, head; `gemv` maps a name to its tile shape. Rows below are token rows (2n in a frame's first step).
+    Norms folded into the products (each norm's weight in the next product's columns, the rows' RMS scale in its
+    epilogue) were built and measured slower in every form on the H200 and H100 (docs/benchmarks.md, twenty-third
+    to twenty-fifth sessions; the code is in git history at commit b58e277)."""
 
     fused: bool = True
     # Up to here products run in `gemv` on CUDA cores; above, cuBLAS (or `dot_gemv`). Measured on the H200
@@ -111,22 +113,6 @@ class FrameKernels:
     # -> 2.82 / 3.11 / 3.06, teacher-forced logits' error 1.01x the plain bf16 predictor's; at 128 rows these
     # tiles lost (B=128 3.95 -> 4.79 ms).
     dot_gemv: Mapping[int, Mapping[str, GemvConfig]] = field(default_factory=lambda: dict(DEFAULT_DOT_GEMV))
-    # In the `dot_gemv` steps, no RMSNorm kernels: each norm's weight is folded into the next product's columns once
-    # (`gemv.fold_norm`: qkv, gate|up and the heads, ~160 MB more at 1.7B), that product scales its fp32 result by
-    # the rows' RMS (`gemv(row_norm=True)`, their sums of squares as `folded_squares` says), and o and down add the
-    # residual stream in their epilogue: 11 launches fewer a step and no pass over the activations. Not the plain
-    # roundings (the folded weight rounds once where the plain norm rounds the activations twice): held to the
-    # teacher-forced error rule. Off until measured on a GPU.
-    folded_norms: bool = False
-    # Where a folded norm's product gets its rows' sums of squares: "loop" from the x tiles it streams (H200,
-    # 2026-12-05, frame_profile at context 128: CP frame 3.68 / 5.04 / 3.43 ms at B = 16 / 32 / 64 against 2.47 /
-    # 2.66 / 2.81 with norm kernels: work on x inside the K loop costs the product its pipelining, as the norm
-    # prologue's did), "shares" from the branch-ending product's shares (`gemv_residual`) summed before the K loop,
-    # "late" the same shares requested before the loop and summed after it (H200, 2026-12-05: 2.54 / 3.31 / 2.88
-    # and 2.51 / 3.22 / 2.88 ms against 2.45 / 2.64 / 2.78 with norm kernels: each of a product's ~100 programs
-    # reads 64-128 shares a row), "total" the rows' whole sums, added up by the branch end's last program to store
-    # its shares (`gemv_residual(total=True)`: one value a row to read). Unmeasured.
-    folded_squares: str = "shares"
     # the sampler's top-k search: 32 / radix_bits counting passes over 2^bits candidates, or (8) at most 4
     # histogram passes, one a byte
     radix_bits: int = 2
@@ -147,31 +133,14 @@ class FrameKernels:
     @classmethod
     def from_options(cls, options: KernelOptions) -> FrameKernels:
         """The frame's kernels as the engine's options choose them (`cp_kernels == "fused"`, `cp_pdl`,
-        `cp_folded_norms`, `cp_split_k`: `SPLIT_PRODUCTS` in that many K slices), every other field at its default:
+        `cp_split_k`: `SPLIT_PRODUCTS` in that many K slices), every other field at its default:
         the one place the engine, `loadtest.gpu_check` and `tools/frame_profile.py` build them."""
-        return cls(fused=options.cp_kernels == "fused", pdl=options.cp_pdl, folded_norms=options.cp_folded_norms,
+        return cls(fused=options.cp_kernels == "fused", pdl=options.cp_pdl,
                    dot_gemv=split_products(DEFAULT_DOT_GEMV, options.cp_split_k))  # fmt: skip
 
     def runs_gemv(self, token_rows: int) -> bool:
         """Whether a step of this many token rows runs its products in `gemv` (else cuBLAS)."""
         return token_rows <= self.gemv_max_rows or token_rows in self.dot_gemv
-
-
-@dataclass(frozen=True)
-class FoldedWeights:
-    """The code predictor's products that follow an RMSNorm, with its weight folded into their columns
-    (`gemv.fold_norm`), for `FrameKernels.folded_norms`: qkv and gate|up [layers], the 15 heads."""
-
-    qkv: list[Tensor]
-    gate_up: list[Tensor]
-    heads: list[Tensor]
-
-    @classmethod
-    def of(cls, predictor: nn.Module, layers: Sequence[FusedLayer]) -> FoldedWeights:
-        final = predictor.model.norm.weight
-        return cls(qkv=[fold_norm(layer.qkv, layer.input_norm) for layer in layers],
-                   gate_up=[fold_norm(layer.gate_up, layer.post_norm) for layer in layers],
-                   heads=[fold_norm(head.weight, final) for head in predictor.lm_head])  # fmt: skip
 
 
 class CodePredictorGraphs:
@@ -199,9 +168,6 @@ class CodePredictorGraphs:
         self.inputs = StaticInputs(("kv_slot", "stream", "frame"), self.max_batch, device)
         positions = torch.arange(self.config.num_code_groups, device=device)
         self.cos, self.sin = rope_tables(self.predictor.rotary, positions, model.dtype)  # [16,D] constants
-        self.folded: FoldedWeights | None = None
-        if self.kernels.fused and self.kernels.folded_norms and self.projection is not None:
-            self.folded = FoldedWeights.of(self.predictor, self.layers)
         use = device.type == "cuda" if use_graphs is None else use_graphs
         self.steps = CapturedSteps("code predictor frame", self._frame, self.sizes, use_graphs=use)
 
@@ -253,10 +219,6 @@ class CodePredictorGraphs:
         at position start+t, cache slot b) -> the group's logits [n,V] of each row's last token, in the
         activation dtype (as the plain head computes them before its fp32 cast). Group = max(1, start)."""
         c, layers = self.config, self.layers
-        rows = index.shape[0] if index is not None else x.shape[0]
-        k = self.kernels
-        if self.folded is not None and rows in k.dot_gemv and rows > k.prologue_max_rows:
-            return self._step_logits_folded(x, index, start, tokens)
         eps = layers[0].eps
         if self.projection is not None:
             hidden, _ = self._product("proj", x, self.projection[0], index=index, bias=self.projection[1])
@@ -278,44 +240,6 @@ class CodePredictorGraphs:
         logits, _ = self._product("head", hidden, self.heads[max(1, start) - 1], residual=residual,
                                   norm=norm.weight, eps=norm.eps)  # fmt: skip
         return logits
-
-    def _step_logits_folded(self, x: Tensor, index: Tensor | None, start: int, tokens: int) -> Tensor:
-        """`step_logits` with the norms folded into the products (`FrameKernels.folded_norms`): the residual stream
-        (and, unless `folded_squares` is "loop", its shares of each row's sum of squares, or their total) passes from
-        each branch's last product (which adds it) to the next product (which scales its rows by their RMS)."""
-        assert self.projection is not None and self.folded is not None
-        rows = index.shape[0] if index is not None else x.shape[0]
-        tiles = self._tensor_core_tiles(rows)
-        pdl, eps, folded, mode = self._pdl(rows), self.layers[0].eps, self.folded, self.kernels.folded_squares
-
-        def branch_end(x: Tensor, weight: Tensor, name: str, **kw: Any) -> tuple[Tensor, Tensor | None]:
-            if mode == "loop":
-                return gemv(x, weight, config=tiles.get(name), pdl=pdl, **kw)[0], None
-            return gemv_residual(x, weight, config=tiles.get(name), pdl=pdl, total=mode == "total", **kw)
-
-        def normed(x: Tensor, weight: Tensor, squares: Tensor | None, name: str, **kw: Any) -> Tensor:
-            return gemv(x, weight, row_norm=True, norm_squares=squares, squares_late=mode == "late",
-                        config=tiles.get(name), pdl=pdl, **kw)[0]  # fmt: skip
-
-        stream, squares = branch_end(x, self.projection[0], "proj", index=index, bias=self.projection[1])
-        for number, layer in enumerate(self.layers):
-            qkv = normed(stream, folded.qkv[number], squares, "qkv", eps=eps)
-            attended = self._attention(number, qkv, start, tokens)
-            stream, squares = branch_end(attended, layer.o, "o", add_to=stream)
-            act = normed(stream, folded.gate_up[number], squares, "gate_up", eps=eps, silu_mul=True)
-            stream, squares = branch_end(act, layer.down, "down", add_to=stream)
-        frame_rows = rows // tokens  # the head reads each frame row's last token
-        last = stream.view(frame_rows, tokens, -1)[:, -1]
-        last_squares = squares.view(frame_rows, tokens, -1)[:, -1] if squares is not None else None
-        return normed(last, folded.heads[max(1, start) - 1], last_squares, "head", eps=self.predictor.model.norm.eps)
-
-    def _tensor_core_tiles(self, rows: int) -> dict[str, GemvConfig]:
-        """The `dot_gemv` tiles of a step of this many token rows, on tensor cores whatever the rows (the folded
-        steps have no cuBLAS fallback); in the interpreter one program per product, as `_product` runs."""
-        tiles = {name: replace(tile, use_dot=True) for name, tile in self.kernels.dot_gemv[rows].items()}
-        if INTERPRET:
-            tiles = {name: replace(tile, block_n=4096) for name, tile in tiles.items()}
-        return tiles
 
     def _attention(self, number: int, qkv: Tensor, start: int, tokens: int) -> Tensor:
         """Layer `number`'s `cp_attention` over qkv [rows, (H+2K)D] with this frame's kernel options."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from engine.fast.kernels.gemv import GemvConfig, fold_norm, gemv, gemv_residual
+from engine.fast.kernels.gemv import GemvConfig, gemv
 from engine.fast.kernels.qk_norm_rope import qk_norm_rope
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.silu_mul import silu_mul
@@ -161,41 +161,24 @@ class ChainTiles:
     it stays on cuBLAS (and in the chain too: a 16-column down tile, alone or in 2 K slices, lost on the H200,
     2026-12-05, docs/benchmarks.md, twenty-third session).
 
-    `folded` ("shares", "late" or "total"; o and gate|up in tiles): no post-attention RMSNorm kernel. o ends the attention
-    branch as `gemv_residual` (the residual stream h and its programs' shares of each row's sum of squares), and
-    gate|up runs on h with the norm's weight folded into its columns (`folded_gate_up`, `gemv.fold_norm`), scaling
-    its fp32 rows by their RMS from those shares (`gemv(row_norm=True)`: summed before its K loop, or requested
-    before and summed after it with "late"; "total": o's last program to store its shares adds each row's up, so
-    gate|up reads one value a row instead of 128), so the K loop stays the plain product's. 28 launches fewer a step
-    for ~1.4 GB more weights at 1.7B; not the plain roundings (the folded weight rounds once where the norm rounds
-    the activations twice). H200, 2026-12-05: "shares" 1.676 / 1.940 ms and "late" 1.642 / 1.930 a 16 / 64 row
-    step against 1.624 / 1.944 with the norm kernels; "total" unmeasured. Off."""
+    Norms folded into gate|up (its post-attention norm's weight in its columns, the rows' RMS scale in its epilogue)
+    were built and measured slower on the H200 and H100 (docs/benchmarks.md, twenty-third to twenty-fifth sessions;
+    the code is in git history at commit b58e277)."""
 
     qkv: GemvConfig | None = GemvConfig(block_n=32, block_k=128, num_warps=4, loop_stages=4)
     o: GemvConfig | None = GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4)
     gate_up: GemvConfig | None = GemvConfig(block_n=64, block_k=128, num_warps=4, loop_stages=4)
     down: GemvConfig | None = None
-    folded: str | None = None
-
-
-def folded_gate_up(layers: list[FusedLayer]) -> list[Tensor]:
-    """Each layer's gate|up [2I,Hd] with its post-attention norm's weight folded into its columns
-    (`ChainTiles.folded`)."""
-    return [fold_norm(layer.gate_up, layer.post_norm) for layer in layers]
 
 
 def run_layers_chained(
     layers: list[FusedLayer], x: Tensor, final_norm: Tensor, attend_qkv: Attend, tiles: ChainTiles | None = None,
-    folded: list[Tensor] | None = None,
 ) -> Tensor:  # fmt: skip
     """`run_layers` (with `attend_qkv`) for tens of token rows as a chain of programmatic dependent launches
     (`kernels.pdl`): the products in `gemv`'s tensor-core tiles (or cuBLAS where `tiles` says None), SwiGLU in
     gate|up's epilogue, the norms in `rms_norm`, all launched so each starts while the one before finishes;
-    `attend_qkv` should launch its kernels the same way. Same arithmetic and roundings as `run_layers`; with
-    `tiles.folded`, the post-attention norms folded into gate|up (`folded`: `folded_gate_up(layers)`)."""
+    `attend_qkv` should launch its kernels the same way. Same arithmetic and roundings as `run_layers`."""
     tiles = tiles or ChainTiles()
-    if tiles.folded is not None and (folded is None or tiles.o is None or tiles.gate_up is None):
-        raise ValueError("folded post-attention norms need o and gate|up in tiles and the folded gate|up weights")
 
     def product(x: Tensor, weight: Tensor, config: GemvConfig | None, silu: bool = False) -> Tensor:
         if config is None:
@@ -207,14 +190,6 @@ def run_layers_chained(
     for index, layer in enumerate(layers):
         normed, residual = rms_norm(x, layer.input_norm, layer.eps, residual, pdl=True)  # residual: layer input
         attended = attend_qkv(index, product(normed, layer.qkv, tiles.qkv))
-        if folded is not None and tiles.folded is not None:  # h = x + attn and its shares; gate|up's rows scaled
-            residual, squares = gemv_residual(attended, layer.o, add_to=residual, config=tiles.o, pdl=True,
-                                              total=tiles.folded == "total")  # fmt: skip
-            act, _ = gemv(residual, folded[index], row_norm=True, norm_squares=squares,
-                          squares_late=tiles.folded == "late", eps=layer.eps, silu_mul=True, config=tiles.gate_up,
-                          pdl=True)  # fmt: skip
-            x = product(act, layer.down, tiles.down)
-            continue
         x = product(attended, layer.o, tiles.o)  # [R,Hd]
         normed, residual = rms_norm(x, layer.post_norm, layer.eps, residual, pdl=True)  # residual: h = x + attn
         x = product(product(normed, layer.gate_up, tiles.gate_up, silu=True), layer.down, tiles.down)

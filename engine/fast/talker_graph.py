@@ -25,7 +25,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from engine.executors.slots import GenerationSlots
 from engine.fast.decoder import (
     ChainTiles,
-    folded_gate_up,
     fuse_layers,
     rope_tables,
     run_layers,
@@ -51,15 +50,14 @@ CAPTURE_SAFE_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
 CHAIN_ROWS = (16, 64)
 
 
-def chain_options(mode: str, folded: bool = False) -> tuple[tuple[int, ...], ChainTiles | None]:
-    """The engine's `--talker-chain` and `--talker-folded-norms` as (`chain_rows`, `chain_tiles`) for
-    `TalkerGraphs`: off (none) or on (`run_layers_chained` at `CHAIN_ROWS`, `ChainTiles()`, with its post-attention
-    norms folded into gate|up when `folded`: `ChainTiles.folded`)."""
+def chain_options(mode: str) -> tuple[tuple[int, ...], ChainTiles | None]:
+    """The engine's `--talker-chain` as (`chain_rows`, `chain_tiles`) for `TalkerGraphs`: off (none) or on
+    (`run_layers_chained` at `CHAIN_ROWS`, `ChainTiles()`)."""
     if mode not in TALKER_CHAINS:
         raise ValueError(f"talker chain mode must be one of {', '.join(TALKER_CHAINS)}, got {mode!r}")
     if mode == "off":
         return (), None
-    return CHAIN_ROWS, ChainTiles(folded="shares" if folded else None)
+    return CHAIN_ROWS, ChainTiles()
 
 
 class TalkerGraphs:
@@ -91,8 +89,6 @@ class TalkerGraphs:
             raise ValueError(f"prefill bucket {self.buckets[-1]} exceeds the KV cache's {cache.max_len} positions")
         self.top_k_cap = top_k_cap
         self.layers = fuse_layers(self.talker.model.layers)
-        # `ChainTiles.folded`: gate|up with the post-attention norms folded in (a second copy, ~1.4 GB at 1.7B)
-        self.folded = folded_gate_up(self.layers) if self.chain_rows and self.chain_tiles.folded else None
         self.caches = [cache.layer(i) for i in range(self.config.num_layers)]
         device = model.device
         use = device.type == "cuda" if use_graphs is None else use_graphs
@@ -186,7 +182,7 @@ class TalkerGraphs:
 
         norm = self.talker.model.norm.weight
         if chained:
-            hidden = run_layers_chained(self.layers, x, norm, attend_qkv, self.chain_tiles, self.folded)
+            hidden = run_layers_chained(self.layers, x, norm, attend_qkv, self.chain_tiles)
         else:
             stack = run_layers_streamed if n <= self.gemv_max_rows else run_layers
             hidden = stack(self.layers, x, norm, cos, sin, self.caches, index, positions, attend,

@@ -335,41 +335,36 @@ def test_executors_default_to_the_engines_kernel_options(fast_model: Qwen3TTS) -
 
 
 def test_the_kernel_options_reach_the_fast_paths_and_leave_their_results_unchanged(fast_model: Qwen3TTS) -> None:
-    """--cp-folded-norms, --cp-split-k, --talker-chain and --talker-folded-norms reach the code predictor's
-    `FrameKernels` (split-K on projection, o and down only) and the talker's chain rows and tiles; by default the code
-    predictor's 64-program products run in 4 K slices and the talker's 16-64 row steps as a chain (measured on the
-    H200); on the CPU every kernel runs its twin, so the frame's codes are the same whatever the options."""
+    """--cp-split-k and --talker-chain reach the code predictor's `FrameKernels` (split-K on projection, o and down
+    only) and the talker's chain rows; by default the code predictor's 64-program products run in 4 K slices and the
+    talker's 16-64 row steps as a chain (measured on the H200); on the CPU every kernel runs its twin, so the frame's
+    codes are the same whatever the options."""
     defaults = EngineSettings(model="tiny", socket="@x")
-    assert (defaults.cp_folded_norms, defaults.cp_split_k, defaults.talker_chain) == (False, 4, "on")
+    assert (defaults.cp_split_k, defaults.talker_chain) == (4, "on")
     plain = parse_args(["--model", "tiny", "--socket", "@x", "--cp-split-k", "1", "--talker-chain", "off"])
-    on = parse_args(["--model", "tiny", "--socket", "@x", "--cp-split-k", "2", "--talker-folded-norms"])
-    folded = parse_args(["--model", "tiny", "--socket", "@x", "--cp-folded-norms"])
+    on = parse_args(["--model", "tiny", "--socket", "@x", "--cp-split-k", "2"])
     shapes = CaptureShapes(batch=(1, 2), prefill_batch=(1,), prefill_buckets=(16,), codec_batch=(1,),
                            codec_frames=(1,))  # fmt: skip
     frames = []
-    for settings in (defaults, plain, on, folded):
+    for settings in (defaults, plain, on):
         executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
                               silence=settings.silence_config(), fast=FastPath(talker=True, code_predictor=True),
                               shapes=shapes, kernels=settings.kernel_options)  # fmt: skip
         talker, predictor = executors.talker, executors.code_predictor
         assert isinstance(talker, TalkerGraphs) and isinstance(predictor, CodePredictorGraphs)
         kernels = predictor.kernels
-        assert kernels.folded_norms is settings.cp_folded_norms
         for tiles in kernels.dot_gemv.values():
             assert {name: tile.split_k for name, tile in tiles.items()} == {
                 "proj": settings.cp_split_k, "qkv": 1, "o": settings.cp_split_k, "gate_up": 1,
                 "down": settings.cp_split_k, "head": 1}  # fmt: skip
         assert talker.chain_rows == (CHAIN_ROWS if settings.talker_chain != "off" else ())
-        assert (talker.chain_tiles.folded == "shares") is settings.talker_folded_norms
-        assert (talker.folded is not None) is settings.talker_folded_norms
         frames.append(_first_frame(executors, predictor))
     assert all(torch.equal(frames[0], frame) for frame in frames[1:])
     for bad in ({"talker_chain": "on", "talker_fused_rope": False}, {"cp_split_k": 3}, {"talker_chain": "stream"},
-                {"talker_gemv_rows": 8}, {"cp_kernels": "persistent"},
-                {"talker_chain": "off", "talker_folded_norms": True}):  # fmt: skip
-        with pytest.raises(ValueError, match="talker_chain|split_k|talker_gemv_rows|cp_kernels|talker_folded"):
+                {"talker_gemv_rows": 8}, {"cp_kernels": "persistent"}):  # fmt: skip
+        with pytest.raises(ValueError, match="talker_chain|split_k|talker_gemv_rows|cp_kernels"):
             EngineSettings(model="tiny", socket="@x", **bad)  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match="talker_chain|split_k|talker_gemv_rows|cp_kernels|talker_folded"):
+        with pytest.raises(ValueError, match="talker_chain|split_k|talker_gemv_rows|cp_kernels"):
             KernelOptions(**bad)  # type: ignore[arg-type]
 
 

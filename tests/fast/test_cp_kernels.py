@@ -22,7 +22,6 @@ configs = {"qkv": GemvConfig(block_n=8, block_k=32), "down": GemvConfig(block_n=
            "o": GemvConfig(block_n=4, block_k=16, use_dot=False),
            "gate_up": GemvConfig(block_n=8, block_k=16, loop_stages=2),  # the runtime K loop: prologue + SwiGLU
            "head": GemvConfig(block_n=8, block_k=16, loop_stages=1),
-           "stream": GemvConfig(block_n=8, block_k=16, use_dot=True, loop_stages=2),  # 16-column tiles: 2 programs over a 32-wide stream
            "split": GemvConfig(block_n=8, block_k=16, use_dot=True, loop_stages=2, split_k=2)}  # K 32 or 64: 1-2 tiles a slice
 print(json.dumps(check_cp_kernels("cpu", torch.float32, hidden=32, input_size=48, heads=4, kv_heads=2,
                                   head_dim=16, inter=80, vocab=300, rows=(1, 3, 17), configs=configs)))
@@ -51,14 +50,8 @@ def test_code_predictor_kernels_match_their_twins_in_the_interpreter() -> None:
     expected = {f"gemv_{k}_r{r}" for k in kinds for r in (1, 3, 17)}
     expected |= {f"cp_attention_p{p}_r{r}" for p in (0, 7, 15) for r in (1, 3, 17)}
     expected |= {f"cp_attention_early_p7_r{r}" for r in (1, 3, 17)}  # earlier positions loaded before the PDL wait
-    streamed = ("residual_down", "residual_proj")
-    expected |= {f"gemv_{k}_r{r}" for k in streamed for r in (1, 3, 17)}
-    split = ("split_o1", "split_o2", "split_residual", "split_gate_up",  # split K, run twice, under each epilogue
-             "split_total1", "split_total2")  # the rows' whole sums of squares from the column tiles' last slices
+    split = ("split_o1", "split_o2", "split_gate_up")  # split K, run twice, under each epilogue
     expected |= {f"gemv_{k}_r{r}" for k in split for r in (1, 3, 17)}
-    folded = ("row_norm_qkv", "row_norm_gate_up", "row_norm_head", "row_norm_shares", "row_norm_late",
-              "row_norm_shares_head", "add_to_o", "row_norm_total1", "row_norm_total2")
-    expected |= {f"gemv_{k}_r{r}" for k in folded for r in (1, 3, 17)}
     expected |= {f"{name}_r{r}" for name in ("sampler", "sampler_acc") for r in (1, 3, 17)}
     assert set(errors) == expected
     for name, error in errors.items():
@@ -117,17 +110,13 @@ rows, norms = int(sys.argv[1]), sys.argv[2]
 plain_slots = _slots(model, rows)
 fast_slots = copy.deepcopy(plain_slots)
 plain_codes, fast_codes = new_code_buffer(rows, 2, model.device), new_code_buffer(rows, 2, model.device)
-kernels = FrameKernels(folded_norms=norms.startswith("folded"))
-if norms.removesuffix("_split") in ("folded_late", "folded_loop", "folded_total"):
-    kernels = replace(kernels, folded_squares=norms.removesuffix("_split").removeprefix("folded_"))
+kernels = FrameKernels()
 assert all(map(kernels.runs_gemv, (4, 8, 16, 32, 64))) and not kernels.runs_gemv(128)
 if norms == "cublas_small":  # the 4- and 8-row steps in cuBLAS with `rms_norm` kernels
     kernels = replace(kernels, dot_gemv={r: tiles for r, tiles in kernels.dot_gemv.items() if r > 8})
-if norms.endswith("split"):  # products in 2 K slices (the tiny model's K: 32 or 64); a folded norm's product keeps
-    split = GemvConfig(block_n=16, block_k=16, loop_stages=2, split_k=2)  # its rows' K whole: projection, o, down
-    names = ("proj", "o", "down") if norms.startswith("folded") else ("proj", "qkv", "o", "gate_up", "down", "head")
-    kernels = replace(kernels, dot_gemv={r: {name: split if name in names else tile for name, tile in tiles.items()}
-                                         for r, tiles in kernels.dot_gemv.items()})  # fmt: skip
+if norms == "split":  # every product in 2 K slices (the tiny model's K: 32 or 64)
+    split = GemvConfig(block_n=16, block_k=16, loop_stages=2, split_k=2)
+    kernels = replace(kernels, dot_gemv={r: dict.fromkeys(tiles, split) for r, tiles in kernels.dot_gemv.items()})
 order = list(range(rows))
 CodePredictorGraphs(model, fast_slots, fast_codes, (rows,), kernels=kernels).predict(order, order, [1] * rows)
 CodePredictorExecutor(model, plain_slots, plain_codes, max_batch=rows).predict(order, order, [1] * rows)
@@ -136,15 +125,11 @@ print(json.dumps({"codes": bool(torch.equal(fast_codes, plain_codes)), "written"
 """
 
 
-@pytest.mark.parametrize(("rows", "norms"), [(8, "kernels"), (8, "cublas_small"), (16, "split"), (16, "folded"),
-                                            (16, "folded_split"), (16, "folded_late"), (16, "folded_loop"),
-                                            (16, "folded_total"), (16, "folded_total_split")])  # fmt: skip
+@pytest.mark.parametrize(("rows", "norms"), [(8, "kernels"), (8, "cublas_small"), (16, "split")])
 def test_the_fused_frame_with_tensor_core_products_equals_the_plain_executor(rows: int, norms: str) -> None:
     """8 frame rows: the first step's 16 token rows run the default tensor-core `gemv` tiles, the later 8-row steps
     the same tiles with the rows masked (or, `cublas_small`, cuBLAS); 16 frame rows: every step in `gemv` (32 and 16
-    token rows). Norms in `rms_norm` kernels, or folded into
-    the products that follow them (`FrameKernels.folded_norms`, the rows' sums of squares from the branch ends'
-    shares or the x tiles); products in split-K tiles (`GemvConfig.split_k`)."""
+    token rows), the norms in `rms_norm` kernels; products in split-K tiles (`GemvConfig.split_k`)."""
     result = run_interpreted(FRAME_WIDE, timeout_s=600, args=(str(rows), norms))
     assert result["codes"] and result["written"]
     assert result["embed"] < 1e-5

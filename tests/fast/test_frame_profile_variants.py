@@ -22,20 +22,16 @@ def test_every_named_variant_builds_its_kernels_and_talker_options() -> None:
 
 
 def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
-    kernels = frame_profile.frame_kernels("folded_late+attn_late+split4")
-    assert kernels.folded_norms and kernels.folded_squares == "late" and not kernels.attention_early_cache
+    kernels = frame_profile.frame_kernels("radix8+attn_late+split4")
+    assert kernels.radix_bits == 8 and not kernels.attention_early_cache
     assert {tile.split_k for tiles in kernels.dot_gemv.values() for tile in tiles.values()} == {4}
     assert all(tiles["gate_up"].block_n == 16 for tiles in kernels.dot_gemv.values())  # split gate|up: 16 columns
     narrow = frame_profile.frame_kernels("split4_narrow").dot_gemv[64]
     assert {name for name, tile in narrow.items() if tile.split_k == 4} == {"proj", "o", "down"}
     assert 128 in frame_profile.frame_kernels("split4_128").dot_gemv  # a B = 64 frame's first step too
-    _, _, chain, tiles = frame_profile.talker_options("folded_norms+talker_chain_all")
+    _, _, chain, tiles = frame_profile.talker_options("attn_late+talker_chain_all")
     assert chain == (16, 32, 64) and tiles.down is None
     assert frame_profile.talker_options("talker_chain")[2] == (16, 64)
-    assert frame_profile.talker_options("talker_chain_folded")[3].folded == "shares"
-    assert frame_profile.talker_options("talker_chain_folded_late")[3].folded == "late"
-    assert frame_profile.talker_options("talker_chain_folded_total")[3].folded == "total"
-    assert frame_profile.talker_options("defaults")[3].folded is None
     assert frame_profile.talker_options("split4") == frame_profile.talker_options("defaults")  # talker untouched
     down = frame_profile.talker_options("talker_chain_down_split2")[3].down
     assert down is not None and down.split_k == 2 and frame_profile.talker_options("talker_chain_down")[3].down
@@ -46,16 +42,13 @@ def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
     assert {tile.split_k for tiles in unsplit.values() for tile in tiles.values()} == {1}
     assert frame_profile.frame_kernels("defaults").attention_early_cache
     assert not frame_profile.frame_kernels("attn_late").attention_early_cache
-    late = frame_profile.frame_kernels("folded_late+radix8")
-    assert late.folded_norms and late.folded_squares == "late" and late.radix_bits == 8
-    assert frame_profile.frame_kernels("folded_norms").folded_squares == "shares"
     small = frame_profile.frame_kernels("defaults").dot_gemv  # B = 2..8 on the 16-row tensor-core tiles
     assert small[4] == small[8] and all(tile.use_dot for tile in small[4].values())
     assert {name for name, tile in small[4].items() if tile.split_k == 4} == {"proj", "o", "down"}
     assert set(frame_profile.frame_kernels("cublas_small").dot_gemv) == {16, 32, 64}  # those steps in cuBLAS
 
 
-@pytest.mark.parametrize("variant", ["stream_norms", "persistent", "talker_chain+talker_chain_all"])
+@pytest.mark.parametrize("variant", ["stream_norms", "persistent", "folded_norms", "talker_chain+talker_chain_all"])
 def test_an_unknown_part_or_two_talker_parts_are_refused(variant: str) -> None:
     with pytest.raises(SystemExit) as refused:
         frame_profile.main(["--variants", "defaults", variant])

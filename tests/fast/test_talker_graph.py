@@ -63,17 +63,15 @@ SPLIT_DOWN = GemvConfig(block_n=16, block_k=16, use_dot=True, loop_stages=2, spl
 @pytest.mark.parametrize(("sizes", "gemv_rows", "fused_rope", "chain_rows", "chain_tiles"),
                          [((1, 2), 0, False, (), None), ((4,), 0, False, (), None), ((1, 2), 2, False, (), None),
                           ((1, 2, 4), 2, True, (), None), ((2, 4), 0, True, (4,), None),
-                          ((2, 4), 0, True, (4,), ChainTiles(down=SPLIT_DOWN)),
-                          ((2, 4), 0, True, (4,), ChainTiles(folded="shares"))],
-                         ids=["split", "padded", "streamed", "fused-rope", "chained", "chained-split-down",
-                              "chained-folded"])  # fmt: skip
+                          ((2, 4), 0, True, (4,), ChainTiles(down=SPLIT_DOWN))],
+                         ids=["split", "padded", "streamed", "fused-rope", "chained",
+                              "chained-split-down"])  # fmt: skip
 def test_prefill_and_decode_steps_equal_the_plain_executor(model: Qwen3TTS, sizes: tuple[int, ...], gemv_rows: int,
                                                            fused_rope: bool, chain_rows: tuple[int, ...],
                                                            chain_tiles: ChainTiles | None) -> None:  # fmt: skip
     """streamed: 1-2 row decode steps with their products in `gemv`; fused-rope: q/k norm and RoPE in the
     attention's split kernel (with 4-row steps in cuBLAS and 1-2 row steps in `gemv`); chained: 4-row steps as
-    `run_layers_chained` (products in `gemv`, down in cuBLAS, or in a split-K tile; or the post-attention norms
-    folded into gate|up), 2-row steps as before."""
+    `run_layers_chained` (products in `gemv`, down in cuBLAS, or in a split-K tile), 2-row steps as before."""
     plain, fast = _pair(model, sizes, gemv_rows, fused_rope, chain_rows, chain_tiles)
     kv_slots = [3, 0, 5, 1]
     samplings = [SAMPLINGS[i % len(SAMPLINGS)] for i in range(4)]

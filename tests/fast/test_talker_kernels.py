@@ -126,7 +126,7 @@ def test_attention_with_the_qk_norm_and_rope_folded_in_equals_the_two_kernels_it
 
 CHAINED_SCRIPT = """
 import json, torch
-from engine.fast.decoder import ChainTiles, folded_gate_up, fuse_layers, rope_tables, run_layers, run_layers_chained
+from engine.fast.decoder import ChainTiles, fuse_layers, rope_tables, run_layers, run_layers_chained
 from engine.fast.kernels import use_triton
 from engine.fast.kernels.decode_attention import decode_attention_rope
 from engine.fast.kernels.gemv import GemvConfig
@@ -141,10 +141,6 @@ forms = {"plain": None, "chained": ChainTiles(),
          "down_tile": ChainTiles(down=GemvConfig(block_n=16, block_k=128, loop_stages=2))}
 split = GemvConfig(block_n=16, block_k=16, loop_stages=2, split_k=2)  # every product in two K slices
 forms["split"] = ChainTiles(qkv=split, o=split, gate_up=split, down=split)
-forms["folded"] = ChainTiles(folded="shares")  # the post-attention norms folded into gate|up
-forms["folded_late"] = ChainTiles(folded="late")
-forms["folded_total"] = ChainTiles(folded="total")  # the rows' whole sums from o's last program
-folded = folded_gate_up(layers)
 caches = {name: talker.new_cache(rows, 32) for name in forms}
 for cache in caches.values():
     cache.kv.copy_(torch.randn(cache.kv.shape, generator=torch.Generator().manual_seed(1)))
@@ -161,7 +157,7 @@ for name, tiles in forms.items():
                                      positions + 1, fused.num_heads, fused.num_kv_heads, pdl=chained).view(rows, -1)
     norm = talker.model.norm.weight
     if tiles is not None:
-        outs[name] = run_layers_chained(layers, x, norm, attend_qkv, tiles, folded if tiles.folded else None)
+        outs[name] = run_layers_chained(layers, x, norm, attend_qkv, tiles)
     else:
         outs[name] = run_layers(layers, x, norm, cos, sin, per_layer, index, positions, None, attend_qkv)
 print(json.dumps({name: {"error": float((outs[name] - outs["plain"]).norm() / outs["plain"].norm()),
@@ -172,11 +168,9 @@ print(json.dumps({name: {"error": float((outs[name] - outs["plain"]).norm() / ou
 
 def test_the_chained_talker_layers_equal_the_cublas_layers_in_the_interpreter() -> None:
     """`run_layers_chained` (tensor-core `gemv` products, SwiGLU in gate|up's epilogue, PDL-capable kernels) gives
-    `run_layers`' hidden states and cache writes at 16 rows, with down in cuBLAS (the default) or in a tile, with
-    its products in split-K tiles, and with its post-attention norms folded into gate|up (`ChainTiles.folded`: o
-    writes the residual stream and its shares of the rows' sums of squares, or their total, gate|up scales its rows
-    by their RMS)."""
+    `run_layers`' hidden states and cache writes at 16 rows, with down in cuBLAS (the default) or in a tile, and with
+    its products in split-K tiles."""
     result = run_interpreted(CHAINED_SCRIPT, timeout_s=600)
-    assert set(result) == {"chained", "down_tile", "split", "folded", "folded_late", "folded_total"}
+    assert set(result) == {"chained", "down_tile", "split"}
     for form in result.values():
         assert form["error"] < 1e-5 and form["kv_error"] < 1e-5, result

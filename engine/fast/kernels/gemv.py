@@ -17,11 +17,6 @@ Around the product, in the same kernel, so the layer needs fewer launches (each 
                                                                writes s, the next residual)
     epilogue  y = acc + bias                                  (nn.Linear with bias, rounded once)
               y = silu(gate) * up                             (W = [gate; up] of 2N rows: `silu_mul`'s rounding)
-              y = add_to + acc (+ bias), with each program's share of every row's sum of y^2 ([R, programs]
-                                                              fp32: `gemv_residual`, the end of a residual branch)
-              y = rms_scale(x) * acc                          (`row_norm`: the norm weight folded into W's
-                                                              columns, the rows' sums of squares from those
-                                                              shares or from the x tiles)
 
     x [*, K] (rows addressed by index or 0..R-1; any row stride)   W [N or 2N, K] contiguous
     -> y [R, N] in x's dtype (and s [R, K] when a residual is given)
@@ -78,9 +73,8 @@ if HAVE_TRITON:
         """Split K: store this program's fp32 tile(s) [BR, BN] as slice program_id(1)'s partial, count the arrival
         at count_ptr[pid] (release / acquire), and in the program that arrives last sum every slice's partial in
         slice order, so the sum is the same whichever arrives last; that program also zeroes the count for the
-        next launch. Returns the sums, `last` [BR] (every row True in that program only; the others' sums are
-        zeros and their stores are masked off by it) and the same as one flag. (Masks are vectors: the interpreter
-        refuses a scalar one.)"""
+        next launch. Returns the sums and `last` [BR] (every row True in that program only; the others' sums are
+        zeros and their stores are masked off by it). (Masks are vectors: the interpreter refuses a scalar one.)"""
         units: tl.constexpr = 2 if SILU_MUL else 1
         size: tl.constexpr = BLOCK_R * BLOCK_N
         tile = tl.arange(0, BLOCK_R)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BR,BN]
@@ -102,40 +96,16 @@ if HAVE_TRITON:
                 total_up += tl.load(slices + k * stride + size + tile, mask=keep, other=0.0, cache_modifier=".cg")
         if arrived == SPLIT_K - 1:
             tl.store(count_ptr + pid, 0)
-        return total, total_up, (tl.zeros([BLOCK_R], dtype=tl.int32) + arrived) == SPLIT_K - 1, arrived == SPLIT_K - 1
-
-    @triton.jit
-    def _total_squares(sq_out_ptr, count_ptr, rows, r, r_mask, BLOCK_R: tl.constexpr):
-        """Called by every program once its share of each row's sum of squares is stored (sq_out [rows, P], P the
-        launch's column programs): counts the arrival at count_ptr[P] (release / acquire, after every warp's
-        stores), and the program that arrives last sums the rows' P shares, in program order, into the rows' whole
-        sums right after them (sq_out_ptr + rows * P: [rows] fp32) and zeroes the count for the next launch."""
-        programs = tl.num_programs(0)
-        tl.debug_barrier()  # every warp's share is stored before the release below
-        arrived = tl.atomic_add(count_ptr + programs, 1, sem="acq_rel", scope="gpu")
-        tl.debug_barrier()
-        if arrived == programs - 1:
-            total = tl.zeros([BLOCK_R], dtype=tl.float32)
-            for p0 in tl.range(0, programs, 16):  # L2 reads (".cg"): other SMs wrote these
-                p = p0 + tl.arange(0, 16)
-                shares = tl.load(sq_out_ptr + r[:, None] * programs + p[None, :],
-                                 mask=r_mask[:, None] & (p < programs)[None, :], other=0.0, cache_modifier=".cg")
-                total += tl.sum(shares, axis=1)
-            tl.store(sq_out_ptr + rows * programs + r, total, mask=r_mask)
-            tl.store(count_ptr + programs, 0)
+        return total, total_up, (tl.zeros([BLOCK_R], dtype=tl.int32) + arrived) == SPLIT_K - 1
 
     @triton.jit
     def _gemv_kernel(
-        x_ptr, index_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, sum_ptr, sq_in_ptr, add_ptr, sq_out_ptr,
-        part_ptr, count_ptr, rows, n_out, stride_x, stride_index, stride_res, stride_out, stride_sq_in, stride_add,
-        parts_in, eps,
+        x_ptr, index_ptr, res_ptr, norm_ptr, w_ptr, bias_ptr, out_ptr, sum_ptr, part_ptr, count_ptr,
+        rows, n_out, stride_x, stride_index, stride_res, stride_out, eps,
         K: tl.constexpr, HAS_INDEX: tl.constexpr, HAS_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
         HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, USE_DOT: tl.constexpr, DTYPE: tl.constexpr,
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr,
-        NORM_SQUARES: tl.constexpr, BLOCK_P: tl.constexpr, ADD_TO: tl.constexpr,
-        SQUARES_OUT: tl.constexpr, SPLIT_K: tl.constexpr, ROW_NORM: tl.constexpr, SQUARES_LATE: tl.constexpr,
-        SQUARES_TOTAL: tl.constexpr,
+        ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr, SPLIT_K: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         r = tl.arange(0, BLOCK_R)
@@ -160,21 +130,7 @@ if HAVE_TRITON:
             source = r
         x_rows = x_ptr + source.to(tl.int64)[:, None] * stride_x  # [BR,1]
 
-        if NORM_SQUARES and SQUARES_LATE:  # (ROW_NORM) every share requested now, summed after the K loop
-            p_all = tl.arange(0, BLOCK_P)
-            late_parts = tl.load(sq_in_ptr + r[:, None] * stride_sq_in + p_all[None, :],
-                                 mask=r_mask[:, None] & (p_all < parts_in)[None, :], other=0.0)  # [BR, BP] fp32
-        elif NORM_SQUARES:  # (ROW_NORM) the row norms from the producer's partial sums of squares: no pass over x
-            # 16 shares a load: beside the talker's gate|up tiles, its o's 128 shares at once spilled 104 bytes a
-            # thread, 32 a load spilled 16 in the code predictor's (compiled for sm_90 by Triton 3.9)
-            squares = tl.zeros([BLOCK_R], dtype=tl.float32)
-            for p0 in tl.static_range(0, BLOCK_P, 16):
-                p = p0 + tl.arange(0, 16)
-                parts = tl.load(sq_in_ptr + r[:, None] * stride_sq_in + p[None, :],
-                                mask=r_mask[:, None] & (p < parts_in)[None, :], other=0.0)  # [BR, 16] fp32
-                squares += tl.sum(parts, axis=1)
-            rstd = 1.0 / tl.sqrt(squares / K + eps)
-        elif HAS_NORM:  # first pass over x: the row norms (and the new residual, written once)
+        if HAS_NORM:  # first pass over x: the row norms (and the new residual, written once)
             squares = tl.zeros([BLOCK_R], dtype=tl.float32)
             for k0 in tl.static_range(0, K, BLOCK_K):
                 kk = k0 + tl.arange(0, BLOCK_K)
@@ -199,9 +155,8 @@ if HAVE_TRITON:
         else:  # CUDA cores: the tile products accumulate elementwise, summed over K once after the loop
             acc3 = tl.zeros([BLOCK_R, BLOCK_N, BLOCK_K], dtype=tl.float32)
             acc3_up = tl.zeros([BLOCK_R, BLOCK_N, BLOCK_K], dtype=tl.float32)
-        if not HAS_NORM and not (NORM_SQUARES and not SQUARES_LATE):
+        if not HAS_NORM:
             rstd = tl.zeros([BLOCK_R], dtype=tl.float32)  # (unused: the prologue has no norm)
-        row_squares = tl.zeros([BLOCK_R], dtype=tl.float32)  # ROW_NORM: each row's sum of x^2, over the K loop
         if LOOP_STAGES > 0:
             # A runtime loop, software-pipelined over LOOP_STAGES tiles: for long K the unrolled loop below keeps
             # every tile's loads in flight at once and spills (ptxas: a 6144-wide K at 8 x 1024 tiles put 4.8 KB
@@ -213,8 +168,6 @@ if HAVE_TRITON:
             for k0 in tl.range(k_lo, k_lo + K // SPLIT_K, BLOCK_K, num_stages=LOOP_STAGES):
                 kk = k0 + tl.arange(0, BLOCK_K)
                 x = _x_tile(x_rows, res_rows, norm_ptr, kk, r_mask, rstd, K, HAS_RESIDUAL, HAS_NORM, DTYPE)
-                if ROW_NORM and not NORM_SQUARES:
-                    row_squares += tl.sum(x * x, axis=1)
                 w_mask = n_mask[:, None] & (kk < K)[None, :]
                 w = tl.load(w_rows + kk[None, :], mask=w_mask, other=0.0)
                 if SILU_MUL:
@@ -237,8 +190,6 @@ if HAVE_TRITON:
                     x = _rounded(norm_first[None, :] * _rounded(s_first * rstd[:, None], DTYPE), DTYPE)
                 else:
                     x = _x_tile(x_rows, res_rows, norm_ptr, kk, r_mask, rstd, K, HAS_RESIDUAL, HAS_NORM, DTYPE)
-                if ROW_NORM and not NORM_SQUARES:
-                    row_squares += tl.sum(x * x, axis=1)
                 if k0 == 0:
                     w = w_first
                     if SILU_MUL:
@@ -262,18 +213,9 @@ if HAVE_TRITON:
         if not USE_DOT:
             acc = tl.sum(acc3, axis=2)
             acc_up = tl.sum(acc3_up, axis=2)
-        if ROW_NORM:  # the rows' RMS scale, after the product (the norm weight is folded into W's columns)
-            if NORM_SQUARES and SQUARES_LATE:
-                row_scale = 1.0 / tl.sqrt(tl.sum(late_parts, axis=1) / K + eps)
-            elif NORM_SQUARES:
-                row_scale = rstd
-            else:
-                row_scale = 1.0 / tl.sqrt(row_squares / K + eps)
-            acc = acc * row_scale[:, None]
-            acc_up = acc_up * row_scale[:, None]
         if SPLIT_K > 1:  # the K slices' fp32 sums meet in the one program that finishes its columns last
-            acc, acc_up, last, is_last = _sum_k_slices(acc, acc_up, part_ptr, count_ptr, pid, SILU_MUL, BLOCK_R,
-                                                       BLOCK_N, SPLIT_K)  # fmt: skip
+            acc, acc_up, last = _sum_k_slices(acc, acc_up, part_ptr, count_ptr, pid, SILU_MUL, BLOCK_R, BLOCK_N,
+                                              SPLIT_K)  # fmt: skip
 
         if SILU_MUL:  # silu(gate) rounded, times up (each GEMM output rounded first), as `silu_mul`
             gate = _rounded(acc, DTYPE)
@@ -283,26 +225,11 @@ if HAVE_TRITON:
         else:
             y = acc
         out_mask = r_mask[:, None] & n_mask[None, :]
-        row_mask = r_mask
         if SPLIT_K > 1:  # only the last slice in stores
             out_mask = out_mask & last[:, None]
-            row_mask = r_mask & last
-        if ADD_TO:  # the residual stream's next value: the plain add of the rounded product
-            added = tl.load(add_ptr + r[:, None] * stride_add + n[None, :], mask=out_mask, other=0.0)
-            y = _rounded(_rounded(y, DTYPE) + added.to(tl.float32), DTYPE)
-        if SQUARES_OUT:  # this program's columns' share of each row's sum of squares, as the norm reads it
-            stream = y.to(out_ptr.dtype.element_ty).to(tl.float32)
-            share = tl.sum(tl.where(out_mask, stream * stream, 0.0), axis=1)  # [BR]
-            tl.store(sq_out_ptr + r * tl.num_programs(0) + pid, share, mask=row_mask)
         tl.store(
             out_ptr + r[:, None] * stride_out + n[None, :], y.to(out_ptr.dtype.element_ty), mask=out_mask
         )
-        if SQUARES_TOTAL:  # the rows' whole sums of squares, from the program whose share arrives last
-            if SPLIT_K > 1:  # (only a column tile's last slice stored a share)
-                if is_last:
-                    _total_squares(sq_out_ptr, count_ptr, rows, r, r_mask, BLOCK_R)
-            else:
-                _total_squares(sq_out_ptr, count_ptr, rows, r, r_mask, BLOCK_R)
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,12 +293,6 @@ def _split_counts(device: torch.device, programs: int) -> Tensor:
     return counts
 
 
-def _parts(rows: int, k: int, n_out: int, config: GemvConfig) -> tuple[int, int]:
-    """(programs, columns a program) of a launch: the shares a row's sum of squares comes in (`gemv_residual`)."""
-    block_n = launch_tile(rows, k, config)[2]
-    return -(-n_out // block_n), block_n
-
-
 def gemv_reference(
     x: Tensor, weight: Tensor, *, index: Tensor | None = None, residual: Tensor | None = None,
     norm_weight: Tensor | None = None, eps: float = 1e-6, bias: Tensor | None = None, silu_mul: bool = False,
@@ -388,145 +309,46 @@ def gemv_reference(
     return F.linear(x, weight, bias), s
 
 
-def fold_norm(weight: Tensor, norm_weight: Tensor) -> Tensor:
-    """W [N,K] with each column k multiplied by an RMSNorm's weight[k] (fp32 product, rounded once to W's dtype):
-    the weight `gemv(row_norm=True)` takes for that norm followed by this product."""
-    return (weight.float() * norm_weight.float()[None, :]).to(weight.dtype)
-
-
-def row_norm_reference(x: Tensor, folded: Tensor, eps: float, silu_mul: bool = False) -> Tensor:
-    """The twin of `gemv(row_norm=True)`: x [R,K] @ folded^T in fp32, each row scaled by 1 / sqrt(mean(x^2) + eps),
-    rounded once (with silu_mul: gate and up each rounded, then `silu_mul_reference`'s rounding)."""
-    x32 = x.float()
-    y = (x32 @ folded.float().T) * torch.rsqrt(x32.square().mean(-1, keepdim=True) + eps)
-    if silu_mul:
-        return silu_mul_reference(y.to(x.dtype))
-    return y.to(x.dtype)
-
-
-def gemv_residual_reference(
-    x: Tensor, weight: Tensor, *, index: Tensor | None = None, add_to: Tensor | None = None,
-    bias: Tensor | None = None, config: GemvConfig | None = None, total: bool = False,
-) -> tuple[Tensor, Tensor]:  # fmt: skip
-    """The twin of `gemv_residual`: the plain linear (+ the plain add), and the sums of squares of its rounded
-    values in the kernel's column shares (`total`: their sum, [R, 1])."""
-    y, _ = gemv_reference(x, weight, index=index, bias=bias)
-    if add_to is not None:
-        y = add_to + y
-    parts, columns = _parts(y.shape[0], x.shape[1], y.shape[1], config or GemvConfig())
-    squares = F.pad(y.float().square(), (0, parts * columns - y.shape[1]))
-    shares = squares.view(y.shape[0], parts, columns).sum(-1)
-    return y, shares.sum(-1, keepdim=True) if total else shares
-
-
 def gemv(
     x: Tensor, weight: Tensor, *, index: Tensor | None = None, residual: Tensor | None = None,
     norm_weight: Tensor | None = None, eps: float = 1e-6, bias: Tensor | None = None, silu_mul: bool = False,
     config: GemvConfig | None = None, out: Tensor | None = None, sum_out: Tensor | None = None,
-    pdl: bool = False, norm_squares: Tensor | None = None, add_to: Tensor | None = None, row_norm: bool = False,
-    squares_late: bool = False,
+    pdl: bool = False,
 ) -> tuple[Tensor, Tensor | None]:  # fmt: skip
     """x [X,K] (last dim contiguous, any row stride; rows index[r] when index [R] int64 is given, else all
     X rows), weight [N,K] (or [2N,K] = [gate; up] with silu_mul) contiguous, residual [R,K] (last dim
     contiguous), norm_weight [K], bias [N] -> (y [R,N], residual + x [R,K] when a residual is given, else
     None). `out` / `sum_out` (last dim contiguous) receive them when given. `pdl`: launched as a programmatic
-    dependent of the kernel before it (`kernels.pdl`), its first weight tile fetched before waiting for it.
-    `add_to` [R,N] (last dim contiguous): y = add_to + x @ W^T, the plain add of the rounded product (a residual
-    branch's end, without `gemv_residual`'s shares). `row_norm` (without norm_weight, residual or bias): y =
-    rms_scale(x) * (x @ W^T), each row's 1 / sqrt(mean(x^2) + eps) applied to the fp32 product before its rounding
-    (and before SwiGLU): with W's columns pre-multiplied by an RMSNorm's weight (`fold_norm`) this is the norm and
-    the product in one pass over x, the activations' two roundings (x * rstd, then * weight) replaced by the folded
-    weight's one. The rows' sums of squares come from the x tiles the product streams, or with `norm_squares` [R,P]
-    fp32 (last dim contiguous, any row stride) from the shares `gemv_residual` wrote when x is its output (no work
-    on x in the K loop; the twin squares x itself), requested before the loop and summed after it when
-    `squares_late`."""
+    dependent of the kernel before it (`kernels.pdl`), its first weight tile fetched before waiting for it."""
     if residual is not None and norm_weight is None:
         raise ValueError("gemv: a residual is only added in the norm prologue")
     if bias is not None and silu_mul:
         raise ValueError("gemv: bias and silu_mul do not combine")
-    if norm_squares is not None and (not row_norm or index is not None):
-        raise ValueError("gemv: norm_squares scales the rows of x as they are (row_norm, no index)")
-    if squares_late and (norm_squares is None or not row_norm):
-        raise ValueError("gemv: squares_late sums norm_squares' shares after the K loop of a row_norm product")
-    if row_norm and (norm_weight is not None or residual is not None or bias is not None):
-        raise ValueError("gemv: row_norm scales the rows of x as they are (the norm weight folded into W, no bias)")
-    if add_to is not None and silu_mul:
-        raise ValueError("gemv: add_to and silu_mul do not combine")
     if not use_triton(x):
-        if row_norm:
-            y = row_norm_reference(x[index] if index is not None else x, weight, eps, silu_mul)
-            return (out.copy_(y) if out is not None else y), None
         y, s = gemv_reference(x, weight, index=index, residual=residual, norm_weight=norm_weight, eps=eps,
                               bias=bias, silu_mul=silu_mul)  # fmt: skip
-        if add_to is not None:
-            y = add_to + y
         if out is not None:
             y = out.copy_(y)
         if sum_out is not None and s is not None:
             s = sum_out.copy_(s)
         return y, s
     config = config or GemvConfig()
+    assert x.stride(-1) == 1 and weight.is_contiguous() and (residual is None or residual.stride(-1) == 1)
     rows = index.shape[0] if index is not None else x.shape[0]
     k = x.shape[1]
     n_out = weight.shape[0] // 2 if silu_mul else weight.shape[0]
     if out is None:
         out = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
+    assert out.shape == (rows, n_out) and out.stride(-1) == 1
     s = None
     if residual is not None:
         s = torch.empty(rows, k, dtype=x.dtype, device=x.device) if sum_out is None else sum_out
         assert s.shape == (rows, k) and s.is_contiguous()
-    _launch(x, weight, index, residual, norm_weight, eps, bias, silu_mul, config, out, s, pdl, norm_squares, add_to,
-            None, row_norm, squares_late)  # fmt: skip
-    return out, s
-
-
-def gemv_residual(
-    x: Tensor, weight: Tensor, *, index: Tensor | None = None, add_to: Tensor | None = None,
-    bias: Tensor | None = None, config: GemvConfig | None = None, pdl: bool = False, total: bool = False,
-) -> tuple[Tensor, Tensor]:  # fmt: skip
-    """The product that ends a residual branch, with what the next RMSNorm needs: x [X,K] (rows index[r] when
-    given), weight [N,K], add_to [R,N] (last dim contiguous), bias [N] -> (y = add_to + x @ W^T (+ bias), each
-    add and the product rounded as the plain ops, [R,N]; squares [R,P] fp32: each of the launch's P programs'
-    share of every row's sum of y^2 over its columns). `gemv(y, fold_norm(W2, w), row_norm=True,
-    norm_squares=squares)` then applies the RMSNorm of weight w before the next product W2 without a norm kernel or
-    a pass over y. `total`: squares [R,1], each row's whole sum, added up by the launch's last program to store
-    its share (so the next product reads one value a row instead of P)."""
-    config = config or GemvConfig()
-    if not use_triton(x):
-        return gemv_residual_reference(x, weight, index=index, add_to=add_to, bias=bias, config=config, total=total)
-    rows = index.shape[0] if index is not None else x.shape[0]
-    k, n_out = x.shape[1], weight.shape[0]
-    out = torch.empty(rows, n_out, dtype=x.dtype, device=x.device)
-    parts = _parts(rows, k, n_out, config)[0]
-    flat = torch.empty(rows * parts + (rows if total else 0), dtype=torch.float32, device=x.device)
-    squares = flat[: rows * parts].view(rows, parts)  # then, with `total`, the rows' sums [rows]
-    _launch(x, weight, index, None, None, 1e-6, bias, False, config, out, None, pdl, None, add_to, squares,
-            squares_total=total)  # fmt: skip
-    return out, flat[rows * parts :].view(rows, 1) if total else squares
-
-
-def _launch(
-    x: Tensor, weight: Tensor, index: Tensor | None, residual: Tensor | None, norm_weight: Tensor | None,
-    eps: float, bias: Tensor | None, silu_mul: bool, config: GemvConfig, out: Tensor, s: Tensor | None, pdl: bool,
-    norm_squares: Tensor | None, add_to: Tensor | None, squares_out: Tensor | None, row_norm: bool = False,
-    squares_late: bool = False, squares_total: bool = False,
-) -> None:  # fmt: skip
-    """One `_gemv_kernel` launch with every option as its callers resolved it (`squares_total`: squares_out is
-    followed in its storage by [rows] fp32 for the rows' whole sums)."""
-    assert x.stride(-1) == 1 and weight.is_contiguous() and (residual is None or residual.stride(-1) == 1)
-    rows = index.shape[0] if index is not None else x.shape[0]
-    k = x.shape[1]
-    n_out = out.shape[1]
-    assert out.shape[0] == rows and out.stride(-1) == 1
-    assert norm_squares is None or (norm_squares.stride(-1) == 1 and norm_squares.dtype == torch.float32)
-    assert add_to is None or (add_to.shape == out.shape and add_to.stride(-1) == 1)
     use_dot, block_r, block_n, block_k = launch_tile(rows, k, config)
     programs = triton.cdiv(n_out, block_n)
     split = config.split_k
     parts, counts = out, out
     if split > 1:
-        if row_norm:
-            raise ValueError("gemv split_k: a row norm needs each row's whole K in one program")
         if not (use_dot and config.loop_stages > 0 and residual is None):
             raise ValueError("gemv split_k: tensor-core tiles, a pipelined loop, no residual prologue")
         if k % (split * block_k):
@@ -534,28 +356,17 @@ def _launch(
         units = 2 if silu_mul else 1
         parts = torch.empty(split * programs * units * block_r * block_n, dtype=torch.float32, device=x.device)
         counts = _split_counts(x.device, programs)
-    if squares_total:  # the arrival count after the column tiles' (`_total_squares`)
-        assert squares_out is not None and squares_out.untyped_storage().nbytes() >= 4 * rows * (programs + 1)
-        counts = _split_counts(x.device, programs + 1)
-    assert squares_out is None or (squares_out.shape == (rows, programs) and squares_out.is_contiguous())
-    parts_in = norm_squares.shape[1] if norm_squares is not None else 1
     _gemv_kernel[(programs, split)](
         x, index if index is not None else x, residual if residual is not None else x,
         norm_weight if norm_weight is not None else x, weight, bias if bias is not None else x, out,
-        s if s is not None else out, norm_squares if norm_squares is not None else out,
-        add_to if add_to is not None else out, squares_out if squares_out is not None else out, parts, counts,
+        s if s is not None else out, parts, counts,
         rows, n_out, x.stride(0), index.stride(0) if index is not None else 0,
-        residual.stride(0) if residual is not None else 0, out.stride(0),
-        norm_squares.stride(0) if norm_squares is not None else 0, add_to.stride(0) if add_to is not None else 0,
-        parts_in, eps,
+        residual.stride(0) if residual is not None else 0, out.stride(0), eps,
         K=k, HAS_INDEX=index is not None, HAS_NORM=norm_weight is not None, HAS_RESIDUAL=residual is not None,
         HAS_BIAS=bias is not None, SILU_MUL=silu_mul, USE_DOT=use_dot, DTYPE=TRITON_DTYPES[x.dtype],
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
-        BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k,
-        ONE_CHUNK=block_k >= k and not config.loop_stages and norm_squares is None,
-        PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages,
-        NORM_SQUARES=norm_squares is not None, BLOCK_P=_next_power_of_2(parts_in), ADD_TO=add_to is not None,
-        SQUARES_OUT=squares_out is not None, SPLIT_K=split, ROW_NORM=row_norm, SQUARES_LATE=squares_late,
-        SQUARES_TOTAL=squares_total, num_warps=config.num_warps,
+        BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=block_k >= k and not config.loop_stages,
+        PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages, SPLIT_K=split, num_warps=config.num_warps,
         **launch_options(pdl),
     )  # fmt: skip
+    return out, s
