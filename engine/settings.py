@@ -82,7 +82,7 @@ class KernelOptions:
     cp_pdl: bool = True  # cp_kernels fused: its Triton-product steps' kernels as programmatic dependent launches
     # Measured on the H200 (docs/benchmarks.md, twenty-second session): the code predictor's 64-program products in
     # 4 K slices and the talker chain won.
-    cp_split_k: int = 4  # cp_kernels fused: projection, o and down (16-64 token rows) in this many K slices
+    cp_split_k: int = 4  # cp_kernels fused: projection, o and down (4-64 token rows) in this many K slices
     talker_gemv_rows: int = 2  # fast talker: decode steps of up to this many rows with its products in `gemv`
     talker_fused_rope: bool = True  # fast talker: q/k norm and RoPE inside the decode attention's split kernel
     talker_chain: str = "on"  # fast talker: 16- and 64-row decode steps as one PDL chain: off | on
@@ -386,13 +386,13 @@ def add_kernel_arguments(p: argparse.ArgumentParser, options: KernelOptions) -> 
     `loadtest.gpu_check` declare them here, once."""
     p.add_argument("--cp-kernels", default=options.cp_kernels, choices=CP_KERNELS,
                    help="code-predictor fast path: fused (default: Triton products with the norms in their prologues "
-                        "at 1-2 token rows, tensor-core Triton products at 16-64 token rows, cuBLAS otherwise, short "
-                        "attention and the one-kernel sampler; 2.2-3.9 ms a frame on an H200; its kernels compile in "
+                        "at 1-2 token rows, tensor-core Triton products at 4-64 token rows, cuBLAS otherwise, short "
+                        "attention and the one-kernel sampler; 2.1-3.9 ms a frame on an H200; its kernels compile in "
                         "parallel at start-up, see --precompile-workers) "
                         "or layers (the fused layer stack with cuBLAS products and the graph sampler; 5.7-6.7 ms)")
     p.add_argument("--cp-pdl", action=argparse.BooleanOptionalAction, default=options.cp_pdl,
                    help="with --cp-kernels fused: launch the kernels of the frame's steps whose products run in "
-                        "Triton (1-2 and 16-64 token rows) as programmatic dependents, so each starts while the one "
+                        "Triton (1-2 and 4-64 token rows) as programmatic dependents, so each starts while the one "
                         "before it finishes (Hopper and later, ignored before; same results; B=1 frame 2.42 -> 2.16 "
                         "ms on an H200, and the B=64 frame's Triton products need it to beat cuBLAS; on by "
                         "default since the seventeenth session, docs/benchmarks.md: earlier server runs saw a 2-3 ms "
@@ -405,7 +405,7 @@ def add_kernel_arguments(p: argparse.ArgumentParser, options: KernelOptions) -> 
                    help="fast talker: norm and rotate q and k inside the decode attention's split kernel instead of a "
                         "kernel of their own (on by default: 28 fewer launches a decode step, the same roundings)")
     p.add_argument("--cp-split-k", type=int, default=options.cp_split_k, choices=SPLIT_K,
-                   help="with --cp-kernels fused: the 16-64 token-row steps' projection, o and down products (64 "
+                   help="with --cp-kernels fused: the 4-64 token-row steps' projection, o and down products (64 "
                         "programs each unsplit) with K cut into this many slices, one program each (default 4: the "
                         "B = 64 code-predictor frame 3.07 -> 2.85 ms on the H200; 1: unsplit)")
     p.add_argument("--talker-chain", default=options.talker_chain, choices=TALKER_CHAINS,

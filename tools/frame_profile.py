@@ -30,7 +30,7 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                fit without spilling with `radix1`: `radix1+sampler_warps2`)
     attn_early, attn_late  `cp_attention` loading the earlier steps' keys and values before (the default since
                2026-12-05) or after its PDL wait (`FrameKernels.attention_early_cache`); bitwise the same codes
-    split<S>[_narrow | _128 | _<product>]  the tensor-core steps' (16-64 token rows) products with K cut into S
+    split<S>[_narrow | _128 | _<product>]  the tensor-core steps' (4-64 token rows) products with K cut into S
                slices, one program each, summed by the last slice in (`GemvConfig.split_k`): `split4` every product,
                `split4_narrow` only the products of 64 column tiles (projection, o, down: the engine's default),
                `split4_128` also the 128 token-row steps (a B = 64 frame's first step), `split2_head` that one
