@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from engine.fast.kernels import HAVE_TRITON, use_triton
+from engine.fast.kernels.arrivals import arrival_counts
 from engine.fast.kernels.pdl import enabled as pdl_enabled
 from engine.fast.kernels.pdl import launch_options
 from engine.fast.kernels.qk_norm_rope import qk_norm_rope_reference
@@ -336,7 +337,8 @@ def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: in
     l_sum = torch.empty_like(m)
     acc = torch.empty(rows, heads, splits, d, dtype=torch.float32, device=device)
     out = torch.empty(rows, heads, d, dtype=dtype, device=device)
-    counts = _arrival_counts(device, rows * kv_heads) if config.merge_last else m  # (unread without merge_last)
+    # the arrival counts (`m` in their place is never read without merge_last)
+    counts = arrival_counts("decode attention", device, rows * kv_heads) if config.merge_last else m
     split_kernel[(rows, kv_heads, splits)](  # type: ignore[index]
         *leading, k_cache, v_cache, slots, lengths, m, l_sum, acc, out, counts, *scalars,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
@@ -350,23 +352,6 @@ def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: in
         _merge_kernel[(rows * heads,)](m, l_sum, acc, lengths, out, H=heads, SPLITS=splits, CHUNK=chunk, D=d,
                                        PDL=pdl_enabled(pdl), num_warps=4, **launch_options(pdl))  # fmt: skip
     return out
-
-
-_ARRIVALS: dict[torch.device, Tensor] = {}  # per device: the split programs' arrival counts, zero between launches
-
-
-def _arrival_counts(device: torch.device, count: int) -> Tensor:
-    """The arrival counts [count] int32 on `device`, all zero: one buffer per device, shared by every launch that
-    merges in its last program (each merging program zeroes its count; the talker's layers run one after another on
-    one stream, a programmatic dependent counting only after waiting for the kernel before it). Made the first
-    time outside CUDA-graph capture (a warm-up), so no graph owns its memory."""
-    counts = _ARRIVALS.get(device)
-    if counts is None or counts.numel() < count:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("decode attention: run it once before capturing it (its arrival counts)")
-        counts = torch.zeros(max(count, 8192), dtype=torch.int32, device=device)
-        _ARRIVALS[device] = counts
-    return counts
 
 
 def decode_attention_rope(

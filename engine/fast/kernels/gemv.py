@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from engine.fast.kernels import HAVE_TRITON, use_triton
+from engine.fast.kernels.arrivals import arrival_counts
 from engine.fast.kernels.pdl import enabled as pdl_enabled
 from engine.fast.kernels.pdl import launch_options
 from engine.fast.kernels.rmsnorm import rms_norm_reference
@@ -276,23 +277,6 @@ def launch_tile(rows: int, k: int, config: GemvConfig) -> tuple[bool, int, int, 
     return use_dot, block_r, block_n, block_k
 
 
-_COUNTS: dict[torch.device, Tensor] = {}  # per device: split-K arrival counts, zero between launches
-
-
-def _split_counts(device: torch.device, programs: int) -> Tensor:
-    """The split-K arrival counts [programs] int32 on `device`, all zero: one buffer per device, shared by every
-    split launch (each program's last slice zeroes its count; launches on one stream never overlap their counts,
-    a programmatic dependent's included, which counts only after waiting for the kernel before it). Made the first
-    time outside CUDA-graph capture (a warm-up), so no graph owns its memory."""
-    counts = _COUNTS.get(device)
-    if counts is None or counts.numel() < programs:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError("gemv split_k: run the product once before capturing it (its arrival counts)")
-        counts = torch.zeros(max(programs, 4096), dtype=torch.int32, device=device)
-        _COUNTS[device] = counts
-    return counts
-
-
 def gemv_reference(
     x: Tensor, weight: Tensor, *, index: Tensor | None = None, residual: Tensor | None = None,
     norm_weight: Tensor | None = None, eps: float = 1e-6, bias: Tensor | None = None, silu_mul: bool = False,
@@ -355,7 +339,7 @@ def gemv(
             raise ValueError(f"gemv split_k: K {k} is not {split} slices of whole {block_k}-wide tiles")
         units = 2 if silu_mul else 1
         parts = torch.empty(split * programs * units * block_r * block_n, dtype=torch.float32, device=x.device)
-        counts = _split_counts(x.device, programs)
+        counts = arrival_counts("gemv split_k", x.device, programs)
     _gemv_kernel[(programs, split)](
         x, index if index is not None else x, residual if residual is not None else x,
         norm_weight if norm_weight is not None else x, weight, bias if bias is not None else x, out,
