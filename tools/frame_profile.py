@@ -25,6 +25,8 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
     warps4     every 1-2 row product with 4 warps a program (defaults: 8)
     narrow     every 1-2 row product with half the output columns a program (twice the programs)
     attn_warps2, attn_warps1  `cp_attention` programs of 2 or 1 warps (defaults: 4)
+    attn_per_head  `cp_attention` one query head at a time (`FrameKernels.attention_per_head`: ~half the
+               instructions of the broadcast form; join with attn_warps1 / attn_warps2)
     sampler_warps2, sampler_warps4, sampler_warps16  sampler programs of 2, 4 or 16 warps (defaults: 8 for the
                2048-wide vocabulary; fewer warps, fewer cross-warp steps in each of the search's reductions; 2 warps
                fit without spilling with `radix1`: `radix1+sampler_warps2`)
@@ -48,6 +50,9 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                33-64 rows is tattn_p2_32's)
     tattn_merge_last  the talker's decode attention with its splits merged by the last program of each (row, kv
                head) to finish (`SplitConfig.merge_last`) instead of a kernel of their own
+    tattn_release_late, tattn_merge_last_late  the talker's split attention releasing its dependent (the merge
+               kernel, or o's product when merged in its last program) at its programs' end, not after their wait
+               (`SplitConfig.release_late`)
 
 Knockouts (timing only: the codes they draw are meaningless) capture a graph without one kind of kernel, so the
 span they save is what that kind costs in the chain, overlap included, where the kernel table's microseconds count
@@ -93,11 +98,11 @@ from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 ENGINE_DEFAULTS = KernelOptions()
 VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apart", "wide_prologues", "radix4",
             "radix3", "radix1", "radix8", "warps4", "narrow", "attn_warps2", "attn_warps1", "sampler_warps2",
-            "sampler_warps4", "sampler_warps16", "attn_early", "attn_late", "split2", "split4", "split4_narrow",
+            "sampler_warps4", "sampler_warps16", "attn_early", "attn_late", "attn_per_head", "split2", "split4", "split4_narrow",
             "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head",
             "split1_narrow", "cublas_small", "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain",
             "talker_chain_off", "talker_chain_all", "talker_chain_down", "talker_chain_down_split2", "tattn_p2",
-            "tattn_p2_32", "tattn_p4_32", "tattn_merge_last",
+            "tattn_p2_32", "tattn_p4_32", "tattn_merge_last", "tattn_release_late", "tattn_merge_last_late",
             "ko_cp_norms", "ko_cp_attention", "ko_talker_norms", "ko_talker_attention")
 CONTEXT = 512
 ROUNDS = 5
@@ -143,6 +148,8 @@ def _cp_change(kernels: Any, variant: str) -> Any:
     if variant == "narrow":
         return replace(kernels, gemv={name: replace(tile, block_n=max(1, tile.block_n // 2))
                                       for name, tile in kernels.gemv.items()})  # fmt: skip
+    if variant == "attn_per_head":
+        return replace(kernels, attention_per_head=True)
     if variant in ("attn_warps2", "attn_warps1"):
         return replace(kernels, attention_warps=int(variant[-1]))
     if variant.startswith("sampler_warps"):
@@ -182,6 +189,7 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
 
 TALKER_ATTENTION = {  # variant part -> 5-64 row attention in (programs, keys a block) interleaved splits, or None
     "tattn_p2": (2, 64), "tattn_p2_32": (2, 32), "tattn_p4_32": (4, 32), "tattn_merge_last": None,
+    "tattn_release_late": None, "tattn_merge_last_late": None,
 }
 
 
@@ -195,8 +203,8 @@ def attention_split(part: str | None, rows: int, default: Any) -> Any:
     `default_split_config`): interleaved splits at 5-64 rows, or every size merged in its last program."""
     from engine.fast.kernels.decode_attention import SplitConfig
 
-    if part == "tattn_merge_last":
-        return replace(default(rows), merge_last=True)
+    if part in ("tattn_merge_last", "tattn_release_late", "tattn_merge_last_late"):
+        return replace(default(rows), merge_last=part != "tattn_release_late", release_late=part != "tattn_merge_last")
     if part is None or not 4 < rows <= 64:
         return default(rows)
     programs, block = TALKER_ATTENTION[part]

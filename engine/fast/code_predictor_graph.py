@@ -118,6 +118,9 @@ class FrameKernels:
     radix_bits: int = 2
     sampler_warps: int | None = None  # warps of a sampler program (None: 8 for a 2048+ vocabulary, else 4)
     attention_warps: int = 4  # warps of a `cp_attention` program (one per frame row and kv head)
+    # `cp_attention` one query head at a time (`attend_heads`: ~half the instructions) instead of all of a kv head's
+    # query heads broadcast together
+    attention_per_head: bool = False
     # `cp_attention` loads the earlier positions' keys and values before its PDL wait (they were written dozens of
     # launches back), so only the qkv loads follow the product it waits for. The same codes bit for bit; H200,
     # 2026-12-05: CP frame 2.76 / 3.05 / 3.01 ms at B = 16 / 32 / 64 against 2.82 / 3.10 / 3.05.
@@ -247,7 +250,8 @@ class CodePredictorGraphs:
         k_cache, v_cache = self.cache.layer(number)
         return cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, layer.eps, k_cache, v_cache, start,
                             tokens, layer.num_heads, layer.num_kv_heads, num_warps=k.attention_warps,
-                            pdl=self._pdl(qkv.shape[0]), early_cache=k.attention_early_cache)  # fmt: skip
+                            pdl=self._pdl(qkv.shape[0]), early_cache=k.attention_early_cache,
+                            per_head=k.attention_per_head)  # fmt: skip
 
     def _pdl(self, token_rows: int) -> bool:
         """Whether a kernel of a step with this many token rows launches as a programmatic dependent."""

@@ -47,12 +47,13 @@ def test_rms_norm_compiles_as_a_programmatic_dependent() -> None:
     assert 0 < info["registers"] <= 255 and info["spills"] == 0
 
 
+@pytest.mark.parametrize("per_head", [False, True], ids=["broadcast", "per-head"])
 @pytest.mark.parametrize("tokens", [1, 2], ids=["lookup-step", "first-step"])
-def test_the_attention_compiles_with_its_early_cache_loads(tokens: int) -> None:
+def test_the_attention_compiles_with_its_early_cache_loads(tokens: int, per_head: bool) -> None:
     from engine.fast.kernels.cp_attention import _cp_attention_kernel
 
     constants = dict(T=tokens, H=16, K=8, G=2, GP=2, D=128, BLOCK_L=16, DTYPE=triton.language.bfloat16, PDL=True,
-                     EARLY=True)  # fmt: skip
+                     EARLY=True, PER_HEAD=per_head, HW=True)  # fmt: skip
     _fits(compile_for(_cp_attention_kernel, constants))
 
 
@@ -77,7 +78,7 @@ def test_the_talker_attention_compiles_as_programmatic_dependents_at_no_extra_co
     pointers = {"slots_ptr": "*i64", "lengths_ptr": "*i64", "m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32",
                 "count_ptr": "*i32"}  # fmt: skip
     split = dict(H=16, KV=8, G=2, GP=16, D=128, SPLITS=16, CHUNK=128, BLOCK=BLOCK_N, PRECISION="tf32",
-                 INTERLEAVED=False, MERGE_LAST=False)  # fmt: skip
+                 INTERLEAVED=False, MERGE_LAST=False, RELEASE_LATE=False)  # fmt: skip
     chained, plain = (compile_for(_split_rope_kernel, {**split, "PDL": pdl}, pointers) for pdl in (True, False))
     assert chained["spills"] <= plain["spills"] and chained["shared"] == plain["shared"]
     merging = compile_for(_split_rope_kernel, {**split, "PDL": True, "MERGE_LAST": True}, pointers)
@@ -87,5 +88,7 @@ def test_the_talker_attention_compiles_as_programmatic_dependents_at_no_extra_co
         interleaved = compile_for(_split_rope_kernel, {**split, "PDL": True, "INTERLEAVED": True, "SPLITS": 4,
                                                        "CHUNK": 32, "BLOCK": 32, "MERGE_LAST": merge_last}, pointers)
         assert 0 < interleaved["registers"] <= 255 and interleaved["spills"] == 0
+    late = compile_for(_split_rope_kernel, {**split, "PDL": True, "RELEASE_LATE": True}, pointers)  # released at the end
+    assert late["spills"] <= plain["spills"] and late["shared"] == plain["shared"]
     merge = compile_for(_merge_kernel, dict(H=16, SPLITS=16, CHUNK=128, D=128, PDL=True), pointers)
     assert 0 < merge["registers"] <= 255 and merge["spills"] == 0

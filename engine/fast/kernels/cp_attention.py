@@ -23,7 +23,7 @@ import math
 import torch
 from torch import Tensor
 
-from engine.fast.kernels import HAVE_TRITON, use_triton
+from engine.fast.kernels import HAVE_TRITON, INTERPRET, use_triton
 from engine.fast.kernels.decode_attention import decode_attention_reference
 from engine.fast.kernels.pdl import enabled as pdl_enabled
 from engine.fast.kernels.pdl import launch_options
@@ -34,7 +34,7 @@ if HAVE_TRITON:
     import triton.language as tl
 
     from engine.fast.kernels.pdl import wait_for_producer
-    from engine.fast.kernels.snake import TRITON_DTYPES, round_to
+    from engine.fast.kernels.snake import TRITON_DTYPES, round_hw, round_to
 
     @triton.jit
     def _norm_rope(x, x_rot, w, w_rot, c, s, eps, d, D: tl.constexpr, DTYPE: tl.constexpr):
@@ -121,6 +121,66 @@ if HAVE_TRITON:
             tl.store(out_ptrs, out.to(DTYPE), mask=g_mask[:, None])
 
     @triton.jit
+    def _norm_rope_head(x, x_rot, w, w_rot, c, s, eps, d, D: tl.constexpr, DTYPE: tl.constexpr, HW: tl.constexpr):
+        """One head [D] (and its rotate-half partner) -> normed, rotated [D], rounded as `_norm_rope` rounds (by
+        the hardware's conversions where HW: one instruction each way instead of ~6 integer ones)."""
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / D + eps)  # a scalar
+        if DTYPE == tl.float32:  # noqa: SIM300
+            n, n_rot = w * (x * rstd), w_rot * (x_rot * rstd)
+            n_rot = tl.where(d < D // 2, -n_rot, n_rot)
+            return n * c + n_rot * s
+        n = round_hw(w * round_hw(x * rstd, DTYPE, HW), DTYPE, HW)
+        n_rot = round_hw(w_rot * round_hw(x_rot * rstd, DTYPE, HW), DTYPE, HW)
+        n_rot = tl.where(d < D // 2, -n_rot, n_rot)  # rotate_half: [-x2, x1]
+        return round_hw(round_hw(n * c, DTYPE, HW) + round_hw(n_rot * s, DTYPE, HW), DTYPE, HW)
+
+    @triton.jit
+    def attend_heads(
+        qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr, b, j,
+        start, eps, scale, stride_s, stride_k, stride_l, keys, values,
+        T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
+        BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, HW: tl.constexpr,
+    ):  # fmt: skip
+        """`attend_row_head`'s work one query head at a time: every tensor is a head [D] or the keys / values
+        [BLOCK_L, D], so the products reduce within the keys' own layout. The broadcast form's [G, BLOCK_L, D]
+        products and their layout conversions cost ~1,600 instructions a thread at 4 warps (sm_90 SASS), which at
+        512 programs (B = 64) is ~3 us of the SMs' issue slots; this form needs about half as many."""
+        width: tl.constexpr = (H + 2 * K) * D
+        d = tl.arange(0, D)
+        d_rot = (d + D // 2) % D
+        cache = b * stride_s + j * stride_k
+        positions = tl.arange(0, BLOCK_L)
+        for t in tl.static_range(T):
+            row = qkv_ptr + (b * T + t) * width
+            c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
+            s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
+            head = row + (H + j) * D
+            k = _norm_rope_head(tl.load(head + d).to(tl.float32), tl.load(head + d_rot).to(tl.float32), kw, kw_rot,
+                                c, s, eps, d, D, DTYPE, HW).to(DTYPE)  # fmt: skip
+            v = tl.load(row + (H + K + j) * D + d)
+            slot = cache + (start + t) * stride_l + d
+            tl.store(k_cache_ptr + slot, k)
+            tl.store(v_cache_ptr + slot, v)
+            here = (positions == start + t)[:, None]
+            keys = tl.where(here, k.to(tl.float32)[None, :], keys)
+            values = tl.where(here, v.to(tl.float32)[None, :], values)
+
+        for t in tl.static_range(T):
+            row = qkv_ptr + (b * T + t) * width
+            c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
+            s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
+            visible = positions <= start + t
+            for g in tl.static_range(G):
+                head = row + (j * G + g) * D
+                q = _norm_rope_head(tl.load(head + d).to(tl.float32), tl.load(head + d_rot).to(tl.float32), qw,
+                                    qw_rot, c, s, eps, d, D, DTYPE, HW)  # fmt: skip
+                scores = tl.where(visible, tl.sum(keys * q[None, :], axis=1) * scale, float("-inf"))  # [BL]
+                weights = tl.exp(scores - tl.max(scores, axis=0))
+                weights = weights / tl.sum(weights, axis=0)
+                out = tl.sum(weights[:, None] * values, axis=0)  # [D]
+                tl.store(out_ptr + (b * T + t) * H * D + (j * G + g) * D + d, out.to(DTYPE))
+
+    @triton.jit
     def norm_weights(qw_ptr, kw_ptr, D: tl.constexpr):
         """The q and k norm weights as fp32 [D], each with its rotate-half partner: (qw, qw_rot, kw, kw_rot)."""
         d = tl.arange(0, D)
@@ -137,6 +197,7 @@ if HAVE_TRITON:
         start, eps, scale, stride_s, stride_k, stride_l,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
         D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr,
+        PER_HEAD: tl.constexpr, HW: tl.constexpr,
     ):  # fmt: skip
         b, j = tl.program_id(0), tl.program_id(1)
         qw, qw_rot, kw, kw_rot = norm_weights(qw_ptr, kw_ptr, D)
@@ -147,9 +208,14 @@ if HAVE_TRITON:
         if not EARLY:
             keys, values = load_earlier(k_cache_ptr, v_cache_ptr, b, j, start, stride_s, stride_k, stride_l, D,
                                         BLOCK_L)  # fmt: skip
-        attend_row_head(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr, b, j,
-                        start, eps, scale, stride_s, stride_k, stride_l, keys, values, T, H, K, G, GP, D, BLOCK_L,
-                        DTYPE)  # fmt: skip
+        if PER_HEAD:
+            attend_heads(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr, b, j,
+                         start, eps, scale, stride_s, stride_k, stride_l, keys, values, T, H, K, G, D, BLOCK_L, DTYPE,
+                         HW)  # fmt: skip
+        else:
+            attend_row_head(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr, b,
+                            j, start, eps, scale, stride_s, stride_k, stride_l, keys, values, T, H, K, G, GP, D,
+                            BLOCK_L, DTYPE)  # fmt: skip
 
 
 def cp_attention_reference(
@@ -170,6 +236,7 @@ def cp_attention(
     qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float,
     k_cache: Tensor, v_cache: Tensor, start: int, tokens: int, num_heads: int, num_kv_heads: int,
     out: Tensor | None = None, num_warps: int = 4, pdl: bool = False, early_cache: bool = False,
+    per_head: bool = False,
 ) -> Tensor:  # fmt: skip
     """qkv [B*T,(H+2K)D] contiguous, cos/sin [L,D], caches [S>=B,K,L,D]; tokens T at positions start..start+T-1
     -> attention output [B*T, H*D] (into `out`, contiguous, when given); the new keys and values are written
@@ -177,7 +244,8 @@ def cp_attention(
     dependent of the kernel before it (`kernels.pdl`). `early_cache` (with `pdl`): the earlier positions' keys and
     values are loaded before waiting for the kernel before (the previous step's attention wrote them, dozens of
     launches back: a programmatic dependent starts only once the kernel two back has completed and its writes are
-    visible), so those loads leave the critical path after the qkv product."""
+    visible), so those loads leave the critical path after the qkv product. `per_head`: the query heads one at a
+    time (`attend_heads`) instead of broadcast together (`attend_row_head`)."""
     if not use_triton(qkv):
         result = cp_attention_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, start, tokens,
                                         num_heads, num_kv_heads)  # fmt: skip
@@ -195,7 +263,7 @@ def cp_attention(
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         T=tokens, H=num_heads, K=num_kv_heads, G=group, GP=triton.next_power_of_2(group), D=d,
         BLOCK_L=triton.next_power_of_2(k_cache.shape[2]), DTYPE=TRITON_DTYPES[qkv.dtype], PDL=pdl_enabled(pdl),
-        EARLY=early_cache, num_warps=num_warps,
+        EARLY=early_cache, PER_HEAD=per_head, HW=not INTERPRET, num_warps=num_warps,
         **launch_options(pdl),
     )  # fmt: skip
     return out

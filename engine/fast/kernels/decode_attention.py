@@ -67,6 +67,10 @@ class SplitConfig:
     # with the merge kernel (a programmatic dependent: o's product, released at the attention's start, then shares
     # the SMs with it where the merge kernel stood between them). Off.
     merge_last: bool = False
+    # The split kernel lets the kernel after it (the merge, or o's product with `merge_last`) launch only when its
+    # programs finish (`kernels.pdl.release_dependents`), not once its wait returns: the dependent's programs then
+    # take no SM slots from it while it streams the keys.
+    release_late: bool = False
 
 
 def default_split_config(rows: int) -> SplitConfig:
@@ -90,7 +94,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from engine.fast.kernels.pdl import wait_for_producer
+    from engine.fast.kernels.pdl import release_dependents, wait_for_producer, wait_only
 
     @triton.jit
     def _splits_used(length, SPLITS: tl.constexpr, CHUNK: tl.constexpr, INTERLEAVED: tl.constexpr):
@@ -178,12 +182,15 @@ if HAVE_TRITON:
         stride_s, stride_k, stride_l,
         H: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
-        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr,
+        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr, RELEASE_LATE: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
         sp = tl.program_id(2)
-        wait_for_producer(PDL)
+        if RELEASE_LATE:
+            wait_only(PDL)
+        else:
+            wait_for_producer(PDL)
         length = tl.load(lengths_ptr + b)
         lo = sp * CHUNK
         if lo < length:  # else: nothing to attend; the merge reads only the splits a row has
@@ -203,6 +210,8 @@ if HAVE_TRITON:
             _finish(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, out_ptr, count_ptr, b, heads, sp,
                     _splits_used(length, SPLITS, CHUNK, INTERLEAVED), d, q_mask, H, GP, D, SPLITS,
                     MERGE_LAST)  # fmt: skip
+        if RELEASE_LATE:
+            release_dependents(PDL)
 
     @triton.jit
     def _norm_rope_rows(x, x_rot, w, w_rot, c, s, eps, d, D: tl.constexpr, DTYPE: tl.constexpr):
@@ -220,12 +229,15 @@ if HAVE_TRITON:
         out_ptr, count_ptr, scale, eps, stride_s, stride_k, stride_l,
         H: tl.constexpr, KV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
-        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr,
+        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr, RELEASE_LATE: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
         sp = tl.program_id(2)
-        wait_for_producer(PDL)
+        if RELEASE_LATE:
+            wait_only(PDL)
+        else:
+            wait_for_producer(PDL)
         length = tl.load(lengths_ptr + b)
         lo = sp * CHUNK
         if lo < length:  # else: nothing to attend; the merge reads only the splits a row has
@@ -268,6 +280,8 @@ if HAVE_TRITON:
             _finish(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, out_ptr, count_ptr, b, heads, sp,
                     _splits_used(length, SPLITS, CHUNK, INTERLEAVED), d, q_mask, H, GP, D, SPLITS,
                     MERGE_LAST)  # fmt: skip
+        if RELEASE_LATE:
+            release_dependents(PDL)
 
     @triton.jit
     def _merge_kernel(m_ptr, l_ptr, acc_ptr, lengths_ptr, out_ptr, H: tl.constexpr, SPLITS: tl.constexpr,
@@ -346,6 +360,7 @@ def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: in
         PRECISION="ieee" if dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
         num_warps=config.num_warps, **({} if config.num_stages is None else {"num_stages": config.num_stages}),
         PDL=pdl_enabled(pdl), INTERLEAVED=config.programs is not None, MERGE_LAST=config.merge_last,
+        RELEASE_LATE=config.release_late,
         **launch_options(pdl), **constexprs,
     )  # fmt: skip
     if not config.merge_last:
