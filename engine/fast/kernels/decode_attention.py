@@ -71,6 +71,10 @@ class SplitConfig:
     # programs finish (`kernels.pdl.release_dependents`), not once its wait returns: the dependent's programs then
     # take no SM slots from it while it streams the keys.
     release_late: bool = False
+    # The fused-rope split kernel norms and rotates only the G real query heads of its kv head, one [1, D] row at a
+    # time, instead of the whole 16-row tensor-core tile (2 of 16 rows real in the talker: ~400 of the kernel's ~1,100
+    # SASS instructions a thread go to the padding). The same q bit for bit.
+    q_heads: bool = False
 
 
 def default_split_config(rows: int) -> SplitConfig:
@@ -230,6 +234,7 @@ if HAVE_TRITON:
         H: tl.constexpr, KV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
         INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr, RELEASE_LATE: tl.constexpr,
+        Q_HEADS: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
@@ -257,11 +262,21 @@ if HAVE_TRITON:
             row = qkv_ptr + b * (H + 2 * KV) * D
             c = tl.load(cos_ptr + b * D + d).to(tl.float32)
             s_ = tl.load(sin_ptr + b * D + d).to(tl.float32)
-            x = tl.load(row + heads[:, None] * D + d[None, :], mask=q_mask[:, None], other=0.0).to(tl.float32)
-            x_rot = tl.load(row + heads[:, None] * D + d_rot[None, :], mask=q_mask[:, None], other=0.0)
             qw = tl.load(qw_ptr + d).to(tl.float32)
             qw_rot = tl.load(qw_ptr + d_rot).to(tl.float32)
-            q = _norm_rope_rows(x, x_rot.to(tl.float32), qw, qw_rot, c, s_, eps, d, D, dtype)  # [GP, D]
+            if Q_HEADS:  # the G real heads normed and rotated one at a time as [1, D], then placed in the [GP, D] tile
+                q = tl.zeros([GP, D], dtype)
+                for h in tl.static_range(G):
+                    one = tl.arange(0, 1)
+                    head_q = row + (j * G + h + one[:, None]) * D  # [1, D]
+                    q_h = _norm_rope_rows(tl.load(head_q + d[None, :]).to(tl.float32),
+                                          tl.load(head_q + d_rot[None, :]).to(tl.float32), qw, qw_rot, c, s_, eps, d,
+                                          D, dtype)  # fmt: skip
+                    q = tl.where(g[:, None] == h, q_h, q)
+            else:  # all GP rows (the tensor-core tile's 16), the padding ones included
+                x = tl.load(row + heads[:, None] * D + d[None, :], mask=q_mask[:, None], other=0.0).to(tl.float32)
+                x_rot = tl.load(row + heads[:, None] * D + d_rot[None, :], mask=q_mask[:, None], other=0.0)
+                q = _norm_rope_rows(x, x_rot.to(tl.float32), qw, qw_rot, c, s_, eps, d, D, dtype)  # [GP, D]
             base = slot * stride_s + j * stride_k
             if holds_new:  # this program's keys include the new position: its key and value go into the cache first
                 one = tl.arange(0, 1)
@@ -389,4 +404,5 @@ def decode_attention_rope(
     config = config or default_split_config(rows)
     return _split_and_merge(_split_rope_kernel, (qkv, cos, sin, q_weight, k_weight), rows, num_heads, num_kv_heads,
                             d, qkv.dtype, k_cache, v_cache, slots, lengths, config, 1.0 / math.sqrt(d), eps,
-                            pdl=pdl, KV=num_kv_heads, G=group, GP=max(16, triton.next_power_of_2(group)))  # fmt: skip
+                            pdl=pdl, KV=num_kv_heads, G=group, GP=max(16, triton.next_power_of_2(group)),
+                            Q_HEADS=config.q_heads)  # fmt: skip
