@@ -94,3 +94,14 @@ def test_the_talker_attention_compiles_as_programmatic_dependents_at_no_extra_co
     assert heads["spills"] <= plain["spills"] and heads["shared"] == plain["shared"]
     merge = compile_for(_merge_kernel, dict(H=16, SPLITS=16, CHUNK=128, D=128, PDL=True), pointers)
     assert 0 < merge["registers"] <= 255 and merge["spills"] == 0
+
+
+def test_the_attention_forms_that_claim_fewer_instructions_have_them() -> None:
+    """The per-head code-predictor attention and the talker's real-heads-only q norm are there to cut the SASS a
+    program issues (`tools/kernel_compile.py` prints the census); each must stay below the form it replaces."""
+    from tools.kernel_compile import attention_census
+
+    census = {name: info["instructions"] for name, _, info in attention_census()}
+    for warps in ("4 warps", "2 warps", "1 warp"):
+        assert census[f"cp_attention per-head, {warps}"] < census[f"cp_attention broadcast, {warps}"]
+    assert census["talker split+rope, q heads, 4 warps"] < census["talker split+rope, 4 warps"]
