@@ -24,9 +24,13 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                each; bitwise the same codes as `defaults` or something is wrong
     warps4     every 1-2 row product with 4 warps a program (defaults: 8)
     narrow     every 1-2 row product with half the output columns a program (twice the programs)
-    attn_warps2, attn_warps1  `cp_attention` programs of 2 or 1 warps (defaults: 4)
-    attn_per_head  `cp_attention` one query head at a time (`FrameKernels.attention_per_head`: ~half the
-               instructions of the broadcast form; join with attn_warps1 / attn_warps2)
+    attn_warps4, attn_warps2, attn_warps1  `cp_attention` programs of 4, 2 or 1 warps, either form (defaults: 4
+               broadcast, 1 per head)
+    attn_per_head, attn_broadcast  every step's `cp_attention` one query head at a time (`attend_heads`), or
+               every step's with the query heads broadcast together (the defaults before 2026-12-05; the engine's:
+               per head from 16 token rows, `FrameKernels.attention_per_head_rows`)
+    attn_qsplit2  the per-head attention's two query heads of a kv head in two programs
+               (`FrameKernels.attention_query_split`)
     sampler_warps2, sampler_warps4, sampler_warps16  sampler programs of 2, 4 or 16 warps (defaults: 8 for the
                2048-wide vocabulary; fewer warps, fewer cross-warp steps in each of the search's reductions; 2 warps
                fit without spilling with `radix1`: `radix1+sampler_warps2`)
@@ -100,7 +104,8 @@ from tools.codec_profile import kernel_table as codec_kernel_table  # noqa: E402
 ENGINE_DEFAULTS = KernelOptions()
 VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apart", "wide_prologues", "radix4",
             "radix3", "radix1", "radix8", "warps4", "narrow", "attn_warps2", "attn_warps1", "sampler_warps2",
-            "sampler_warps4", "sampler_warps16", "attn_early", "attn_late", "attn_per_head", "split2", "split4", "split4_narrow",
+            "sampler_warps4", "sampler_warps16", "attn_early", "attn_late", "attn_per_head", "attn_broadcast",
+            "attn_qsplit2", "attn_warps4", "split2", "split4", "split4_narrow",
             "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head",
             "split1_narrow", "cublas_small", "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain",
             "talker_chain_off", "talker_chain_all", "talker_chain_down", "talker_chain_down_split2", "tattn_p2",
@@ -150,10 +155,12 @@ def _cp_change(kernels: Any, variant: str) -> Any:
     if variant == "narrow":
         return replace(kernels, gemv={name: replace(tile, block_n=max(1, tile.block_n // 2))
                                       for name, tile in kernels.gemv.items()})  # fmt: skip
-    if variant == "attn_per_head":
-        return replace(kernels, attention_per_head=True)
-    if variant in ("attn_warps2", "attn_warps1"):
-        return replace(kernels, attention_warps=int(variant[-1]))
+    if variant in ("attn_per_head", "attn_broadcast"):  # every step's attention per head, or none's
+        return replace(kernels, attention_per_head_rows=1 if variant == "attn_per_head" else 1 << 30)
+    if variant == "attn_qsplit2":
+        return replace(kernels, attention_query_split=2)
+    if variant in ("attn_warps4", "attn_warps2", "attn_warps1"):
+        return replace(kernels, attention_warps=int(variant[-1]), attention_per_head_warps=int(variant[-1]))
     if variant.startswith("sampler_warps"):
         return replace(kernels, sampler_warps=int(variant.removeprefix("sampler_warps")))
     if variant in ("attn_early", "attn_late"):

@@ -118,13 +118,17 @@ def attention_census() -> list[tuple[str, int, dict[str, int]]]:
     from engine.fast.kernels.decode_attention import _split_rope_kernel
 
     rows: list[tuple[str, int, dict[str, int]]] = []
-    cp = dict(T=1, H=16, K=8, G=2, GP=2, D=128, BLOCK_L=16, DTYPE=tl.bfloat16, PDL=True, EARLY=True, HW=True)
+    cp = dict(T=1, H=16, K=8, G=2, GP=2, D=128, BLOCK_L=16, DTYPE=tl.bfloat16, PDL=True, EARLY=True, HW=True,
+              QSPLIT=1)
     for per_head in (False, True):
         for warps in (4, 2, 1):
             info = compile_for(_cp_attention_kernel, {**cp, "PER_HEAD": per_head}, num_warps=warps, aligned=STRIDES,
                                census=True)  # fmt: skip
             name = f"cp_attention {'per-head' if per_head else 'broadcast'}, {warps} warp{'s' * (warps > 1)}"
             rows.append((name, 64 * 8 * warps, info))
+    info = compile_for(_cp_attention_kernel, {**cp, "PER_HEAD": True, "QSPLIT": 2}, num_warps=1, aligned=STRIDES,
+                       census=True)  # fmt: skip
+    rows.append(("cp_attention per-head, 2 programs a kv head, 1 warp", 64 * 16, info))
     talker = dict(H=16, KV=8, G=2, GP=16, D=128, SPLITS=2, CHUNK=32, BLOCK=32, PRECISION="tf32", INTERLEAVED=True,
                   MERGE_LAST=False, RELEASE_LATE=False, PDL=True)  # fmt: skip
     for q_heads in (False, True):

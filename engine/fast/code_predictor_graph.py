@@ -117,10 +117,16 @@ class FrameKernels:
     # histogram passes, one a byte
     radix_bits: int = 2
     sampler_warps: int | None = None  # warps of a sampler program (None: 8 for a 2048+ vocabulary, else 4)
-    attention_warps: int = 4  # warps of a `cp_attention` program (one per frame row and kv head)
-    # `cp_attention` one query head at a time (`attend_heads`: ~half the instructions) instead of all of a kv head's
-    # query heads broadcast together
-    attention_per_head: bool = False
+    attention_warps: int = 4  # warps of a broadcast-form `cp_attention` program (one per frame row and kv head)
+    # From this many token rows, `cp_attention` walks the query heads one at a time (`attend_heads`) in programs of
+    # `attention_per_head_warps` warps, each kv head's query heads over `attention_query_split` programs. The
+    # broadcast form issues 3.2 M warp-instructions at B = 64, the per-head one 0.84 M in 1-warp programs
+    # (`python tools/kernel_compile.py`). H100, 2026-12-05 (`tools/frame_profile.py`, context 128, CP frame ms at B =
+    # 1 / 4 / 16 / 64): broadcast 2.186 / 2.511 / 2.573 / 2.897, per head in 1 warp 2.111 / 2.548 / 2.572 / 2.798
+    # (4 warps: 2.282 / - / 2.652 / 3.154); so from 16 rows (a B = 8 frame's first step) on.
+    attention_per_head_rows: int = 16
+    attention_per_head_warps: int = 1
+    attention_query_split: int = 1
     # `cp_attention` loads the earlier positions' keys and values before its PDL wait (they were written dozens of
     # launches back), so only the qkv loads follow the product it waits for. The same codes bit for bit; H200,
     # 2026-12-05: CP frame 2.76 / 3.05 / 3.01 ms at B = 16 / 32 / 64 against 2.82 / 3.10 / 3.05.
@@ -248,10 +254,12 @@ class CodePredictorGraphs:
         """Layer `number`'s `cp_attention` over qkv [rows, (H+2K)D] with this frame's kernel options."""
         layer, k = self.layers[number], self.kernels
         k_cache, v_cache = self.cache.layer(number)
+        per_head = qkv.shape[0] >= k.attention_per_head_rows
         return cp_attention(qkv, self.cos, self.sin, layer.q_norm, layer.k_norm, layer.eps, k_cache, v_cache, start,
-                            tokens, layer.num_heads, layer.num_kv_heads, num_warps=k.attention_warps,
-                            pdl=self._pdl(qkv.shape[0]), early_cache=k.attention_early_cache,
-                            per_head=k.attention_per_head)  # fmt: skip
+                            tokens, layer.num_heads, layer.num_kv_heads,
+                            num_warps=k.attention_per_head_warps if per_head else k.attention_warps,
+                            pdl=self._pdl(qkv.shape[0]), early_cache=k.attention_early_cache, per_head=per_head,
+                            query_split=k.attention_query_split if per_head else 1)  # fmt: skip
 
     def _pdl(self, token_rows: int) -> bool:
         """Whether a kernel of a step with this many token rows launches as a programmatic dependent."""

@@ -51,6 +51,7 @@ def test_code_predictor_kernels_match_their_twins_in_the_interpreter() -> None:
     expected |= {f"cp_attention_p{p}_r{r}" for p in (0, 7, 15) for r in (1, 3, 17)}
     expected |= {f"cp_attention_early_p7_r{r}" for r in (1, 3, 17)}  # earlier positions loaded before the PDL wait
     expected |= {f"cp_attention_per_head_p{p}_r{r}" for p in (0, 15) for r in (1, 3, 17)}  # one query head at a time
+    expected |= {f"cp_attention_query_split_p{p}_r{r}" for p in (0, 7) for r in (1, 3, 17)}  # over two programs
     split = ("split_o1", "split_o2", "split_gate_up")  # split K, run twice, under each epilogue
     expected |= {f"gemv_{k}_r{r}" for k in split for r in (1, 3, 17)}
     expected |= {f"{name}_r{r}" for name in ("sampler", "sampler_acc") for r in (1, 3, 17)}

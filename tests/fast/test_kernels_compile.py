@@ -53,8 +53,11 @@ def test_the_attention_compiles_with_its_early_cache_loads(tokens: int, per_head
     from engine.fast.kernels.cp_attention import _cp_attention_kernel
 
     constants = dict(T=tokens, H=16, K=8, G=2, GP=2, D=128, BLOCK_L=16, DTYPE=triton.language.bfloat16, PDL=True,
-                     EARLY=True, PER_HEAD=per_head, HW=True)  # fmt: skip
+                     EARLY=True, PER_HEAD=per_head, HW=True, QSPLIT=1)  # fmt: skip
     _fits(compile_for(_cp_attention_kernel, constants))
+    if per_head:  # each kv head's query heads over two 1-warp programs
+        info = compile_for(_cp_attention_kernel, {**constants, "QSPLIT": 2}, num_warps=1)
+        assert 0 < info["registers"] <= 255 and info["spills"] == 0  # (one warp: no shared memory at all)
 
 
 @pytest.mark.parametrize("radix_bits", [2, 8])  # 8: the byte-wise radix select, with its histograms

@@ -139,12 +139,14 @@ if HAVE_TRITON:
         qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr, b, j,
         start, eps, scale, stride_s, stride_k, stride_l, keys, values,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
-        BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, HW: tl.constexpr,
+        BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, HW: tl.constexpr, QSPLIT: tl.constexpr, part,
     ):  # fmt: skip
         """`attend_row_head`'s work one query head at a time: every tensor is a head [D] or the keys / values
         [BLOCK_L, D], so the products reduce within the keys' own layout. The broadcast form's [G, BLOCK_L, D]
         products and their layout conversions cost ~1,600 instructions a thread at 4 warps (sm_90 SASS), which at
-        512 programs (B = 64) is ~3 us of the SMs' issue slots; this form needs about half as many."""
+        512 programs (B = 64) is ~3 us of the SMs' issue slots; this form needs about half as many. QSPLIT > 1:
+        this program takes part `part` of the G query heads (G / QSPLIT of them); every part computes the new key
+        and value it attends to, part 0 writes them to the cache."""
         width: tl.constexpr = (H + 2 * K) * D
         d = tl.arange(0, D)
         d_rot = (d + D // 2) % D
@@ -159,8 +161,9 @@ if HAVE_TRITON:
                                 c, s, eps, d, D, DTYPE, HW).to(DTYPE)  # fmt: skip
             v = tl.load(row + (H + K + j) * D + d)
             slot = cache + (start + t) * stride_l + d
-            tl.store(k_cache_ptr + slot, k)
-            tl.store(v_cache_ptr + slot, v)
+            if part == 0:  # (QSPLIT > 1: the other parts computed the same key and value)
+                tl.store(k_cache_ptr + slot, k)
+                tl.store(v_cache_ptr + slot, v)
             here = (positions == start + t)[:, None]
             keys = tl.where(here, k.to(tl.float32)[None, :], keys)
             values = tl.where(here, v.to(tl.float32)[None, :], values)
@@ -170,7 +173,8 @@ if HAVE_TRITON:
             c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
             s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
             visible = positions <= start + t
-            for g in tl.static_range(G):
+            for i in tl.static_range(G // QSPLIT):
+                g = part * (G // QSPLIT) + i
                 head = row + (j * G + g) * D
                 q = _norm_rope_head(tl.load(head + d).to(tl.float32), tl.load(head + d_rot).to(tl.float32), qw,
                                     qw_rot, c, s, eps, d, D, DTYPE, HW)  # fmt: skip
@@ -197,9 +201,9 @@ if HAVE_TRITON:
         start, eps, scale, stride_s, stride_k, stride_l,
         T: tl.constexpr, H: tl.constexpr, K: tl.constexpr, G: tl.constexpr, GP: tl.constexpr,
         D: tl.constexpr, BLOCK_L: tl.constexpr, DTYPE: tl.constexpr, PDL: tl.constexpr, EARLY: tl.constexpr,
-        PER_HEAD: tl.constexpr, HW: tl.constexpr,
+        PER_HEAD: tl.constexpr, HW: tl.constexpr, QSPLIT: tl.constexpr,
     ):  # fmt: skip
-        b, j = tl.program_id(0), tl.program_id(1)
+        b, j, part = tl.program_id(0), tl.program_id(1) // QSPLIT, tl.program_id(1) % QSPLIT
         qw, qw_rot, kw, kw_rot = norm_weights(qw_ptr, kw_ptr, D)
         if EARLY:  # the earlier steps' keys and values: written by a kernel at least two launches back (below)
             keys, values = load_earlier(k_cache_ptr, v_cache_ptr, b, j, start, stride_s, stride_k, stride_l, D,
@@ -211,7 +215,7 @@ if HAVE_TRITON:
         if PER_HEAD:
             attend_heads(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr, b, j,
                          start, eps, scale, stride_s, stride_k, stride_l, keys, values, T, H, K, G, D, BLOCK_L, DTYPE,
-                         HW)  # fmt: skip
+                         HW, QSPLIT, part)  # fmt: skip
         else:
             attend_row_head(qkv_ptr, cos_ptr, sin_ptr, qw, qw_rot, kw, kw_rot, k_cache_ptr, v_cache_ptr, out_ptr, b,
                             j, start, eps, scale, stride_s, stride_k, stride_l, keys, values, T, H, K, G, GP, D,
@@ -236,7 +240,7 @@ def cp_attention(
     qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float,
     k_cache: Tensor, v_cache: Tensor, start: int, tokens: int, num_heads: int, num_kv_heads: int,
     out: Tensor | None = None, num_warps: int = 4, pdl: bool = False, early_cache: bool = False,
-    per_head: bool = False,
+    per_head: bool = False, query_split: int = 1,
 ) -> Tensor:  # fmt: skip
     """qkv [B*T,(H+2K)D] contiguous, cos/sin [L,D], caches [S>=B,K,L,D]; tokens T at positions start..start+T-1
     -> attention output [B*T, H*D] (into `out`, contiguous, when given); the new keys and values are written
@@ -245,7 +249,8 @@ def cp_attention(
     values are loaded before waiting for the kernel before (the previous step's attention wrote them, dozens of
     launches back: a programmatic dependent starts only once the kernel two back has completed and its writes are
     visible), so those loads leave the critical path after the qkv product. `per_head`: the query heads one at a
-    time (`attend_heads`) instead of broadcast together (`attend_row_head`)."""
+    time (`attend_heads`) instead of broadcast together (`attend_row_head`); `query_split` (per head only): each
+    kv head's query heads over that many programs (a divisor of H / K), each with its own copy of the keys."""
     if not use_triton(qkv):
         result = cp_attention_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, start, tokens,
                                         num_heads, num_kv_heads)  # fmt: skip
@@ -258,12 +263,13 @@ def cp_attention(
         out = torch.empty(rows, num_heads * d, dtype=qkv.dtype, device=qkv.device)
     assert out.shape == (rows, num_heads * d) and out.is_contiguous()
     group = num_heads // num_kv_heads
-    _cp_attention_kernel[(rows // tokens, num_kv_heads)](
+    assert group % query_split == 0 and (per_head or query_split == 1)
+    _cp_attention_kernel[(rows // tokens, num_kv_heads * query_split)](
         qkv, cos, sin, q_weight, k_weight, k_cache, v_cache, out, start, eps, 1.0 / math.sqrt(d),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         T=tokens, H=num_heads, K=num_kv_heads, G=group, GP=triton.next_power_of_2(group), D=d,
         BLOCK_L=triton.next_power_of_2(k_cache.shape[2]), DTYPE=TRITON_DTYPES[qkv.dtype], PDL=pdl_enabled(pdl),
-        EARLY=early_cache, PER_HEAD=per_head, HW=not INTERPRET, num_warps=num_warps,
+        EARLY=early_cache, PER_HEAD=per_head, HW=not INTERPRET, QSPLIT=query_split, num_warps=num_warps,
         **launch_options(pdl),
     )  # fmt: skip
     return out

@@ -115,7 +115,7 @@ def check_cp_kernels(
     qw, kw = 1.0 + rand(head_dim, scale=0.1), 1.0 + rand(head_dim, scale=0.1)
     for r in rows:
         cases = ((0, 2, ""), (7, 1, ""), (positions - 1, 1, ""), (7, 1, "early"), (0, 2, "per_head"),
-                 (positions - 1, 1, "per_head"))
+                 (positions - 1, 1, "per_head"), (0, 2, "query_split"), (7, 1, "query_split"))
         for start, tokens, variant in cases:
             caches = [rand(r + 1, kv_heads, positions, head_dim) for _ in range(2)]
             clean = [c.clone() for c in caches]
@@ -126,7 +126,8 @@ def check_cp_kernels(
                 c_clean[:, :, start:] = 0.0  # the twin masks after the product: it needs finite keys
             out = cp_attention(qkv, cos, sin, qw, kw, 1e-6, *caches, start, tokens, heads, kv_heads,
                                out=nan(r * tokens, heads * head_dim), early_cache=variant == "early",
-                               pdl=variant == "early", per_head=variant == "per_head")  # fmt: skip
+                               pdl=variant == "early", per_head=variant in ("per_head", "query_split"),
+                               query_split=2 if variant == "query_split" else 1)  # fmt: skip
             ref = cp_attention_reference(qkv, cos, sin, qw, kw, 1e-6, *clean, start, tokens, heads, kv_heads)
             written = slice(start, start + tokens)
             cache_error = max(relative_l2(c[:r, :, written], c_ref[:r, :, written])
