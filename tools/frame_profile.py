@@ -29,8 +29,8 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
     attn_per_head, attn_broadcast  every step's `cp_attention` one query head at a time (`attend_heads`), or
                every step's with the query heads broadcast together (the defaults before 2026-12-05; the engine's:
                per head from 16 token rows, `FrameKernels.attention_per_head_rows`)
-    attn_qsplit2  the per-head attention's two query heads of a kv head in two programs
-               (`FrameKernels.attention_query_split`)
+    attn_qsplit1, attn_qsplit2  the per-head attention's query heads of a kv head in one program, or two
+               (`FrameKernels.attention_query_split`; the engine's: 2); bitwise the same codes
     sampler_warps2, sampler_warps4, sampler_warps16  sampler programs of 2, 4 or 16 warps (defaults: 8 for the
                2048-wide vocabulary; fewer warps, fewer cross-warp steps in each of the search's reductions; 2 warps
                fit without spilling with `radix1`: `radix1+sampler_warps2`)
@@ -58,7 +58,7 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                kernel, or o's product when merged in its last program) at its programs' end, not after their wait
                (`SplitConfig.release_late`)
     tattn_q_heads  the talker's fused-rope split attention norming and rotating only its G real query heads, not
-               the 16-row tile (`SplitConfig.q_heads`); the same q bit for bit
+               the 16-row tile (`SplitConfig.q_heads`); the same rounding steps (sums of squares in another order)
 
 Knockouts (timing only: the codes they draw are meaningless) capture a graph without one kind of kernel, so the
 span they save is what that kind costs in the chain, overlap included, where the kernel table's microseconds count
@@ -105,7 +105,7 @@ ENGINE_DEFAULTS = KernelOptions()
 VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apart", "wide_prologues", "radix4",
             "radix3", "radix1", "radix8", "warps4", "narrow", "attn_warps2", "attn_warps1", "sampler_warps2",
             "sampler_warps4", "sampler_warps16", "attn_early", "attn_late", "attn_per_head", "attn_broadcast",
-            "attn_qsplit2", "attn_warps4", "split2", "split4", "split4_narrow",
+            "attn_qsplit1", "attn_qsplit2", "attn_warps4", "split2", "split4", "split4_narrow",
             "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head",
             "split1_narrow", "cublas_small", "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain",
             "talker_chain_off", "talker_chain_all", "talker_chain_down", "talker_chain_down_split2", "tattn_p2",
@@ -157,8 +157,8 @@ def _cp_change(kernels: Any, variant: str) -> Any:
                                       for name, tile in kernels.gemv.items()})  # fmt: skip
     if variant in ("attn_per_head", "attn_broadcast"):  # every step's attention per head, or none's
         return replace(kernels, attention_per_head_rows=1 if variant == "attn_per_head" else 1 << 30)
-    if variant == "attn_qsplit2":
-        return replace(kernels, attention_query_split=2)
+    if variant in ("attn_qsplit1", "attn_qsplit2"):
+        return replace(kernels, attention_query_split=int(variant[-1]))
     if variant in ("attn_warps4", "attn_warps2", "attn_warps1"):
         return replace(kernels, attention_warps=int(variant[-1]), attention_per_head_warps=int(variant[-1]))
     if variant.startswith("sampler_warps"):
@@ -456,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"teacher-forced B={b}, error / plain bf16's (<= 1.1): "
               + ", ".join(f"{name} {ratio:.3f}" for name, ratio in ratios.items()))  # fmt: skip
     # must reproduce the defaults bit for bit
-    exact = ("radix4", "radix3", "radix1", "radix8", "pdl", "no_pdl", "attn_early", "attn_late", "talker_chain_off")
+    exact = ("radix4", "radix3", "radix1", "radix8", "pdl", "no_pdl", "attn_early", "attn_late", "attn_qsplit1", "attn_qsplit2",
+             "talker_chain_off")
     forced_ok = all(r <= 1.1 for ratios in report.get("teacher_forced_ratio", {}).values() for r in ratios.values())
     return 0 if forced_ok and all(report["variants"].get(v, {}).get("bitwise_equal", True) for v in exact) else 1
 

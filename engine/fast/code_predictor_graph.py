@@ -123,10 +123,12 @@ class FrameKernels:
     # broadcast form issues 3.2 M warp-instructions at B = 64, the per-head one 0.84 M in 1-warp programs
     # (`python tools/kernel_compile.py`). H100, 2026-12-05 (`tools/frame_profile.py`, context 128, CP frame ms at B =
     # 1 / 4 / 16 / 64): broadcast 2.186 / 2.511 / 2.573 / 2.897, per head in 1 warp 2.111 / 2.548 / 2.572 / 2.798
-    # (4 warps: 2.282 / - / 2.652 / 3.154); so from 16 rows (a B = 8 frame's first step) on.
+    # (4 warps: 2.282 / - / 2.652 / 3.154); so from 16 rows (a B = 8 frame's first step) on. The two query heads
+    # of a kv head in two programs (each with its own copy of the keys; the same codes bit for bit): B = 16 / 64
+    # 2.562 / 2.779 -> 2.484 / 2.739 (H100, same run).
     attention_per_head_rows: int = 16
     attention_per_head_warps: int = 1
-    attention_query_split: int = 1
+    attention_query_split: int = 2
     # `cp_attention` loads the earlier positions' keys and values before its PDL wait (they were written dozens of
     # launches back), so only the qkv loads follow the product it waits for. The same codes bit for bit; H200,
     # 2026-12-05: CP frame 2.76 / 3.05 / 3.01 ms at B = 16 / 32 / 64 against 2.82 / 3.10 / 3.05.

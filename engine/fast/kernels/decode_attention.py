@@ -69,11 +69,14 @@ class SplitConfig:
     merge_last: bool = False
     # The split kernel lets the kernel after it (the merge, or o's product with `merge_last`) launch only when its
     # programs finish (`kernels.pdl.release_dependents`), not once its wait returns: the dependent's programs then
-    # take no SM slots from it while it streams the keys.
+    # take no SM slots from it while it streams the keys. H100, 2026-12-05: no gain (talker step +0.00 / +0.03 /
+    # +0.01 ms at B = 1 / 16 / 64), so the in-kernel merge's loss is not the early release. Off.
     release_late: bool = False
     # The fused-rope split kernel norms and rotates only the G real query heads of its kv head, one [1, D] row at a
     # time, instead of the whole 16-row tensor-core tile (2 of 16 rows real in the talker: ~400 of the kernel's ~1,100
-    # SASS instructions a thread go to the padding). The same q bit for bit.
+    # SASS instructions a thread go to the padding). The same rounding steps; each head's sum of squares is added
+    # in another order, so not bit for bit. H100, 2026-12-05, `tools/frame_profile.py` at context 128: talker step
+    # -0.015 / -0.005 / -0.015 / -0.014 ms at B = 1 / 4 / 16 / 64; off until the GPU check has looked at it.
     q_heads: bool = False
 
 
