@@ -9,6 +9,11 @@ everything the fused decoder does in two to three kernels (`qk_norm_rope` + spli
     for each token t:  its G = H/K query heads of kv head j -> RMSNorm, RoPE -> softmax(q k^T / sqrt(D)) v
                        over cache positions 0..start+t (fp32 scores and weights, output rounded once)
 
+Two forms of the last line: the G query heads broadcast together over [G, L, D] products (`attend_row_head`), or
+one at a time over the keys' own [L, D] layout (`attend_heads`, `per_head`: half the instructions, none of the
+layout conversions in a 1-warp program), optionally with the G heads split over `query_split` programs, each of
+which computes the new key and value for itself (part 0 writes them).
+
 Rounding of the norm and RoPE follows `qk_norm_rope` step by step; attention runs in fp32 on the rounded
 keys and values the cache holds, as the plain SDPA reads them.
 
