@@ -54,9 +54,6 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                33-64 rows is tattn_p2_32's)
     tattn_merge_last  the talker's decode attention with its splits merged by the last program of each (row, kv
                head) to finish (`SplitConfig.merge_last`) instead of a kernel of their own
-    tattn_release_late, tattn_merge_last_late  the talker's split attention releasing its dependent (the merge
-               kernel, or o's product when merged in its last program) at its programs' end, not after their wait
-               (`SplitConfig.release_late`)
     tattn_q_heads  the talker's fused-rope split attention norming and rotating only its G real query heads, not
                the 16-row tile (`SplitConfig.q_heads`); the same rounding steps (sums of squares in another order)
 
@@ -109,7 +106,7 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head",
             "split1_narrow", "cublas_small", "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain",
             "talker_chain_off", "talker_chain_all", "talker_chain_down", "talker_chain_down_split2", "tattn_p2",
-            "tattn_p2_32", "tattn_p4_32", "tattn_merge_last", "tattn_release_late", "tattn_merge_last_late", "tattn_q_heads",
+            "tattn_p2_32", "tattn_p4_32", "tattn_merge_last", "tattn_q_heads",
             "ko_cp_norms", "ko_cp_attention", "ko_talker_norms", "ko_talker_attention")
 CONTEXT = 512
 ROUNDS = 5
@@ -198,7 +195,7 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
 
 TALKER_ATTENTION = {  # variant part -> 5-64 row attention in (programs, keys a block) interleaved splits, or None
     "tattn_p2": (2, 64), "tattn_p2_32": (2, 32), "tattn_p4_32": (4, 32), "tattn_merge_last": None,
-    "tattn_release_late": None, "tattn_merge_last_late": None, "tattn_q_heads": None,
+    "tattn_q_heads": None,
 }
 
 
@@ -214,8 +211,8 @@ def attention_split(part: str | None, rows: int, default: Any) -> Any:
 
     if part == "tattn_q_heads":
         return replace(default(rows), q_heads=True)
-    if part in ("tattn_merge_last", "tattn_release_late", "tattn_merge_last_late"):
-        return replace(default(rows), merge_last=part != "tattn_release_late", release_late=part != "tattn_merge_last")
+    if part == "tattn_merge_last":
+        return replace(default(rows), merge_last=True)
     if part is None or not 4 < rows <= 64:
         return default(rows)
     programs, block = TALKER_ATTENTION[part]

@@ -111,7 +111,7 @@ STRIDES = ("stride_s", "stride_k", "stride_l")
 
 
 def attention_census() -> list[tuple[str, int, dict[str, int]]]:
-    """The attention kernels' forms at full size: (name, programs at B = 64 rows, compile census)."""
+    """The attention kernels' forms at full size: (name, warps a B = 64 launch runs, compile census)."""
     import triton.language as tl
 
     from engine.fast.kernels.cp_attention import _cp_attention_kernel
@@ -130,7 +130,7 @@ def attention_census() -> list[tuple[str, int, dict[str, int]]]:
                        census=True)  # fmt: skip
     rows.append(("cp_attention per-head, 2 programs a kv head, 1 warp", 64 * 16, info))
     talker = dict(H=16, KV=8, G=2, GP=16, D=128, SPLITS=2, CHUNK=32, BLOCK=32, PRECISION="tf32", INTERLEAVED=True,
-                  MERGE_LAST=False, RELEASE_LATE=False, PDL=True)  # fmt: skip
+                  MERGE_LAST=False, PDL=True)  # fmt: skip
     for q_heads in (False, True):
         info = compile_for(_split_rope_kernel, {**talker, "Q_HEADS": q_heads}, ATTENTION_POINTERS, aligned=STRIDES,
                            census=True)  # fmt: skip

@@ -67,11 +67,6 @@ class SplitConfig:
     # with the merge kernel (a programmatic dependent: o's product, released at the attention's start, then shares
     # the SMs with it where the merge kernel stood between them). Off.
     merge_last: bool = False
-    # The split kernel lets the kernel after it (the merge, or o's product with `merge_last`) launch only when its
-    # programs finish (`kernels.pdl.release_dependents`), not once its wait returns: the dependent's programs then
-    # take no SM slots from it while it streams the keys. H100, 2026-12-05: no gain (talker step +0.00 / +0.03 /
-    # +0.01 ms at B = 1 / 16 / 64), so the in-kernel merge's loss is not the early release. Off.
-    release_late: bool = False
     # The fused-rope split kernel norms and rotates only the G real query heads of its kv head, one [1, D] row at a
     # time, instead of the whole 16-row tensor-core tile (2 of 16 rows real in the talker: ~400 of the kernel's ~1,100
     # SASS instructions a thread go to the padding). The same rounding steps; each head's sum of squares is added
@@ -101,7 +96,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from engine.fast.kernels.pdl import release_dependents, wait_for_producer, wait_only
+    from engine.fast.kernels.pdl import wait_for_producer
 
     @triton.jit
     def _splits_used(length, SPLITS: tl.constexpr, CHUNK: tl.constexpr, INTERLEAVED: tl.constexpr):
@@ -189,15 +184,12 @@ if HAVE_TRITON:
         stride_s, stride_k, stride_l,
         H: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
-        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr, RELEASE_LATE: tl.constexpr,
+        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
         sp = tl.program_id(2)
-        if RELEASE_LATE:
-            wait_only(PDL)
-        else:
-            wait_for_producer(PDL)
+        wait_for_producer(PDL)
         length = tl.load(lengths_ptr + b)
         lo = sp * CHUNK
         if lo < length:  # else: nothing to attend; the merge reads only the splits a row has
@@ -217,8 +209,6 @@ if HAVE_TRITON:
             _finish(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, out_ptr, count_ptr, b, heads, sp,
                     _splits_used(length, SPLITS, CHUNK, INTERLEAVED), d, q_mask, H, GP, D, SPLITS,
                     MERGE_LAST)  # fmt: skip
-        if RELEASE_LATE:
-            release_dependents(PDL)
 
     @triton.jit
     def _norm_rope_rows(x, x_rot, w, w_rot, c, s, eps, d, D: tl.constexpr, DTYPE: tl.constexpr):
@@ -236,16 +226,12 @@ if HAVE_TRITON:
         out_ptr, count_ptr, scale, eps, stride_s, stride_k, stride_l,
         H: tl.constexpr, KV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
-        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr, RELEASE_LATE: tl.constexpr,
-        Q_HEADS: tl.constexpr,
+        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr, Q_HEADS: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
         sp = tl.program_id(2)
-        if RELEASE_LATE:
-            wait_only(PDL)
-        else:
-            wait_for_producer(PDL)
+        wait_for_producer(PDL)
         length = tl.load(lengths_ptr + b)
         lo = sp * CHUNK
         if lo < length:  # else: nothing to attend; the merge reads only the splits a row has
@@ -298,8 +284,6 @@ if HAVE_TRITON:
             _finish(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, out_ptr, count_ptr, b, heads, sp,
                     _splits_used(length, SPLITS, CHUNK, INTERLEAVED), d, q_mask, H, GP, D, SPLITS,
                     MERGE_LAST)  # fmt: skip
-        if RELEASE_LATE:
-            release_dependents(PDL)
 
     @triton.jit
     def _merge_kernel(m_ptr, l_ptr, acc_ptr, lengths_ptr, out_ptr, H: tl.constexpr, SPLITS: tl.constexpr,
@@ -378,7 +362,6 @@ def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: in
         PRECISION="ieee" if dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
         num_warps=config.num_warps, **({} if config.num_stages is None else {"num_stages": config.num_stages}),
         PDL=pdl_enabled(pdl), INTERLEAVED=config.programs is not None, MERGE_LAST=config.merge_last,
-        RELEASE_LATE=config.release_late,
         **launch_options(pdl), **constexprs,
     )  # fmt: skip
     if not config.merge_last:

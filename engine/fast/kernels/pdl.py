@@ -11,9 +11,6 @@ spin: 3.6 -> 5.4 ms on the H200, 2026-12-02).
     kernel k:    [weights loads] wait_for_producer() [reads of k-1's outputs ... writes]
     kernel k+1:              ^ may start here: [weights loads] wait ...
 
-A kernel whose dependent would only take SM slots from it while it works may instead `wait_only` and
-`release_dependents` at its end (the talker's split attention: `SplitConfig.release_late`).
-
 Off (and always in Triton's interpreter, which has no grid dependency control, and on GPUs before Hopper, which
 lack it) both are no-ops.
 """
@@ -35,18 +32,6 @@ if HAVE_TRITON:
     def wait_for_producer(PDL: tl.constexpr):
         if PDL:
             gdc_wait()
-            gdc_launch_dependents()
-
-    @triton.jit
-    def wait_only(PDL: tl.constexpr):
-        """`wait_for_producer` without the release: the kernel calls `release_dependents` itself, later."""
-        if PDL:
-            gdc_wait()
-
-    @triton.jit
-    def release_dependents(PDL: tl.constexpr):
-        """Let the next kernel launch (after `wait_only`; a program that exits without it releases on exit)."""
-        if PDL:
             gdc_launch_dependents()
 
 
