@@ -92,7 +92,9 @@ if HAVE_TRITON:
         heads = j * G + g  # query heads of kv head j
         positions = tl.arange(0, BLOCK_L)
         # Keys and values of the earlier steps came from the cache (`keys`, `values`); this step's are computed
-        # here and merged in registers, so the cache writes below are never read back by this program.
+        # here and merged in registers, so the cache writes are never read back by this program. One pass a
+        # token, its cache writes last: every load of a T = 1 step is issued before any store (a load after a
+        # store to memory that may alias waits for another round trip to memory).
         for t in tl.static_range(T):
             row = qkv_ptr + (b * T + t) * width
             c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
@@ -101,17 +103,9 @@ if HAVE_TRITON:
             k = _norm_rope(tl.load(head + d[None, :]).to(tl.float32), tl.load(head + d_rot[None, :]).to(tl.float32),
                            kw, kw_rot, c, s, eps, d, D, DTYPE).to(DTYPE)  # fmt: skip
             v = tl.load(row + (H + K + j + one[:, None]) * D + d[None, :])
-            slot = cache + (start + t) * stride_l + d[None, :]  # [1, D]
-            tl.store(k_cache_ptr + slot, k)
-            tl.store(v_cache_ptr + slot, v)
             here = (positions == start + t)[:, None]  # the values the cache now holds, as attention reads them
             keys = tl.where(here, k.to(tl.float32), keys)
             values = tl.where(here, v.to(tl.float32), values)
-
-        for t in tl.static_range(T):
-            row = qkv_ptr + (b * T + t) * width
-            c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
-            s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
             q_ptrs = row + heads[:, None] * D
             x = tl.load(q_ptrs + d[None, :], mask=g_mask[:, None], other=0.0).to(tl.float32)
             x_rot = tl.load(q_ptrs + d_rot[None, :], mask=g_mask[:, None], other=0.0).to(tl.float32)
@@ -124,6 +118,9 @@ if HAVE_TRITON:
             out = tl.sum(weights[:, :, None] * values[None, :, :], axis=1)  # [GP, D]
             out_ptrs = out_ptr + (b * T + t) * H * D + heads[:, None] * D + d[None, :]
             tl.store(out_ptrs, out.to(DTYPE), mask=g_mask[:, None])
+            slot = cache + (start + t) * stride_l + d[None, :]  # [1, D]
+            tl.store(k_cache_ptr + slot, k)
+            tl.store(v_cache_ptr + slot, v)
 
     @triton.jit
     def _norm_rope_head(x, x_rot, w, w_rot, c, s, eps, d, D: tl.constexpr, DTYPE: tl.constexpr, HW: tl.constexpr):
@@ -157,7 +154,7 @@ if HAVE_TRITON:
         d_rot = (d + D // 2) % D
         cache = b * stride_s + j * stride_k
         positions = tl.arange(0, BLOCK_L)
-        for t in tl.static_range(T):
+        for t in tl.static_range(T):  # one pass a token, its cache writes last (as `attend_row_head`)
             row = qkv_ptr + (b * T + t) * width
             c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
             s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
@@ -165,18 +162,9 @@ if HAVE_TRITON:
             k = _norm_rope_head(tl.load(head + d).to(tl.float32), tl.load(head + d_rot).to(tl.float32), kw, kw_rot,
                                 c, s, eps, d, D, DTYPE, HW).to(DTYPE)  # fmt: skip
             v = tl.load(row + (H + K + j) * D + d)
-            slot = cache + (start + t) * stride_l + d
-            if part == 0:  # (QSPLIT > 1: the other parts computed the same key and value)
-                tl.store(k_cache_ptr + slot, k)
-                tl.store(v_cache_ptr + slot, v)
             here = (positions == start + t)[:, None]
             keys = tl.where(here, k.to(tl.float32)[None, :], keys)
             values = tl.where(here, v.to(tl.float32)[None, :], values)
-
-        for t in tl.static_range(T):
-            row = qkv_ptr + (b * T + t) * width
-            c = tl.load(cos_ptr + (start + t) * D + d).to(tl.float32)
-            s = tl.load(sin_ptr + (start + t) * D + d).to(tl.float32)
             visible = positions <= start + t
             for i in tl.static_range(G // QSPLIT):
                 g = part * (G // QSPLIT) + i
@@ -188,6 +176,10 @@ if HAVE_TRITON:
                 weights = weights / tl.sum(weights, axis=0)
                 out = tl.sum(weights[:, None] * values, axis=0)  # [D]
                 tl.store(out_ptr + (b * T + t) * H * D + (j * G + g) * D + d, out.to(DTYPE))
+            if part == 0:  # (QSPLIT > 1: the other parts computed the same key and value)
+                slot = cache + (start + t) * stride_l + d
+                tl.store(k_cache_ptr + slot, k)
+                tl.store(v_cache_ptr + slot, v)
 
     @triton.jit
     def norm_weights(qw_ptr, kw_ptr, D: tl.constexpr):
