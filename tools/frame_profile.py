@@ -52,6 +52,8 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
     tattn_p2, tattn_p2_32, tattn_p4_32  the talker's 5-64 row decode attention in 2 (or 4) interleaved programs
                per (row, kv head), 64- or 32-key blocks, 4 warps (`SplitConfig.programs`; the engine's default at
                33-64 rows is tattn_p2_32's)
+    tattn_p1_32, tattn_p1_64, tattn_p1_64_all  one program per (row, kv head) walking 32- or 64-key blocks, which
+               writes the output itself (no merge kernel); at 5-64 rows, or (_all) every size
     tattn_merge_last  the talker's decode attention with its splits merged by the last program of each (row, kv
                head) to finish (`SplitConfig.merge_last`) instead of a kernel of their own
     tattn_q_heads  the talker's fused-rope split attention norming and rotating only its G real query heads, not
@@ -109,7 +111,7 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "split1_narrow", "cublas_small", "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain",
             "talker_chain_off", "talker_chain_all", "talker_chain_down", "talker_chain_down_split2", "tattn_p2",
             "tattn_p2_32", "tattn_p4_32", "tattn_merge_last", "tattn_q_heads", "tattn_early",
-            "ko_cp_norms", "ko_cp_attention", "ko_talker_norms", "ko_talker_attention")
+            "tattn_p1_32", "tattn_p1_64", "tattn_p1_64_all", "ko_cp_norms", "ko_cp_attention", "ko_talker_norms", "ko_talker_attention")
 CONTEXT = 512
 ROUNDS = 5
 
@@ -197,7 +199,8 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
 
 TALKER_ATTENTION = {  # variant part -> 5-64 row attention in (programs, keys a block) interleaved splits, or None
     "tattn_p2": (2, 64), "tattn_p2_32": (2, 32), "tattn_p4_32": (4, 32), "tattn_merge_last": None,
-    "tattn_q_heads": None, "tattn_early": None,
+    "tattn_q_heads": None, "tattn_early": None, "tattn_p1_32": (1, 32), "tattn_p1_64": (1, 64),
+    "tattn_p1_64_all": (1, 64),
 }
 
 
@@ -217,7 +220,7 @@ def attention_split(part: str | None, rows: int, default: Any) -> Any:
         return replace(default(rows), early=True)
     if part == "tattn_merge_last":
         return replace(default(rows), merge_last=True)
-    if part is None or not 4 < rows <= 64:
+    if part is None or not (4 < rows <= 64 or part.endswith("_all")):
         return default(rows)
     programs, block = TALKER_ATTENTION[part]
     return SplitConfig(programs=programs, block_n=block, num_warps=4)

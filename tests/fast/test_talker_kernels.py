@@ -61,15 +61,16 @@ print(json.dumps({"splits": splits, "chunk": chunk, "error": float((ours - their
     "config",
     [{}, {"keys_per_split": 64}, {"keys_per_split": 128, "block_n": 32, "num_stages": 2},
      {"programs": 4, "block_n": 32}, {"programs": 2}, {"merge_last": True},
-     {"programs": 4, "block_n": 32, "merge_last": True}],
+     {"programs": 4, "block_n": 32, "merge_last": True}, {"programs": 1, "block_n": 32}],
     ids=["256-key-splits", "64-key-splits", "32-key-steps", "interleaved-4", "interleaved-2", "merge-last",
-         "interleaved-4-merge-last"],
+         "interleaved-4-merge-last", "one-program"],
 )
 def test_decode_attention_over_several_splits_reads_each_row_up_to_its_length_only(config: dict) -> None:
     """Rows ending at, just before and just after split and block boundaries, up to the cache's capacity, for
     split configurations `tools/attention_bench.py` sweeps: contiguous splits, or (`programs`) interleaved ones,
     program p taking key blocks p, p + P, ...; the splits merged by a merge kernel, or by the last program of each
-    (row, kv head) to finish (twice in a row: it leaves the arrival counts at zero)."""
+    (row, kv head) to finish (twice in a row: it leaves the arrival counts at zero), or by nothing (`programs` 1:
+    each program writes its output)."""
     result = run_interpreted(f"CONFIG = {json.dumps(json.dumps(config))}\n" + SPLITS_SCRIPT)
     block = config.get("block_n", 64)
     if "programs" in config:
@@ -115,9 +116,10 @@ print(json.dumps({"error": float((ours - theirs).norm() / theirs.norm()),
 @pytest.mark.parametrize("config", [{"keys_per_split": 64}, {"programs": 4, "block_n": 32},
                                     {"programs": 4, "block_n": 32, "merge_last": True},
                                     {"programs": 2, "block_n": 32, "q_heads": True},
-                                    {"keys_per_split": 64, "early": True}, {"programs": 4, "block_n": 32, "early": True}],
+                                    {"keys_per_split": 64, "early": True}, {"programs": 4, "block_n": 32, "early": True},
+                                    {"programs": 1, "block_n": 32}, {"programs": 1, "block_n": 64, "early": True}],
                          ids=["64-key-splits", "interleaved-4", "interleaved-4-merge-last", "q-heads", "early",
-                              "interleaved-4-early"])  # fmt: skip
+                              "interleaved-4-early", "one-program", "one-program-early"])  # fmt: skip
 def test_attention_with_the_qk_norm_and_rope_folded_in_equals_the_two_kernels_it_replaces(config: dict) -> None:
     """Every row's new key and value reach the cache (poisoned there before the call) as `qk_norm_rope` writes
     them, and attention over chunks that end at, before and after split boundaries reads them (interleaved: the

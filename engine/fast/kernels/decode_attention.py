@@ -5,7 +5,8 @@ One query token per row b attends to keys 0..lengths[b]-1 of cache slot slots[b]
 handles the G = H/K query heads sharing that kv head (one read of the keys serves all G), and writes a
 partial (max, sum, weighted values) in fp32, which a second kernel merges, or (`SplitConfig.merge_last`, off)
 the program of that (b, kv head) to finish last (each counts its arrival; a row whose keys fit one split writes
-its output at once): one launch fewer a layer, yet slower in the talker's chain (below). The grid is
+its output at once): one launch fewer a layer, yet slower in the talker's chain (below). A layout of one split
+(`SplitConfig.programs` 1) needs no merge: its programs write the output. The grid is
 static (CUDA-graph capture), so it is sized for the cache's capacity, but a program whose chunk starts at
 or past its row's length returns before reading or writing anything, and a chunk's loop stops at the
 row's length: a row costs the keys it has. How long a chunk is depends on the batch (`default_split_config`):
@@ -125,7 +126,9 @@ if HAVE_TRITON:
         split order (the same sums whichever arrives last); that program zeroes the count for the next launch."""
         part = (b * H + heads) * SPLITS + sp  # [GP]
         out_at = out_ptr + (b * H + heads)[:, None] * D + d[None, :]  # [GP, D]
-        if MERGE_LAST:
+        if SPLITS == 1:  # one split holds every key: the output at once, nothing to merge
+            tl.store(out_at, (acc / l_sum[:, None]).to(out_ptr.dtype.element_ty), mask=q_mask[:, None])
+        elif MERGE_LAST:
             if used == 1:
                 tl.store(out_at, (acc / l_sum[:, None]).to(out_ptr.dtype.element_ty), mask=q_mask[:, None])
             else:
@@ -406,7 +409,7 @@ def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: in
         PDL=pdl_enabled(pdl), INTERLEAVED=config.programs is not None, MERGE_LAST=config.merge_last,
         **launch_options(pdl), **constexprs,
     )  # fmt: skip
-    if not config.merge_last:
+    if not config.merge_last and splits > 1:  # (one split writes the output itself)
         _merge_kernel[(rows * heads,)](m, l_sum, acc, lengths, out, H=heads, SPLITS=splits, CHUNK=chunk, D=d,
                                        PDL=pdl_enabled(pdl), num_warps=4, **launch_options(pdl))  # fmt: skip
     return out
