@@ -74,7 +74,7 @@ class SplitConfig:
     # SASS instructions a thread go to the padding). The same rounding steps; each head's sum of squares is added
     # in another order, so not bit for bit. H100, 2026-12-05, `tools/frame_profile.py` at context 128: talker step
     # -0.015 / -0.005 / -0.015 / -0.014 ms at B = 1 / 4 / 16 / 64; off until the GPU check has looked at it.
-    q_heads: bool = False
+    q_heads: bool = True
     # The fused-rope split kernel loads its first block of keys and values before waiting for the kernel before it
     # (a programmatic dependent: `kernels.pdl`), since the previous steps wrote them, and merges the new position's
     # key and value into that block in registers; the row's length and slot, which the step computes at its start,
