@@ -131,11 +131,10 @@ def attention_census() -> list[tuple[str, int, dict[str, int]]]:
     rows.append(("cp_attention per-head, 2 programs a kv head, 1 warp", 64 * 16, info))
     talker = dict(H=16, KV=8, G=2, GP=16, D=128, SPLITS=2, CHUNK=32, BLOCK=32, PRECISION="tf32", INTERLEAVED=True,
                   MERGE_LAST=False, PDL=True)  # fmt: skip
-    for q_heads, early in ((False, False), (True, False), (False, True)):
-        info = compile_for(_split_rope_kernel, {**talker, "Q_HEADS": q_heads, "EARLY": early}, ATTENTION_POINTERS,
-                           aligned=STRIDES, census=True)  # fmt: skip
-        form = ", q heads" * q_heads + ", early" * early
-        rows.append((f"talker split+rope{form}, 4 warps", 64 * 8 * 2 * 4, info))
+    for q_heads in (False, True):
+        info = compile_for(_split_rope_kernel, {**talker, "Q_HEADS": q_heads}, ATTENTION_POINTERS, aligned=STRIDES,
+                           census=True)  # fmt: skip
+        rows.append((f"talker split+rope{', q heads' if q_heads else ''}, 4 warps", 64 * 8 * 2 * 4, info))
     return rows
 
 

@@ -81,7 +81,7 @@ def test_the_talker_attention_compiles_as_programmatic_dependents_at_no_extra_co
     pointers = {"slots_ptr": "*i64", "lengths_ptr": "*i64", "m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32",
                 "count_ptr": "*i32"}  # fmt: skip
     split = dict(H=16, KV=8, G=2, GP=16, D=128, SPLITS=16, CHUNK=128, BLOCK=BLOCK_N, PRECISION="tf32",
-                 INTERLEAVED=False, MERGE_LAST=False, Q_HEADS=False, EARLY=False)  # fmt: skip
+                 INTERLEAVED=False, MERGE_LAST=False, Q_HEADS=False)  # fmt: skip
     chained, plain = (compile_for(_split_rope_kernel, {**split, "PDL": pdl}, pointers) for pdl in (True, False))
     assert chained["spills"] <= plain["spills"] and chained["shared"] == plain["shared"]
     merging = compile_for(_split_rope_kernel, {**split, "PDL": True, "MERGE_LAST": True}, pointers)
@@ -93,11 +93,6 @@ def test_the_talker_attention_compiles_as_programmatic_dependents_at_no_extra_co
         assert 0 < interleaved["registers"] <= 255 and interleaved["spills"] == 0
     heads = compile_for(_split_rope_kernel, {**split, "PDL": True, "Q_HEADS": True}, pointers)  # the real heads only
     assert heads["spills"] <= plain["spills"] and heads["shared"] == plain["shared"]
-    # the first block prefetched (`SplitConfig.early`), strides compiled as the launch specializes them: no spills
-    for block in (32, 64):
-        early = compile_for(_split_rope_kernel, {**split, "PDL": True, "EARLY": True, "BLOCK": block}, pointers,
-                            aligned=("stride_s", "stride_k", "stride_l"))  # fmt: skip
-        assert 0 < early["registers"] <= 255 and early["spills"] == 0
     merge = compile_for(_merge_kernel, dict(H=16, SPLITS=16, CHUNK=128, D=128, PDL=True), pointers)
     assert 0 < merge["registers"] <= 255 and merge["spills"] == 0
 

@@ -47,7 +47,6 @@ from engine.model.layers import attend
 BLOCK_N = 64  # keys per inner step
 KEYS_PER_SPLIT = 256  # a 2048-position cache: 8 splits of 256 keys (4 steps); a row of L keys uses ceil(L/256)
 MAX_SPLITS = 64
-EARLY_MAX_ROWS = 0  # `SplitConfig.early` up to this many rows (0: never)
 
 
 @dataclass(frozen=True)
@@ -73,13 +72,9 @@ class SplitConfig:
     # time, instead of the whole 16-row tensor-core tile (2 of 16 rows real in the talker: ~400 of the kernel's ~1,100
     # SASS instructions a thread go to the padding). The same rounding steps; each head's sum of squares is added
     # in another order, so not bit for bit. H100, 2026-12-05, `tools/frame_profile.py` at context 128: talker step
-    # -0.015 / -0.005 / -0.015 / -0.014 ms at B = 1 / 4 / 16 / 64; off until the GPU check has looked at it.
+    # -0.015 / -0.005 / -0.015 / -0.014 ms at B = 1 / 4 / 16 / 64 (twenty-sixth session), -0.015 / -0.005 / -0.017 /
+    # -0.015 (twenty-seventh); the GPU check passed with it (H100, 6d651e1). Off: `tools/frame_profile.py` tattn_tile_q.
     q_heads: bool = True
-    # The fused-rope split kernel loads its first block of keys and values before waiting for the kernel before it
-    # (a programmatic dependent: `kernels.pdl`), since the previous steps wrote them, and merges the new position's
-    # key and value into that block in registers; the row's length and slot, which the step computes at its start,
-    # are read before the wait too. The same values as reading the block back from the cache.
-    early: bool = False
 
 
 def default_split_config(rows: int) -> SplitConfig:
@@ -91,14 +86,13 @@ def default_split_config(rows: int) -> SplitConfig:
     per (row, kv head) walking 32-key blocks (H200, 2026-12-05, `tools/frame_profile.py` variant `tattn_p2_32`: the
     talker's B = 64 decode step 1.996 -> 1.948 ms at context 128 and 2.547 -> 2.459 at 256..511; at 16 and 32 rows
     it lost at context 128, +0.02 / +0.03 ms)."""
-    early = rows <= EARLY_MAX_ROWS
     if rows <= 4:
-        return SplitConfig(keys_per_split=64, early=early)
+        return SplitConfig(keys_per_split=64)
     if 32 < rows <= 64:
-        return SplitConfig(programs=2, block_n=32, early=early)
+        return SplitConfig(programs=2, block_n=32)
     if rows <= 64:
-        return SplitConfig(keys_per_split=128, num_stages=2, early=early)
-    return SplitConfig(early=early)
+        return SplitConfig(keys_per_split=128, num_stages=2)
+    return SplitConfig()
 
 if HAVE_TRITON:
     import triton
@@ -163,43 +157,30 @@ if HAVE_TRITON:
         tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=q_mask[:, None])
 
     @triton.jit
-    def _attend_block(q, k, v, k_mask, m, l_sum, acc, scale, PRECISION: tl.constexpr):
-        """One block of keys k, values v [BLOCK, D] (k_mask [BLOCK]: the keys that count) into the running partial
-        (max m [GP], sum l_sum [GP], weighted values acc [GP, D], fp32) of queries q [GP, D]."""
-        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [GP,BLOCK] fp32
-        s = tl.where(k_mask[None, :], s, float("-inf"))
-        m_new = tl.maximum(m, tl.max(s, axis=1))  # every block holds at least one key: finite
-        alpha = tl.exp(m - m_new)
-        p = tl.exp(s - m_new[:, None])
-        l_sum = l_sum * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        return m_new, l_sum, acc
-
-    @triton.jit
-    def _attend_blocks(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, d, m, l_sum, acc, BLOCK: tl.constexpr,
-                       PRECISION: tl.constexpr, STEP: tl.constexpr):  # fmt: skip
-        """The cache's BLOCK-key blocks starting at lo, lo + STEP, ... below hi (at `base`, `stride_l` apart) into
-        the running partial (`_attend_block`). STEP = BLOCK: keys lo..hi-1; SPLITS * BLOCK: interleaved."""
+    def _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, b, heads, d, H: tl.constexpr,
+                      GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
+                      STEP: tl.constexpr):  # fmt: skip
+        """Queries q [GP, D] (heads [GP] of row b) over the cache's BLOCK-key blocks starting at lo, lo + STEP, ...
+        below hi (at `base`, `stride_l` apart) -> the split's partial (max [GP], sum [GP], weighted values [GP, D])
+        in fp32. STEP = BLOCK: keys lo..hi-1; SPLITS * BLOCK: interleaved."""
+        m = tl.full([GP], float("-inf"), tl.float32)
+        l_sum = tl.zeros([GP], tl.float32)
+        acc = tl.zeros([GP, D], tl.float32)
         for start in range(lo, hi, STEP):  # stops at the row's length; the last block's tail is masked
             n = start + tl.arange(0, BLOCK)
             k_mask = n < hi
             offsets = base + n[:, None] * stride_l + d[None, :]
             k = tl.load(k_ptr + offsets, mask=k_mask[:, None], other=0.0)  # [BLOCK,D]
+            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [GP,BLOCK] fp32
+            s = tl.where(k_mask[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, axis=1))  # every block holds at least one key: finite
+            alpha = tl.exp(m - m_new)
+            p = tl.exp(s - m_new[:, None])
+            l_sum = l_sum * alpha + tl.sum(p, axis=1)
             v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
-            m, l_sum, acc = _attend_block(q, k, v, k_mask, m, l_sum, acc, scale, PRECISION)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+            m = m_new
         return m, l_sum, acc
-
-    @triton.jit
-    def _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, b, heads, d, H: tl.constexpr,
-                      GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
-                      STEP: tl.constexpr):  # fmt: skip
-        """Queries q [GP, D] (heads [GP] of row b) over the cache's BLOCK-key blocks starting at lo, lo + STEP, ...
-        below hi -> the split's partial (max [GP], sum [GP], weighted values [GP, D]) in fp32."""
-        m = tl.full([GP], float("-inf"), tl.float32)
-        l_sum = tl.zeros([GP], tl.float32)
-        acc = tl.zeros([GP, D], tl.float32)
-        return _attend_blocks(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, d, m, l_sum, acc, BLOCK, PRECISION,
-                              STEP)  # fmt: skip
 
     @triton.jit
     def _split_kernel(
@@ -249,14 +230,13 @@ if HAVE_TRITON:
         out_ptr, count_ptr, scale, eps, stride_s, stride_k, stride_l,
         H: tl.constexpr, KV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
-        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr, Q_HEADS: tl.constexpr, EARLY: tl.constexpr,
+        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr, Q_HEADS: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
         sp = tl.program_id(2)
-        if not EARLY:
-            wait_for_producer(PDL)
-        length = tl.load(lengths_ptr + b)  # (EARLY: written at the step's start, many launches back)
+        wait_for_producer(PDL)
+        length = tl.load(lengths_ptr + b)
         lo = sp * CHUNK
         if lo < length:  # else: nothing to attend; the merge reads only the splits a row has
             if INTERLEAVED:  # the new position's block is this program's
@@ -277,15 +257,6 @@ if HAVE_TRITON:
             s_ = tl.load(sin_ptr + b * D + d).to(tl.float32)
             qw = tl.load(qw_ptr + d).to(tl.float32)
             qw_rot = tl.load(qw_ptr + d_rot).to(tl.float32)
-            base = slot * stride_s + j * stride_k
-            step: tl.constexpr = SPLITS * BLOCK if INTERLEAVED else BLOCK
-            if EARLY:  # the first block's keys before this step's (below): the previous steps wrote them
-                n0 = lo + tl.arange(0, BLOCK)
-                earlier = (n0 < tl.minimum(hi, length - 1))[:, None]
-                first = base + n0[:, None] * stride_l + d[None, :]
-                k0 = tl.load(k_ptr + first, mask=earlier, other=0.0)  # [BLOCK, D]
-                v0 = tl.load(v_ptr + first, mask=earlier, other=0.0)
-                wait_for_producer(PDL)  # qkv is the kernel before's
             if Q_HEADS:  # the G real heads normed and rotated one at a time as [1, D], then placed in the [GP, D] tile
                 q = tl.zeros([GP, D], dtype)
                 for h in tl.static_range(G):
@@ -299,6 +270,7 @@ if HAVE_TRITON:
                 x = tl.load(row + heads[:, None] * D + d[None, :], mask=q_mask[:, None], other=0.0).to(tl.float32)
                 x_rot = tl.load(row + heads[:, None] * D + d_rot[None, :], mask=q_mask[:, None], other=0.0)
                 q = _norm_rope_rows(x, x_rot.to(tl.float32), qw, qw_rot, c, s_, eps, d, D, dtype)  # [GP, D]
+            base = slot * stride_s + j * stride_k
             if holds_new:  # this program's keys include the new position: its key and value go into the cache first
                 one = tl.arange(0, 1)
                 head = row + (H + j + one[:, None]) * D  # [1, D]
@@ -307,25 +279,12 @@ if HAVE_TRITON:
                 k_new = _norm_rope_rows(tl.load(head + d[None, :]).to(tl.float32),
                                         tl.load(head + d_rot[None, :]).to(tl.float32), kw, kw_rot, c, s_, eps, d, D,
                                         dtype)  # fmt: skip
-                v_new = tl.load(row + (H + KV + j + one[:, None]) * D + d[None, :])
                 new = base + (length - 1) * stride_l + one[:, None] * 0 + d[None, :]
                 tl.store(k_ptr + new, k_new)
-                tl.store(v_ptr + new, v_new)
+                tl.store(v_ptr + new, tl.load(row + (H + KV + j + one[:, None]) * D + d[None, :]))
                 tl.debug_barrier()  # the block's threads read those cache rows below
-                if EARLY:  # the new position in the prefetched block: as the cache now holds it
-                    here = (n0 == length - 1)[:, None]
-                    k0 = tl.where(here, k_new, k0)
-                    v0 = tl.where(here, v_new, v0)
-            if EARLY:
-                m = tl.full([GP], float("-inf"), tl.float32)
-                l_sum = tl.zeros([GP], tl.float32)
-                acc = tl.zeros([GP, D], tl.float32)
-                m, l_sum, acc = _attend_block(q, k0, v0, n0 < hi, m, l_sum, acc, scale, PRECISION)
-                m, l_sum, acc = _attend_blocks(q, k_ptr, v_ptr, base, lo + step, hi, stride_l, scale, d, m, l_sum,
-                                               acc, BLOCK, PRECISION, step)  # fmt: skip
-            else:
-                m, l_sum, acc = _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, b, heads, d, H, GP, D,
-                                              BLOCK, PRECISION, step)  # fmt: skip
+            m, l_sum, acc = _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, b, heads, d, H, GP, D,
+                                          BLOCK, PRECISION, SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
             _finish(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, out_ptr, count_ptr, b, heads, sp,
                     _splits_used(length, SPLITS, CHUNK, INTERLEAVED), d, q_mask, H, GP, D, SPLITS,
                     MERGE_LAST)  # fmt: skip
@@ -436,4 +395,4 @@ def decode_attention_rope(
     return _split_and_merge(_split_rope_kernel, (qkv, cos, sin, q_weight, k_weight), rows, num_heads, num_kv_heads,
                             d, qkv.dtype, k_cache, v_cache, slots, lengths, config, 1.0 / math.sqrt(d), eps,
                             pdl=pdl, KV=num_kv_heads, G=group, GP=max(16, triton.next_power_of_2(group)),
-                            Q_HEADS=config.q_heads, EARLY=config.early)  # fmt: skip
+                            Q_HEADS=config.q_heads)  # fmt: skip
