@@ -12,8 +12,7 @@ everything the fused decoder does in two to three kernels (`qk_norm_rope` + spli
 Two forms of the last line: the G query heads broadcast together over [G, L, D] products (`attend_row_head`), or
 one at a time over the keys' own [L, D] layout (`attend_heads`, `per_head`: half the instructions, none of the
 layout conversions in a 1-warp program), optionally with the G heads split over `query_split` programs, each of
-which computes the new key and value for itself (part 0 writes them); the per-head form takes the step's last token's
-own key and value as a softmax term of their own rather than into the registers.
+which computes the new key and value for itself (part 0 writes them).
 
 Rounding of the norm and RoPE follows `qk_norm_rope` step by step; attention runs in fp32 on the rounded
 keys and values the cache holds, as the plain SDPA reads them.
@@ -163,31 +162,19 @@ if HAVE_TRITON:
             k = _norm_rope_head(tl.load(head + d).to(tl.float32), tl.load(head + d_rot).to(tl.float32), kw, kw_rot,
                                 c, s, eps, d, D, DTYPE, HW).to(DTYPE)  # fmt: skip
             v = tl.load(row + (H + K + j) * D + d)
-            if t < T - 1:  # a later token of this step attends to it: into the keys and values in registers
-                here = (positions == start + t)[:, None]
-                keys = tl.where(here, k.to(tl.float32)[None, :], keys)
-                values = tl.where(here, v.to(tl.float32)[None, :], values)
-            # The step's last token attends to its own key and value as a term of their own instead: merging them
-            # into the [BLOCK_L, D] registers costs two selects an element (~130 of the program's ~1,100 SASS
-            # instructions a thread in one warp), the term a [D] product and a [D] update.
-            visible = positions <= start + t if t < T - 1 else positions < start + t
+            here = (positions == start + t)[:, None]
+            keys = tl.where(here, k.to(tl.float32)[None, :], keys)
+            values = tl.where(here, v.to(tl.float32)[None, :], values)
+            visible = positions <= start + t
             for i in tl.static_range(G // QSPLIT):
                 g = part * (G // QSPLIT) + i
                 head = row + (j * G + g) * D
                 q = _norm_rope_head(tl.load(head + d).to(tl.float32), tl.load(head + d_rot).to(tl.float32), qw,
                                     qw_rot, c, s, eps, d, D, DTYPE, HW)  # fmt: skip
                 scores = tl.where(visible, tl.sum(keys * q[None, :], axis=1) * scale, float("-inf"))  # [BL]
-                if t < T - 1:
-                    weights = tl.exp(scores - tl.max(scores, axis=0))
-                    weights = weights / tl.sum(weights, axis=0)
-                    out = tl.sum(weights[:, None] * values, axis=0)  # [D]
-                else:
-                    own = tl.sum(k.to(tl.float32) * q, axis=0) * scale  # the token's score for its own key
-                    top = tl.maximum(tl.max(scores, axis=0), own)
-                    weights = tl.exp(scores - top)
-                    own_weight = tl.exp(own - top)
-                    total = tl.sum(weights, axis=0) + own_weight
-                    out = (tl.sum(weights[:, None] * values, axis=0) + own_weight * v.to(tl.float32)) / total  # [D]
+                weights = tl.exp(scores - tl.max(scores, axis=0))
+                weights = weights / tl.sum(weights, axis=0)
+                out = tl.sum(weights[:, None] * values, axis=0)  # [D]
                 tl.store(out_ptr + (b * T + t) * H * D + (j * G + g) * D + d, out.to(DTYPE))
             if part == 0:  # (QSPLIT > 1: the other parts computed the same key and value)
                 slot = cache + (start + t) * stride_l + d
