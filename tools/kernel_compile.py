@@ -106,7 +106,7 @@ def have_ptxas() -> bool:
 
 
 ATTENTION_POINTERS = {"slots_ptr": "*i64", "lengths_ptr": "*i64", "m_ptr": "*fp32", "l_ptr": "*fp32",
-                      "acc_ptr": "*fp32", "count_ptr": "*i32"}  # fmt: skip
+                      "acc_ptr": "*fp32", "count_ptr": "*i32", "stamps_ptr": "*i64"}  # fmt: skip
 STRIDES = ("stride_s", "stride_k", "stride_l")
 
 
@@ -130,7 +130,7 @@ def attention_census() -> list[tuple[str, int, dict[str, int]]]:
                        census=True)  # fmt: skip
     rows.append(("cp_attention per-head, 2 programs a kv head, 1 warp", 64 * 16, info))
     talker = dict(H=16, KV=8, G=2, GP=16, D=128, SPLITS=2, CHUNK=32, BLOCK=32, PRECISION="tf32", INTERLEAVED=True,
-                  MERGE_LAST=False, PDL=True)  # fmt: skip
+                  MERGE_LAST=False, PDL=True, TIMELINE=0)  # fmt: skip
     for q_heads in (False, True):
         info = compile_for(_split_rope_kernel, {**talker, "Q_HEADS": q_heads}, ATTENTION_POINTERS, aligned=STRIDES,
                            census=True)  # fmt: skip

@@ -76,12 +76,17 @@ def test_the_talker_attention_compiles_as_programmatic_dependents_at_no_extra_co
     """(The split kernel spills at 4 warps with or without PDL, compiled by Triton 3.9: its resources are compared
     with its plain launch's, not bounded.) Merging in the last program to finish (`SplitConfig.merge_last`) costs
     no more than storing the partial for a merge kernel."""
-    from engine.fast.kernels.decode_attention import BLOCK_N, _merge_kernel, _split_rope_kernel
+    from engine.fast.kernels.decode_attention import (
+        BLOCK_N,
+        TIMELINE_STAGES,
+        _merge_kernel,
+        _split_rope_kernel,
+    )
 
     pointers = {"slots_ptr": "*i64", "lengths_ptr": "*i64", "m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32",
                 "count_ptr": "*i32"}  # fmt: skip
     split = dict(H=16, KV=8, G=2, GP=16, D=128, SPLITS=16, CHUNK=128, BLOCK=BLOCK_N, PRECISION="tf32",
-                 INTERLEAVED=False, MERGE_LAST=False, Q_HEADS=False)  # fmt: skip
+                 INTERLEAVED=False, MERGE_LAST=False, Q_HEADS=False, TIMELINE=0)  # fmt: skip
     chained, plain = (compile_for(_split_rope_kernel, {**split, "PDL": pdl}, pointers) for pdl in (True, False))
     assert chained["spills"] <= plain["spills"] and chained["shared"] == plain["shared"]
     merging = compile_for(_split_rope_kernel, {**split, "PDL": True, "MERGE_LAST": True}, pointers)
@@ -93,6 +98,12 @@ def test_the_talker_attention_compiles_as_programmatic_dependents_at_no_extra_co
         assert 0 < interleaved["registers"] <= 255 and interleaved["spills"] == 0
     heads = compile_for(_split_rope_kernel, {**split, "PDL": True, "Q_HEADS": True}, pointers)  # the real heads only
     assert heads["spills"] <= plain["spills"] and heads["shared"] == plain["shared"]
+    # the in-kernel timeline (`decode_attention_rope(timeline=...)`: %globaltimer, %smid) compiles, no spills at the
+    # talker's 64-row configuration
+    timed = compile_for(_split_rope_kernel, {**split, "PDL": True, "Q_HEADS": True, "INTERLEAVED": True, "SPLITS": 2,
+                                             "CHUNK": 32, "BLOCK": 32, "TIMELINE": TIMELINE_STAGES},
+                        {**pointers, "stamps_ptr": "*i64"}, aligned=("stride_s", "stride_k", "stride_l"))  # fmt: skip
+    assert timed["spills"] == 0
     merge = compile_for(_merge_kernel, dict(H=16, SPLITS=16, CHUNK=128, D=128, PDL=True), pointers)
     assert 0 < merge["registers"] <= 255 and merge["spills"] == 0
 

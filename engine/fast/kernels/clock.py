@@ -17,3 +17,8 @@ if HAVE_TRITON:
         """The GPU's nanosecond clock (%globaltimer, shared by all SMs) as an int64 scalar."""
         return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False,
                                          pack=1)  # fmt: skip
+
+    @triton.jit
+    def sm_id():
+        """The SM this program runs on (%smid) as an int32 scalar."""
+        return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r", [], dtype=tl.int32, is_pure=False, pack=1)

@@ -47,6 +47,11 @@ from engine.model.layers import attend
 BLOCK_N = 64  # keys per inner step
 KEYS_PER_SPLIT = 256  # a 2048-position cache: 8 splits of 256 keys (4 steps); a row of L keys uses ceil(L/256)
 MAX_SPLITS = 64
+# A timeline row per program of the fused-rope split kernel (`decode_attention_rope(timeline=...)`, CUDA only):
+# %globaltimer ns at its start, after the PDL wait, once its queries are normed, once the new key and value are in
+# the cache, after the key loop, after its partial's store; then its SM. Programs with no keys write nothing.
+TIMELINE_STAGES = 8
+TIMELINE_NAMES = ("wait", "loads + q norm", "new key", "key loop", "partial")
 
 
 @dataclass(frozen=True)
@@ -98,6 +103,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
+    from engine.fast.kernels.clock import globaltimer, sm_id
     from engine.fast.kernels.pdl import wait_for_producer
 
     @triton.jit
@@ -227,15 +233,18 @@ if HAVE_TRITON:
     @triton.jit
     def _split_rope_kernel(
         qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, m_ptr, l_ptr, acc_ptr,
-        out_ptr, count_ptr, scale, eps, stride_s, stride_k, stride_l,
+        out_ptr, count_ptr, stamps_ptr, scale, eps, stride_s, stride_k, stride_l,
         H: tl.constexpr, KV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
-        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr, Q_HEADS: tl.constexpr,
+        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr, Q_HEADS: tl.constexpr, TIMELINE: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
         sp = tl.program_id(2)
+        stamps = stamps_ptr + ((b * tl.num_programs(1) + j) * tl.num_programs(2) + sp) * TIMELINE
+        started = globaltimer() if TIMELINE else 0
         wait_for_producer(PDL)
+        waited = globaltimer() if TIMELINE else 0
         length = tl.load(lengths_ptr + b)
         lo = sp * CHUNK
         if lo < length:  # else: nothing to attend; the merge reads only the splits a row has
@@ -270,6 +279,11 @@ if HAVE_TRITON:
                 x = tl.load(row + heads[:, None] * D + d[None, :], mask=q_mask[:, None], other=0.0).to(tl.float32)
                 x_rot = tl.load(row + heads[:, None] * D + d_rot[None, :], mask=q_mask[:, None], other=0.0)
                 q = _norm_rope_rows(x, x_rot.to(tl.float32), qw, qw_rot, c, s_, eps, d, D, dtype)  # [GP, D]
+            if TIMELINE:  # (the barriers keep each stamp after the work before it, every warp's)
+                tl.debug_barrier()
+                tl.store(stamps, started)
+                tl.store(stamps + 1, waited)
+                tl.store(stamps + 2, globaltimer())
             base = slot * stride_s + j * stride_k
             if holds_new:  # this program's keys include the new position: its key and value go into the cache first
                 one = tl.arange(0, 1)
@@ -283,11 +297,20 @@ if HAVE_TRITON:
                 tl.store(k_ptr + new, k_new)
                 tl.store(v_ptr + new, tl.load(row + (H + KV + j + one[:, None]) * D + d[None, :]))
                 tl.debug_barrier()  # the block's threads read those cache rows below
+            if TIMELINE:
+                tl.store(stamps + 3, globaltimer())
             m, l_sum, acc = _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, b, heads, d, H, GP, D,
                                           BLOCK, PRECISION, SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
+            if TIMELINE:
+                tl.debug_barrier()
+                tl.store(stamps + 4, globaltimer() + (tl.sum(l_sum, axis=0) * 0).to(tl.int64))  # after the loop's sums
             _finish(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, out_ptr, count_ptr, b, heads, sp,
                     _splits_used(length, SPLITS, CHUNK, INTERLEAVED), d, q_mask, H, GP, D, SPLITS,
                     MERGE_LAST)  # fmt: skip
+            if TIMELINE:
+                tl.debug_barrier()
+                tl.store(stamps + 5, globaltimer())
+                tl.store(stamps + 6, sm_id().to(tl.int64))
 
     @triton.jit
     def _merge_kernel(m_ptr, l_ptr, acc_ptr, lengths_ptr, out_ptr, H: tl.constexpr, SPLITS: tl.constexpr,
@@ -346,11 +369,13 @@ def decode_attention(q: Tensor, k_cache: Tensor, v_cache: Tensor, slots: Tensor,
 
 def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: int, heads: int, kv_heads: int,
                      d: int, dtype: torch.dtype, k_cache: Tensor, v_cache: Tensor, slots: Tensor, lengths: Tensor,
-                     config: SplitConfig, *scalars: float, pdl: bool = False, **constexprs: int) -> Tensor:  # fmt: skip
+                     config: SplitConfig, *scalars: float, pdl: bool = False, after_counts: tuple[object, ...] = (),
+                     **constexprs: int) -> Tensor:  # fmt: skip
     """Launch a split kernel over (rows, kv heads, splits) with its partial buffers, merging in its last program
     (`config.merge_last`) or then in `_merge_kernel` -> [B,H,D]. `leading`: the split kernel's arguments before the
     caches; `scalars`: after the output and arrival counts. `pdl`: launched as programmatic dependents
-    (`kernels.pdl`), each waiting for the kernel before it first."""
+    (`kernels.pdl`), each waiting for the kernel before it first. `after_counts`: the split kernel's arguments
+    between the arrival counts and the scalars."""
     splits, chunk = split_layout(k_cache.shape[2], config)
     device = k_cache.device
     m = torch.empty(rows, heads, splits, dtype=torch.float32, device=device)
@@ -360,7 +385,7 @@ def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: in
     # the arrival counts (`m` in their place is never read without merge_last)
     counts = arrival_counts("decode attention", device, rows * kv_heads) if config.merge_last else m
     split_kernel[(rows, kv_heads, splits)](  # type: ignore[index]
-        *leading, k_cache, v_cache, slots, lengths, m, l_sum, acc, out, counts, *scalars,
+        *leading, k_cache, v_cache, slots, lengths, m, l_sum, acc, out, counts, *after_counts, *scalars,
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         H=heads, D=d, SPLITS=splits, CHUNK=chunk, BLOCK=config.block_n,
         PRECISION="ieee" if dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
@@ -377,11 +402,12 @@ def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: in
 def decode_attention_rope(
     qkv: Tensor, cos: Tensor, sin: Tensor, q_weight: Tensor, k_weight: Tensor, eps: float, k_cache: Tensor,
     v_cache: Tensor, slots: Tensor, lengths: Tensor, num_heads: int, num_kv_heads: int,
-    config: SplitConfig | None = None, pdl: bool = False,
+    config: SplitConfig | None = None, pdl: bool = False, timeline: Tensor | None = None,
 ) -> Tensor:  # fmt: skip
     """`qk_norm_rope` (at positions lengths - 1) then `decode_attention`, in the split kernel: qkv [B,(H+2K)D]
     contiguous, cos/sin [B,D] -> [B,H,D] in qkv's dtype; the new keys and values are written into the caches.
-    `pdl`: the split and merge kernels as programmatic dependents (`kernels.pdl`)."""
+    `pdl`: the split and merge kernels as programmatic dependents (`kernels.pdl`). `timeline` (CUDA only,
+    diagnostics): int64 [B, K, splits, TIMELINE_STAGES], each program's row of stamps (`TIMELINE_NAMES`)."""
     rows, d = qkv.shape[0], cos.shape[-1]
     if not use_triton(qkv):
         q = qk_norm_rope_reference(qkv, cos, sin, q_weight, k_weight, eps, k_cache, v_cache, slots, lengths - 1,
@@ -394,5 +420,6 @@ def decode_attention_rope(
     config = config or default_split_config(rows)
     return _split_and_merge(_split_rope_kernel, (qkv, cos, sin, q_weight, k_weight), rows, num_heads, num_kv_heads,
                             d, qkv.dtype, k_cache, v_cache, slots, lengths, config, 1.0 / math.sqrt(d), eps,
-                            pdl=pdl, KV=num_kv_heads, G=group, GP=max(16, triton.next_power_of_2(group)),
-                            Q_HEADS=config.q_heads)  # fmt: skip
+                            pdl=pdl, after_counts=(lengths if timeline is None else timeline,), KV=num_kv_heads,
+                            G=group, GP=max(16, triton.next_power_of_2(group)), Q_HEADS=config.q_heads,
+                            TIMELINE=0 if timeline is None else TIMELINE_STAGES)  # fmt: skip
