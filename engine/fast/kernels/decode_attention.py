@@ -231,85 +231,6 @@ if HAVE_TRITON:
         return ((n * c[None, :]).to(DTYPE).to(tl.float32) + (n_rot * s[None, :]).to(DTYPE).to(tl.float32)).to(DTYPE)
 
     @triton.jit
-    def _split_rope_body(
-        qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_ptr, v_ptr, slots_ptr, m_ptr, l_ptr, acc_ptr, out_ptr, count_ptr,
-        stamps, started, waited, b, j, sp, length, active, scale, eps, stride_s, stride_k, stride_l,
-        H: tl.constexpr, KV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
-        SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
-        INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr, Q_HEADS: tl.constexpr, TIMELINE: tl.constexpr,
-    ):  # fmt: skip
-        """Program (b, kv head j, split sp) of `_split_rope_kernel` for a row of `length` keys; `active`: whether
-        its split holds any (an inactive program stores nothing). Every load of the qkv row (queries, the new key
-        and value, the norm weights) is issued before any of them is used, so they cost one round trip to memory:
-        in the talker's 64-row step the new key's loads, behind the queries', cost 0.75 us a program (median) and
-        7 us at the 90th percentile (H100, `tools/attention_timeline.py`, 2026-12-05)."""
-        lo = sp * CHUNK
-        if INTERLEAVED:  # the new position's block is this program's
-            hi = length
-            holds_new = ((length - 1) // BLOCK) % SPLITS == sp
-        else:  # the new position is in this chunk
-            hi = tl.minimum(lo + CHUNK, length)
-            holds_new = length - 1 < hi
-        slot = tl.load(slots_ptr + b)
-        dtype = k_ptr.dtype.element_ty
-        g = tl.arange(0, GP)
-        d = tl.arange(0, D)
-        d_rot = (d + D // 2) % D
-        heads = j * G + g  # [GP]: the query heads of kv head j
-        q_mask = g < G
-        row = qkv_ptr + b * (H + 2 * KV) * D
-        one = tl.arange(0, 1)
-        c = tl.load(cos_ptr + b * D + d).to(tl.float32)
-        s_ = tl.load(sin_ptr + b * D + d).to(tl.float32)
-        qw = tl.load(qw_ptr + d).to(tl.float32)
-        qw_rot = tl.load(qw_ptr + d_rot).to(tl.float32)
-        kw = tl.load(kw_ptr + d).to(tl.float32)
-        kw_rot = tl.load(kw_ptr + d_rot).to(tl.float32)
-        head = row + (H + j + one[:, None]) * D  # the new key [1, D], then its value
-        k_x = tl.load(head + d[None, :]).to(tl.float32)
-        k_x_rot = tl.load(head + d_rot[None, :]).to(tl.float32)
-        v_new = tl.load(row + (H + KV + j + one[:, None]) * D + d[None, :])
-        if Q_HEADS:  # the G real heads normed and rotated one at a time as [1, D], then placed in the [GP, D] tile
-            q = tl.zeros([GP, D], dtype)
-            for h in tl.static_range(G):
-                head_q = row + (j * G + h + one[:, None]) * D  # [1, D]
-                q_h = _norm_rope_rows(tl.load(head_q + d[None, :]).to(tl.float32),
-                                      tl.load(head_q + d_rot[None, :]).to(tl.float32), qw, qw_rot, c, s_, eps, d,
-                                      D, dtype)  # fmt: skip
-                q = tl.where(g[:, None] == h, q_h, q)
-        else:  # all GP rows (the tensor-core tile's 16), the padding ones included
-            x = tl.load(row + heads[:, None] * D + d[None, :], mask=q_mask[:, None], other=0.0).to(tl.float32)
-            x_rot = tl.load(row + heads[:, None] * D + d_rot[None, :], mask=q_mask[:, None], other=0.0)
-            q = _norm_rope_rows(x, x_rot.to(tl.float32), qw, qw_rot, c, s_, eps, d, D, dtype)  # [GP, D]
-        if TIMELINE:  # (the barriers keep each stamp after the work before it, every warp's)
-            tl.debug_barrier()
-            tl.store(stamps, started)
-            tl.store(stamps + 1, waited)
-            tl.store(stamps + 2, globaltimer())
-        base = slot * stride_s + j * stride_k
-        if holds_new:  # this program's keys include the new position: its key and value go into the cache first
-            k_new = _norm_rope_rows(k_x, k_x_rot, kw, kw_rot, c, s_, eps, d, D, dtype)
-            new = base + (length - 1) * stride_l + one[:, None] * 0 + d[None, :]
-            tl.store(k_ptr + new, k_new)
-            tl.store(v_ptr + new, v_new)
-            tl.debug_barrier()  # the block's threads read those cache rows below
-        if TIMELINE:
-            tl.store(stamps + 3, globaltimer())
-        m, l_sum, acc = _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, b, heads, d, H, GP, D,
-                                      BLOCK, PRECISION, SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
-        if TIMELINE:
-            tl.debug_barrier()
-            tl.store(stamps + 4, globaltimer() + (tl.sum(l_sum, axis=0) * 0).to(tl.int64))  # after the loop's sums
-        if active:
-            _finish(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, out_ptr, count_ptr, b, heads, sp,
-                    _splits_used(length, SPLITS, CHUNK, INTERLEAVED), d, q_mask, H, GP, D, SPLITS,
-                    MERGE_LAST)  # fmt: skip
-            if TIMELINE:
-                tl.debug_barrier()
-                tl.store(stamps + 5, globaltimer())
-                tl.store(stamps + 6, sm_id().to(tl.int64))
-
-    @triton.jit
     def _split_rope_kernel(
         qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, m_ptr, l_ptr, acc_ptr,
         out_ptr, count_ptr, stamps_ptr, scale, eps, stride_s, stride_k, stride_l,
@@ -325,19 +246,71 @@ if HAVE_TRITON:
         wait_for_producer(PDL)
         waited = globaltimer() if TIMELINE else 0
         length = tl.load(lengths_ptr + b)
-        active = sp * CHUNK < length  # else: nothing to attend; the merge reads only the splits a row has
-        if INTERLEAVED:  # every program: few have no keys (a row of at most CHUNK keys), and the qkv row's loads
-            # need not wait for the row's length (an inactive program's loop is empty and it stores nothing)
-            _split_rope_body(qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_ptr, v_ptr, slots_ptr, m_ptr, l_ptr,
-                             acc_ptr, out_ptr, count_ptr, stamps, started, waited, b, j, sp, length, active, scale,
-                             eps, stride_s, stride_k, stride_l, H, KV, G, GP, D, SPLITS, CHUNK, BLOCK, PRECISION,
-                             INTERLEAVED, MERGE_LAST, Q_HEADS, TIMELINE)  # fmt: skip
-        else:  # most of a contiguous layout's programs have no keys at short contexts: they return at once
-            if active:
-                _split_rope_body(qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_ptr, v_ptr, slots_ptr, m_ptr, l_ptr,
-                                 acc_ptr, out_ptr, count_ptr, stamps, started, waited, b, j, sp, length, active,
-                                 scale, eps, stride_s, stride_k, stride_l, H, KV, G, GP, D, SPLITS, CHUNK, BLOCK,
-                                 PRECISION, INTERLEAVED, MERGE_LAST, Q_HEADS, TIMELINE)  # fmt: skip
+        lo = sp * CHUNK
+        if lo < length:  # else: nothing to attend; the merge reads only the splits a row has
+            if INTERLEAVED:  # the new position's block is this program's
+                hi = length
+                holds_new = ((length - 1) // BLOCK) % SPLITS == sp
+            else:  # the new position is in this chunk
+                hi = tl.minimum(lo + CHUNK, length)
+                holds_new = length - 1 < hi
+            slot = tl.load(slots_ptr + b)
+            dtype = k_ptr.dtype.element_ty
+            g = tl.arange(0, GP)
+            d = tl.arange(0, D)
+            d_rot = (d + D // 2) % D
+            heads = j * G + g  # [GP]: the query heads of kv head j
+            q_mask = g < G
+            row = qkv_ptr + b * (H + 2 * KV) * D
+            c = tl.load(cos_ptr + b * D + d).to(tl.float32)
+            s_ = tl.load(sin_ptr + b * D + d).to(tl.float32)
+            qw = tl.load(qw_ptr + d).to(tl.float32)
+            qw_rot = tl.load(qw_ptr + d_rot).to(tl.float32)
+            if Q_HEADS:  # the G real heads normed and rotated one at a time as [1, D], then placed in the [GP, D] tile
+                q = tl.zeros([GP, D], dtype)
+                for h in tl.static_range(G):
+                    one = tl.arange(0, 1)
+                    head_q = row + (j * G + h + one[:, None]) * D  # [1, D]
+                    q_h = _norm_rope_rows(tl.load(head_q + d[None, :]).to(tl.float32),
+                                          tl.load(head_q + d_rot[None, :]).to(tl.float32), qw, qw_rot, c, s_, eps, d,
+                                          D, dtype)  # fmt: skip
+                    q = tl.where(g[:, None] == h, q_h, q)
+            else:  # all GP rows (the tensor-core tile's 16), the padding ones included
+                x = tl.load(row + heads[:, None] * D + d[None, :], mask=q_mask[:, None], other=0.0).to(tl.float32)
+                x_rot = tl.load(row + heads[:, None] * D + d_rot[None, :], mask=q_mask[:, None], other=0.0)
+                q = _norm_rope_rows(x, x_rot.to(tl.float32), qw, qw_rot, c, s_, eps, d, D, dtype)  # [GP, D]
+            if TIMELINE:  # (the barriers keep each stamp after the work before it, every warp's)
+                tl.debug_barrier()
+                tl.store(stamps, started)
+                tl.store(stamps + 1, waited)
+                tl.store(stamps + 2, globaltimer())
+            base = slot * stride_s + j * stride_k
+            if holds_new:  # this program's keys include the new position: its key and value go into the cache first
+                one = tl.arange(0, 1)
+                head = row + (H + j + one[:, None]) * D  # [1, D]
+                kw = tl.load(kw_ptr + d).to(tl.float32)
+                kw_rot = tl.load(kw_ptr + d_rot).to(tl.float32)
+                k_new = _norm_rope_rows(tl.load(head + d[None, :]).to(tl.float32),
+                                        tl.load(head + d_rot[None, :]).to(tl.float32), kw, kw_rot, c, s_, eps, d, D,
+                                        dtype)  # fmt: skip
+                new = base + (length - 1) * stride_l + one[:, None] * 0 + d[None, :]
+                tl.store(k_ptr + new, k_new)
+                tl.store(v_ptr + new, tl.load(row + (H + KV + j + one[:, None]) * D + d[None, :]))
+                tl.debug_barrier()  # the block's threads read those cache rows below
+            if TIMELINE:
+                tl.store(stamps + 3, globaltimer())
+            m, l_sum, acc = _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, b, heads, d, H, GP, D,
+                                          BLOCK, PRECISION, SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
+            if TIMELINE:
+                tl.debug_barrier()
+                tl.store(stamps + 4, globaltimer() + (tl.sum(l_sum, axis=0) * 0).to(tl.int64))  # after the loop's sums
+            _finish(m, l_sum, acc, m_ptr, l_ptr, acc_ptr, out_ptr, count_ptr, b, heads, sp,
+                    _splits_used(length, SPLITS, CHUNK, INTERLEAVED), d, q_mask, H, GP, D, SPLITS,
+                    MERGE_LAST)  # fmt: skip
+            if TIMELINE:
+                tl.debug_barrier()
+                tl.store(stamps + 5, globaltimer())
+                tl.store(stamps + 6, sm_id().to(tl.int64))
 
     @triton.jit
     def _merge_kernel(m_ptr, l_ptr, acc_ptr, lengths_ptr, out_ptr, H: tl.constexpr, SPLITS: tl.constexpr,
