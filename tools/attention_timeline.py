@@ -1,6 +1,7 @@
 """Where the talker's fused-rope decode attention spends a call, program by program (in-kernel clock; GPU only).
 
     python tools/attention_timeline.py [--batches 1 4 16 64] [--context 128] [--calls 5] [--out timeline.json]
+    python tools/attention_timeline.py --chained [--batches 16 64] [--context 128]   # inside the talker's step
 
 For each batch, the full-size talker's attention (16 query heads, 8 kv heads, head dim 128, bf16, the engine's
 `default_split_config`) runs `--calls` times on other cache slots, each after a 256 MiB read that evicts the L2 (in
@@ -10,6 +11,12 @@ normed, once the new key is in the cache, after its key loop, after its partial'
 split kernel's span (first program's start to last program's end), the median and 90th percentile of each stage,
 how many programs an SM ran and how many started after the first had finished (a second wave), and the whole call
 (split + merge kernels) timed with CUDA events without the stamps. Standalone, so no PDL: the wait stage is ~0.
+
+`--chained`: the same stamps from inside the talker's captured decode step (the full-size model, random weights, the
+engine's talker options, every row at `--context`), where each layer's attention is a programmatic dependent of its
+qkv product: its programs start during the product's tail and wait (the wait stage), so the span that counts is
+from the first program's release (the product done) to the last program's end (`after release`), per layer; the
+medians over the 28 layers of one replay are printed.
 """
 
 from __future__ import annotations
@@ -89,16 +96,94 @@ def run(batch: int, context: int, calls: int) -> dict[str, Any]:
             "median_launch": middle, "launches": launches}  # fmt: skip
 
 
+def chained(batches: list[int], context: int, replays: int = 3) -> list[dict[str, Any]]:
+    """The stamps of every layer's attention in the talker's captured decode step at each batch (`--chained`)."""
+    from engine.executors.slots import GenerationSlots
+    from engine.fast import talker_graph
+    from engine.model.weights import load_model
+    from loadtest.gpu_check import fill_state
+    from tools.frame_profile import talker_options
+
+    model = load_model("1.7b", device="cuda", dtype=torch.bfloat16)
+    c = model.config.talker
+    slots = GenerationSlots(max(batches), c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
+    cache = model.talker.new_cache(max(batches), context + 8)
+    captured: dict[int, list[torch.Tensor]] = {b: [] for b in batches}  # per batch, each layer's stamps buffer
+    original = talker_graph.decode_attention_rope
+
+    def stamped(*args: Any, **kwargs: Any) -> torch.Tensor:
+        qkv, k_cache, num_kv_heads = args[0], args[6], args[11]
+        splits, _ = split_layout(k_cache.shape[2], kwargs.get("config") or default_split_config(qkv.shape[0]))
+        stamps = torch.zeros(qkv.shape[0], num_kv_heads, splits, TIMELINE_STAGES, dtype=torch.int64,
+                             device=qkv.device)  # fmt: skip
+        if torch.cuda.is_current_stream_capturing():  # (the warm-up runs' buffers are dropped)
+            captured[qkv.shape[0]].append(stamps)
+        return original(*args, **kwargs, timeline=stamps)
+
+    rows, rope, chain, tiles = talker_options("defaults")
+    talker_graph.decode_attention_rope = stamped
+    try:
+        graphs = talker_graph.TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows, fused_rope=rope,
+                                           chain_rows=chain, chain_tiles=tiles)  # fmt: skip
+        graphs.decode_steps.capture()
+    finally:
+        talker_graph.decode_attention_rope = original
+    points = []
+    for b in batches:
+        fill_state({"model": model, "slots": slots, "cache": cache}, [context] * b + [0] * (max(batches) - b))
+        graphs.inputs.load(b, kv_slot=list(range(b)), position=[context] * b, text=[1000] * b, frame=[2] * b,
+                           eos_never=[1] * b)  # fmt: skip
+        for _ in range(replays):
+            graphs.decode_steps.replay(b)
+        torch.cuda.synchronize()
+        layers = []
+        for stamps in captured[b]:
+            rows_ = stamps.view(-1, TIMELINE_STAGES)
+            ran = rows_[rows_[:, 0] > 0].cpu()
+            summary = stage_table(ran)
+            release = ran[:, 1].min()  # the first program past its wait: the qkv product has completed
+            summary["after_release_us"] = float(ran[:, 5].max() - release) / 1e3
+            summary["started_before_release"] = int((ran[:, 0] < release).sum())
+            layers.append(summary)
+        points.append({"batch": b, "context": context, "layers": layers})
+    return points
+
+
+def print_chained(gpu: str, context: int, points: list[dict[str, Any]]) -> None:
+    print(f"{gpu}, talker step at context {context}; medians over layers (stage: median / p90 us of a program)")
+    print(f"{'B':>3} {'span us':>8} {'after release':>13} {'early progs':>11} {'progs':>6}  "
+          + "  ".join(f"{name:>15}" for name in TIMELINE_NAMES))  # fmt: skip
+    for point in points:
+        layers = point["layers"]
+        stages = "  ".join(f"{median_over(layers, name, 'median_us'):6.2f} / {median_over(layers, name, 'p90_us'):6.2f}"
+                           for name in TIMELINE_NAMES)  # fmt: skip
+        print(f"{point['batch']:>3} {median_over(layers, 'span_us'):8.1f} {median_over(layers, 'after_release_us'):13.1f} "
+              f"{median_over(layers, 'started_before_release'):11.0f} {median_over(layers, 'programs'):6.0f}  {stages}")  # fmt: skip
+
+
+def median_over(layers: list[dict[str, Any]], key: str, stage_key: str | None = None) -> float:
+    """The median over layers of a summary's `key`, or (with `stage_key`) of stage `key`'s `stage_key`."""
+    values = [float(layer[key] if stage_key is None else layer["stages"][key][stage_key]) for layer in layers]
+    return float(torch.tensor(values).quantile(0.5))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--context", type=int, default=128, help="every row's length (keys, the new one included)")
     parser.add_argument("--calls", type=int, default=5)
     parser.add_argument("--out", type=Path, default=Path("attention_timeline.json"))
+    parser.add_argument("--chained", action="store_true", help="inside the talker's captured decode step")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("attention_timeline: needs a CUDA GPU (the in-kernel clock is inline PTX)", file=sys.stderr)
         return 2
+    if args.chained:
+        points = chained(args.batches, args.context)
+        args.out.write_text(json.dumps({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
+                                        "chained": True, "points": points}, indent=1))  # fmt: skip
+        print_chained(torch.cuda.get_device_name(), args.context, points)
+        return 0
     results = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
                "points": [run(b, args.context, args.calls) for b in args.batches]}  # fmt: skip
     args.out.write_text(json.dumps(results, indent=1))

@@ -32,3 +32,11 @@ def test_the_tool_says_it_needs_a_gpu_instead_of_failing_inside_a_kernel(monkeyp
     monkeypatch.setattr("sys.argv", ["attention_timeline.py"])
     assert attention_timeline.main() == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_the_chained_table_takes_each_number_as_the_median_over_layers() -> None:
+    layers = [{"span_us": 10.0, "stages": {"wait": {"median_us": 1.0}}},
+              {"span_us": 30.0, "stages": {"wait": {"median_us": 2.0}}},
+              {"span_us": 20.0, "stages": {"wait": {"median_us": 9.0}}}]  # fmt: skip
+    assert attention_timeline.median_over(layers, "span_us") == pytest.approx(20.0)
+    assert attention_timeline.median_over(layers, "wait", "median_us") == pytest.approx(2.0)
