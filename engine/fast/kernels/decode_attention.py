@@ -62,10 +62,6 @@ class SplitConfig:
     block_n: int = BLOCK_N  # keys per inner step
     num_warps: int = 4
     num_stages: int | None = None  # Triton's software pipelining depth (None: its default)
-    # A register cap a thread (Triton's `maxnreg`; None: the compiler's choice). At 64 rows the split kernel's 1,024
-    # programs (2 a row and kv head) of 96 registers fit 5 to an SM, 660 at once on 132 SMs: a second wave. 64
-    # registers (and 2 stages: 21.5 KB of shared memory) fit 8, all at once, for 40 bytes a thread spilled.
-    maxnreg: int | None = None
     # Interleaved splits: this many programs per (row, kv head) whatever the cache's capacity (a power of two;
     # keys_per_split then unused), program p taking key blocks p, p + P, p + 2P, ... of block_n keys. The grid no
     # longer spans the capacity (a 2048-position cache in 128-key splits is 16 programs a (row, kv head), 15 with
@@ -394,7 +390,6 @@ def _split_and_merge(split_kernel: object, leading: tuple[object, ...], rows: in
         H=heads, D=d, SPLITS=splits, CHUNK=chunk, BLOCK=config.block_n,
         PRECISION="ieee" if dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
         num_warps=config.num_warps, **({} if config.num_stages is None else {"num_stages": config.num_stages}),
-        **({} if config.maxnreg is None else {"maxnreg": config.maxnreg}),
         PDL=pdl_enabled(pdl), INTERLEAVED=config.programs is not None, MERGE_LAST=config.merge_last,
         **launch_options(pdl), **constexprs,
     )  # fmt: skip
