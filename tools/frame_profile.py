@@ -54,6 +54,8 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                33-64 rows is tattn_p2_32's)
     tattn_p1_32, tattn_p1_64, tattn_p1_64_all  one program per (row, kv head) walking 32- or 64-key blocks, which
                writes the output itself (no merge kernel); at 5-64 rows, or (_all) every size
+    tattn_tma  the talker's decode attention reading its whole key blocks as bulk tensor copies (`SplitConfig.tma`),
+               every size; bitwise the same codes as `defaults` or something is wrong
     tattn_merge_last  the talker's decode attention with its splits merged by the last program of each (row, kv
                head) to finish (`SplitConfig.merge_last`) instead of a kernel of their own
     tattn_tile_q  the talker's fused-rope split attention norming and rotating its whole 16-row query tile, the
@@ -108,7 +110,7 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "split4_128", "split2_narrow", "split8_narrow", "split2_gate_up", "split2_qkv", "split2_head",
             "split1_narrow", "cublas_small", "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain",
             "talker_chain_off", "talker_chain_all", "talker_chain_down", "talker_chain_down_split2", "tattn_p2",
-            "tattn_p2_32", "tattn_p4_32", "tattn_merge_last", "tattn_tile_q",
+            "tattn_p2_32", "tattn_p4_32", "tattn_merge_last", "tattn_tile_q", "tattn_tma",
             "tattn_p1_32", "tattn_p1_64", "tattn_p1_64_all", "ko_cp_norms", "ko_cp_attention", "ko_talker_norms", "ko_talker_attention")
 CONTEXT = 512
 ROUNDS = 5
@@ -198,7 +200,7 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
 TALKER_ATTENTION = {  # variant part -> 5-64 row attention in (programs, keys a block) interleaved splits, or None
     "tattn_p2": (2, 64), "tattn_p2_32": (2, 32), "tattn_p4_32": (4, 32), "tattn_merge_last": None,
     "tattn_tile_q": None, "tattn_p1_32": (1, 32), "tattn_p1_64": (1, 64),
-    "tattn_p1_64_all": (1, 64),
+    "tattn_p1_64_all": (1, 64), "tattn_tma": None,
 }
 
 
@@ -214,6 +216,8 @@ def attention_split(part: str | None, rows: int, default: Any) -> Any:
 
     if part == "tattn_tile_q":
         return replace(default(rows), q_heads=False)
+    if part == "tattn_tma":
+        return replace(default(rows), tma=True)
     if part == "tattn_merge_last":
         return replace(default(rows), merge_last=True)
     if part is None or not (4 < rows <= 64 or part.endswith("_all")):
@@ -457,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{name} {ratio:.3f}" for name, ratio in ratios.items()))  # fmt: skip
     # must reproduce the defaults bit for bit
     exact = ("radix4", "radix3", "radix1", "radix8", "pdl", "no_pdl", "attn_early", "attn_late", "attn_qsplit1", "attn_qsplit2",
-             "talker_chain_off")
+             "talker_chain_off", "tattn_tma")
     forced_ok = all(r <= 1.1 for ratios in report.get("teacher_forced_ratio", {}).values() for r in ratios.values())
     return 0 if forced_ok and all(report["variants"].get(v, {}).get("bitwise_equal", True) for v in exact) else 1
 

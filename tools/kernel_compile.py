@@ -45,6 +45,8 @@ def compile_for(kernel: Any, constants: dict[str, Any], pointers: dict[str, str]
     for name in kernel.arg_names:
         if name in constants:
             signature[name] = "constexpr"
+        elif name in pointers:  # (a pointer's element type, or another type: "tensordesc<bf16[1,32]>")
+            signature[name] = pointers[name]
         elif name.endswith("_ptr"):
             signature[name] = pointers.get(name, "*bf16")
         else:
@@ -130,7 +132,7 @@ def attention_census() -> list[tuple[str, int, dict[str, int]]]:
                        census=True)  # fmt: skip
     rows.append(("cp_attention per-head, 2 programs a kv head, 1 warp", 64 * 16, info))
     talker = dict(H=16, KV=8, G=2, GP=16, D=128, SPLITS=2, CHUNK=32, BLOCK=32, PRECISION="tf32", INTERLEAVED=True,
-                  MERGE_LAST=False, PDL=True, TIMELINE=0)  # fmt: skip
+                  MERGE_LAST=False, PDL=True, TIMELINE=0, TMA=False)  # fmt: skip
     for q_heads in (False, True):
         info = compile_for(_split_rope_kernel, {**talker, "Q_HEADS": q_heads}, ATTENTION_POINTERS, aligned=STRIDES,
                            census=True)  # fmt: skip

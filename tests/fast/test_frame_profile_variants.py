@@ -68,6 +68,9 @@ def test_an_attention_variant_reaches_the_talkers_5_to_64_row_steps_only_while_c
     with frame_profile.attention_config("tattn_merge_last"):  # every size, merged in the attention kernel
         assert all(decode_attention.default_split_config(rows).merge_last for rows in (1, 16, 64, 128))
     assert not any(decode_attention.default_split_config(rows).merge_last for rows in (1, 16, 64, 128))
+    with frame_profile.attention_config("tattn_tma"):  # every size, the rest of its configuration kept
+        assert all(decode_attention.default_split_config(rows).tma for rows in (1, 16, 64, 128))
+        assert decode_attention.default_split_config(64).programs == 2
     with frame_profile.attention_config("tattn_p1_64_all"):  # one program a (row, kv head) at every size
         assert all(decode_attention.default_split_config(rows).programs == 1 for rows in (1, 16, 64, 128))
 

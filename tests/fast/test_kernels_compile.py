@@ -86,7 +86,7 @@ def test_the_talker_attention_compiles_as_programmatic_dependents_at_no_extra_co
     pointers = {"slots_ptr": "*i64", "lengths_ptr": "*i64", "m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32",
                 "count_ptr": "*i32"}  # fmt: skip
     split = dict(H=16, KV=8, G=2, GP=16, D=128, SPLITS=16, CHUNK=128, BLOCK=BLOCK_N, PRECISION="tf32",
-                 INTERLEAVED=False, MERGE_LAST=False, Q_HEADS=False, TIMELINE=0)  # fmt: skip
+                 INTERLEAVED=False, MERGE_LAST=False, Q_HEADS=False, TIMELINE=0, TMA=False)  # fmt: skip
     chained, plain = (compile_for(_split_rope_kernel, {**split, "PDL": pdl}, pointers) for pdl in (True, False))
     assert chained["spills"] <= plain["spills"] and chained["shared"] == plain["shared"]
     merging = compile_for(_split_rope_kernel, {**split, "PDL": True, "MERGE_LAST": True}, pointers)
@@ -104,6 +104,13 @@ def test_the_talker_attention_compiles_as_programmatic_dependents_at_no_extra_co
                                              "CHUNK": 32, "BLOCK": 32, "TIMELINE": TIMELINE_STAGES},
                         {**pointers, "stamps_ptr": "*i64"}, aligned=("stride_s", "stride_k", "stride_l"))  # fmt: skip
     assert timed["spills"] == 0
+    # whole key blocks as bulk tensor copies (`SplitConfig.tma`): TMA loads in the SASS, no spills
+    descriptor = "tensordesc<bf16[1,1,32,128]>"
+    bulk = compile_for(_split_rope_kernel, {**split, "PDL": True, "Q_HEADS": True, "INTERLEAVED": True, "SPLITS": 2,
+                                            "CHUNK": 32, "BLOCK": 32, "TMA": True},
+                       {**pointers, "k_desc": descriptor, "v_desc": descriptor},
+                       aligned=("stride_s", "stride_k", "stride_l"), census=True)  # fmt: skip
+    assert bulk["spills"] == 0 and bulk.get("UTMALDG", 0) > 0
     merge = compile_for(_merge_kernel, dict(H=16, SPLITS=16, CHUNK=128, D=128, PDL=True), pointers)
     assert 0 < merge["registers"] <= 255 and merge["spills"] == 0
 

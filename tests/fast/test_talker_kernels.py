@@ -116,9 +116,10 @@ print(json.dumps({"error": float((ours - theirs).norm() / theirs.norm()),
 @pytest.mark.parametrize("config", [{"keys_per_split": 64}, {"programs": 4, "block_n": 32},
                                     {"programs": 4, "block_n": 32, "merge_last": True},
                                     {"programs": 2, "block_n": 32, "q_heads": False},
-                                    {"programs": 1, "block_n": 32}],
+                                    {"programs": 1, "block_n": 32}, {"keys_per_split": 64, "tma": True},
+                                    {"programs": 2, "block_n": 16, "tma": True}],
                          ids=["64-key-splits", "interleaved-4", "interleaved-4-merge-last",
-                              "whole-query-tile", "one-program"])  # fmt: skip
+                              "whole-query-tile", "one-program", "tma", "interleaved-2-tma"])  # fmt: skip
 def test_attention_with_the_qk_norm_and_rope_folded_in_equals_the_two_kernels_it_replaces(config: dict) -> None:
     """Every row's new key and value reach the cache (poisoned there before the call) as `qk_norm_rope` writes
     them, and attention over chunks that end at, before and after split boundaries reads them (interleaved: the

@@ -80,6 +80,11 @@ class SplitConfig:
     # -0.015 / -0.005 / -0.015 / -0.014 ms at B = 1 / 4 / 16 / 64 (twenty-sixth session), -0.015 / -0.005 / -0.017 /
     # -0.015 (twenty-seventh); the GPU check passed with it (H100, 6d651e1). Off: `tools/frame_profile.py` tattn_tile_q.
     q_heads: bool = True
+    # The fused-rope split kernel reads its whole key blocks as bulk tensor copies (TMA, Hopper and later: one
+    # descriptor load a [BLOCK, D] block instead of a thread's share of vector loads), the last partial block as
+    # masked loads. Unmeasured: at 64 rows the key loop waits ~7 us on the memory queue (`tools/attention_timeline.py
+    # --chained`, H100, 2026-12-05), and fewer, larger requests may drain it faster. Off.
+    tma: bool = False
 
 
 def default_split_config(rows: int) -> SplitConfig:
@@ -163,15 +168,40 @@ if HAVE_TRITON:
         tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=q_mask[:, None])
 
     @triton.jit
+    def _attend_block(q, k, v, k_mask, m, l_sum, acc, scale, PRECISION: tl.constexpr):
+        """Keys k, values v [BLOCK, D] (k_mask [BLOCK]: those that count; v zero elsewhere) into the running
+        partial (max m [GP], sum l_sum [GP], weighted values acc [GP, D], fp32) of queries q [GP, D]: the steps of
+        `_attend_chunk`'s loop, for blocks already loaded."""
+        s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [GP,BLOCK] fp32
+        s = tl.where(k_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m, tl.max(s, axis=1))  # every block holds at least one key: finite
+        alpha = tl.exp(m - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_sum = l_sum * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        return m_new, l_sum, acc
+
+    @triton.jit
     def _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, b, heads, d, H: tl.constexpr,
                       GP: tl.constexpr, D: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr,
-                      STEP: tl.constexpr):  # fmt: skip
+                      STEP: tl.constexpr, k_desc=None, v_desc=None, slot=0, j=0, bulk_end=0,
+                      TMA: tl.constexpr = False):  # fmt: skip
         """Queries q [GP, D] (heads [GP] of row b) over the cache's BLOCK-key blocks starting at lo, lo + STEP, ...
         below hi (at `base`, `stride_l` apart) -> the split's partial (max [GP], sum [GP], weighted values [GP, D])
-        in fp32. STEP = BLOCK: keys lo..hi-1; SPLITS * BLOCK: interleaved."""
+        in fp32. STEP = BLOCK: keys lo..hi-1; SPLITS * BLOCK: interleaved. TMA: the whole blocks as bulk copies
+        through the caches' tensor descriptors (`k_desc`, `v_desc` over [S, K, L, D], block [1, 1, BLOCK, D], at
+        cache slot `slot`, kv head `j`) while they end at or before `bulk_end`, the rest as masked loads."""
         m = tl.full([GP], float("-inf"), tl.float32)
         l_sum = tl.zeros([GP], tl.float32)
         acc = tl.zeros([GP, D], tl.float32)
+        if TMA:
+            whole = tl.maximum(bulk_end - BLOCK - lo + STEP, 0) // STEP  # blocks lo + i * STEP ending by bulk_end
+            for i in range(0, whole):
+                at = [slot.to(tl.int32), j, (lo + i * STEP).to(tl.int32), 0]  # (descriptor offsets are 32-bit)
+                k = k_desc.load(at).reshape(BLOCK, D)
+                v = v_desc.load(at).reshape(BLOCK, D)
+                m, l_sum, acc = _attend_block(q, k, v, tl.full([BLOCK], 1, tl.int1), m, l_sum, acc, scale, PRECISION)
+            lo = lo + whole * STEP  # the partial block, if any, below
         for start in range(lo, hi, STEP):  # stops at the row's length; the last block's tail is masked
             n = start + tl.arange(0, BLOCK)
             k_mask = n < hi
@@ -233,10 +263,11 @@ if HAVE_TRITON:
     @triton.jit
     def _split_rope_kernel(
         qkv_ptr, cos_ptr, sin_ptr, qw_ptr, kw_ptr, k_ptr, v_ptr, slots_ptr, lengths_ptr, m_ptr, l_ptr, acc_ptr,
-        out_ptr, count_ptr, stamps_ptr, scale, eps, stride_s, stride_k, stride_l,
+        out_ptr, count_ptr, stamps_ptr, k_desc, v_desc, scale, eps, stride_s, stride_k, stride_l,
         H: tl.constexpr, KV: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, D: tl.constexpr,
         SPLITS: tl.constexpr, CHUNK: tl.constexpr, BLOCK: tl.constexpr, PRECISION: tl.constexpr, PDL: tl.constexpr,
         INTERLEAVED: tl.constexpr, MERGE_LAST: tl.constexpr, Q_HEADS: tl.constexpr, TIMELINE: tl.constexpr,
+        TMA: tl.constexpr,
     ):  # fmt: skip
         b = tl.program_id(0)
         j = tl.program_id(1)
@@ -300,7 +331,10 @@ if HAVE_TRITON:
             if TIMELINE:
                 tl.store(stamps + 3, globaltimer())
             m, l_sum, acc = _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, b, heads, d, H, GP, D,
-                                          BLOCK, PRECISION, SPLITS * BLOCK if INTERLEAVED else BLOCK)  # fmt: skip
+                                          BLOCK, PRECISION, SPLITS * BLOCK if INTERLEAVED else BLOCK, k_desc, v_desc,
+                                          slot, j, tl.minimum(hi, length - 1), TMA)  # fmt: skip
+            # (bulk copies stop before the new key: this program has just stored it, and the async proxy that reads
+            # them is not ordered after a store without a proxy fence)
             if TIMELINE:
                 tl.debug_barrier()
                 tl.store(stamps + 4, globaltimer() + (tl.sum(l_sum, axis=0) * 0).to(tl.int64))  # after the loop's sums
@@ -418,8 +452,15 @@ def decode_attention_rope(
     qkv, cos, sin, slots, lengths = (t.contiguous() for t in (qkv, cos, sin, slots, lengths))
     group = num_heads // num_kv_heads
     config = config or default_split_config(rows)
+    descriptors: tuple[object, ...] = (k_cache, v_cache)  # (unread without `config.tma`)
+    if config.tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor  # (only here: Triton 3.4+)
+
+        shape = [1, 1, config.block_n, d]  # one kv head's block of keys
+        descriptors = tuple(TensorDescriptor.from_tensor(cache, block_shape=shape) for cache in (k_cache, v_cache))
     return _split_and_merge(_split_rope_kernel, (qkv, cos, sin, q_weight, k_weight), rows, num_heads, num_kv_heads,
                             d, qkv.dtype, k_cache, v_cache, slots, lengths, config, 1.0 / math.sqrt(d), eps,
-                            pdl=pdl, after_counts=(lengths if timeline is None else timeline,), KV=num_kv_heads,
-                            G=group, GP=max(16, triton.next_power_of_2(group)), Q_HEADS=config.q_heads,
-                            TIMELINE=0 if timeline is None else TIMELINE_STAGES)  # fmt: skip
+                            pdl=pdl, after_counts=(lengths if timeline is None else timeline, *descriptors),
+                            KV=num_kv_heads, G=group, GP=max(16, triton.next_power_of_2(group)),
+                            Q_HEADS=config.q_heads, TIMELINE=0 if timeline is None else TIMELINE_STAGES,
+                            TMA=config.tma)  # fmt: skip
