@@ -168,18 +168,16 @@ if HAVE_TRITON:
         tl.store(acc_ptr + part[:, None] * D + d[None, :], acc, mask=q_mask[:, None])
 
     @triton.jit
-    def _attend_block(q, k, v, k_mask, m, l_sum, acc, scale, PRECISION: tl.constexpr):
-        """Keys k, values v [BLOCK, D] (k_mask [BLOCK]: those that count; v zero elsewhere) into the running
-        partial (max m [GP], sum l_sum [GP], weighted values acc [GP, D], fp32) of queries q [GP, D]: the steps of
-        `_attend_chunk`'s loop, for blocks already loaded."""
+    def _block_weights(q, k, k_mask, m, l_sum, scale, PRECISION: tl.constexpr):
+        """Queries q [GP, D] against one block of keys k [BLOCK, D] (k_mask [BLOCK]: those that count), online
+        softmax -> (new max [GP], the old partial's rescale alpha [GP], the block's weights p [GP, BLOCK], new sum
+        [GP]); the caller adds p's values into its partial as acc * alpha + p v."""
         s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [GP,BLOCK] fp32
         s = tl.where(k_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m, tl.max(s, axis=1))  # every block holds at least one key: finite
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new[:, None])
-        l_sum = l_sum * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        return m_new, l_sum, acc
+        return m_new, alpha, p, l_sum * alpha + tl.sum(p, axis=1)
 
     @triton.jit
     def _attend_chunk(q, k_ptr, v_ptr, base, lo, hi, stride_l, scale, b, heads, d, H: tl.constexpr,
@@ -200,22 +198,17 @@ if HAVE_TRITON:
                 at = [slot.to(tl.int32), j, (lo + i * STEP).to(tl.int32), 0]  # (descriptor offsets are 32-bit)
                 k = k_desc.load(at).reshape(BLOCK, D)
                 v = v_desc.load(at).reshape(BLOCK, D)
-                m, l_sum, acc = _attend_block(q, k, v, tl.full([BLOCK], 1, tl.int1), m, l_sum, acc, scale, PRECISION)
+                m, alpha, p, l_sum = _block_weights(q, k, tl.full([BLOCK], 1, tl.int1), m, l_sum, scale, PRECISION)
+                acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             lo = lo + whole * STEP  # the partial block, if any, below
         for start in range(lo, hi, STEP):  # stops at the row's length; the last block's tail is masked
             n = start + tl.arange(0, BLOCK)
             k_mask = n < hi
             offsets = base + n[:, None] * stride_l + d[None, :]
             k = tl.load(k_ptr + offsets, mask=k_mask[:, None], other=0.0)  # [BLOCK,D]
-            s = tl.dot(q, tl.trans(k), input_precision=PRECISION) * scale  # [GP,BLOCK] fp32
-            s = tl.where(k_mask[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, axis=1))  # every block holds at least one key: finite
-            alpha = tl.exp(m - m_new)
-            p = tl.exp(s - m_new[:, None])
-            l_sum = l_sum * alpha + tl.sum(p, axis=1)
+            m, alpha, p, l_sum = _block_weights(q, k, k_mask, m, l_sum, scale, PRECISION)
             v = tl.load(v_ptr + offsets, mask=k_mask[:, None], other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-            m = m_new
         return m, l_sum, acc
 
     @triton.jit
