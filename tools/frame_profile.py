@@ -49,6 +49,13 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
     talker_chain  the talker's 16 and 64 row decode steps as `run_layers_chained` (the engine's default);
                talker_chain_off unchained; talker_chain_all also 32 rows; talker_chain_down with down in a 16-column
                tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices
+    wide64[_128]  the code predictor's 64 token-row steps (and with _128 a B = 64 frame's first step, 128 rows, at 8
+               warps) with every product but gate|up 64 columns a program, K cut into as many slices as bring it to
+               ~128 programs (`wide_tile`): each program re-reads the step's rows from L2 for its own columns, so at
+               64 rows the 16-32 column tiles read 2-4x their weight's bytes again in activations (gate|up keeps
+               its 32 columns: it reads twice the weight a column)
+    talker_wide64, talker_wide128[_down]  the talker's 64-row chained steps with qkv, o and down (or only down,
+               instead of cuBLAS) in 64- or 128-column `wide_tile`s, the 16-row steps' tiles as the engine's
     tattn_p2, tattn_p2_32, tattn_p4_32  the talker's 5-64 row decode attention in 2 (or 4) interleaved programs
                per (row, kv head), 64- or 32-key blocks, 4 warps (`SplitConfig.programs`; the engine's default at
                33-64 rows is tattn_p2_32's)
@@ -111,7 +118,9 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "split1_narrow", "cublas_small", "talker_gemv", "talker_rope", "talker_gemv_rope", "talker_chain",
             "talker_chain_off", "talker_chain_all", "talker_chain_down", "talker_chain_down_split2", "tattn_p2",
             "tattn_p2_32", "tattn_p4_32", "tattn_merge_last", "tattn_tile_q", "tattn_tma",
-            "tattn_p1_32", "tattn_p1_64", "tattn_p1_64_all", "ko_cp_norms", "ko_cp_attention", "ko_talker_norms", "ko_talker_attention")
+            "tattn_p1_32", "tattn_p1_64", "tattn_p1_64_all", "wide64", "wide64_128", "talker_wide64",
+            "talker_wide128", "talker_wide64_down", "talker_wide128_down", "ko_cp_norms", "ko_cp_attention",
+            "ko_talker_norms", "ko_talker_attention")
 CONTEXT = 512
 ROUNDS = 5
 
@@ -126,6 +135,27 @@ def frame_kernels(variant: str) -> Any:
     return kernels
 
 
+# The full-size products' (output columns, K): `wide_tile` cuts K by them (the variants are for the 1.7B model).
+CP_SHAPES = {"proj": (1024, 2048), "qkv": (4096, 1024), "o": (1024, 2048), "down": (1024, 3072), "head": (2048, 1024)}
+TALKER_SHAPES = {"qkv": (4096, 2048), "o": (2048, 2048), "down": (2048, 6144)}
+WIDE_PROGRAMS = 128  # about one program an SM (H100 132, H200 132)
+
+
+def wide_tile(columns: int, k: int, block_n: int, *, num_warps: int = 4, block_k: int = 128) -> Any:
+    """A tensor-core tile of `block_n` output columns a program for a `columns` x `k` product, K cut into the
+    fewest slices (a power of two, whole `block_k` tiles each) that give it `WIDE_PROGRAMS` programs or more,
+    pipelined over up to 4 tiles (3 at 128 columns, where a stage is 48 KB of shared memory)."""
+    from engine.fast.kernels.gemv import GemvConfig
+
+    tiles = -(-columns // block_n)
+    split = 1
+    while tiles * split < WIDE_PROGRAMS and k % (2 * split * block_k) == 0:
+        split *= 2
+    stages = min(3 if block_n > 64 else 4, k // (split * block_k))
+    return GemvConfig(block_n=block_n, block_k=block_k, num_warps=num_warps, use_dot=True, loop_stages=stages,
+                      split_k=split)  # fmt: skip
+
+
 def _cp_change(kernels: Any, variant: str) -> Any:
     """One variant part's change to the code predictor's `FrameKernels` (parts that change only the talker: none)."""
     from engine.fast.code_predictor_graph import DEFAULT_DOT_GEMV, PRODUCTS, SPLIT_PRODUCTS, split_products
@@ -138,6 +168,14 @@ def _cp_change(kernels: Any, variant: str) -> Any:
         if which == "128":  # a B = 64 frame's first step too (2 token rows a frame row)
             tiles[128] = DEFAULT_DOT_GEMV[64]
         return replace(kernels, dot_gemv=split_products(tiles, int(slices), names))
+    if variant in ("wide64", "wide64_128"):
+        tiles = dict(kernels.dot_gemv)
+        for rows in (64, 128) if variant.endswith("_128") else (64,):
+            warps = 8 if rows > 64 else 4  # 8 warps keep 128-wide K loads at 128 rows (`launch_tile`)
+            wide = {name: wide_tile(n, k, 64, num_warps=warps) for name, (n, k) in CP_SHAPES.items()}
+            tiles[rows] = {**DEFAULT_DOT_GEMV[64], **wide, "gate_up": replace(DEFAULT_DOT_GEMV[64]["gate_up"],
+                                                                             num_warps=warps)}  # fmt: skip
+        return replace(kernels, dot_gemv=tiles)
     if variant == "sixteenth":
         return replace(kernels, pdl=False, dot_gemv={})
     if variant in ("pdl", "no_pdl"):
@@ -179,6 +217,12 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
     from engine.fast.talker_graph import chain_options
 
     part = next((part for part in variant.split("+") if part.startswith("talker_") or part == "sixteenth"), "")
+    if part.startswith("talker_wide"):  # talker_wide<columns>[_down]: the 64-row steps' own tiles
+        columns, _, only = part.removeprefix("talker_wide").partition("_")
+        rows, tiles = chain_options("on")
+        names = ("down",) if only == "down" else tuple(TALKER_SHAPES)
+        wide = replace(tiles, **{name: wide_tile(*TALKER_SHAPES[name], int(columns)) for name in names})
+        return (ENGINE_DEFAULTS.talker_gemv_rows, True, rows, ((64, wide),))
     if part == "talker_chain_off":
         return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, (), None)
     if part.startswith("talker_chain"):
@@ -307,7 +351,7 @@ def build(model: Any, variants: list[str], batches: list[int], context: int) -> 
         rows, rope, chain, tiles, attention, knockout = key
         with attention_config(attention), knocked_out(knockout, "ko_talker_"):
             talkers[key] = TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows, fused_rope=rope,
-                                        chain_rows=chain, chain_tiles=tiles)  # fmt: skip
+                                        chain_rows=chain, chain_tiles=dict(tiles) if isinstance(tiles, tuple) else tiles)  # fmt: skip
             talkers[key].decode_steps.capture()
     predictors = {}
     for variant in variants:

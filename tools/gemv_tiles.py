@@ -48,10 +48,12 @@ DOT_COLUMNS, DOT_K_LOADS, DOT_STAGES = (16, 32, 64), (64, 128, 256), (0, 2, 3, 4
 DOT_ROWS = 16  # from here the steps norm apart and the grid is tensor-core tiles
 
 
-def tile_grid(k: int, silu: bool, rows: int = 1, splits: tuple[int, ...] = (1,)) -> list[Any]:
+def tile_grid(k: int, silu: bool, rows: int = 1, splits: tuple[int, ...] = (1,),
+              columns: tuple[int, ...] = DOT_COLUMNS) -> list[Any]:  # fmt: skip
     """The tiles tried for one product at `rows` rows. CUDA-core tiles: 16 or 32 weight values a thread, K unrolled
-    only up to 8 loads. Tensor-core tiles: one per distinct launch (`launch_tile` caps K per load by the rows), in
-    each of `splits` K slices (`GemvConfig.split_k`: pipelined loops over whole tiles only)."""
+    only up to 8 loads. Tensor-core tiles (`columns` output columns a program): one per distinct launch
+    (`launch_tile` caps K per load by the rows), in each of `splits` K slices (`GemvConfig.split_k`: pipelined loops
+    over whole tiles only)."""
     from engine.fast.kernels.gemv import GemvConfig, launch_tile
 
     grid = []
@@ -62,9 +64,8 @@ def tile_grid(k: int, silu: bool, rows: int = 1, splits: tuple[int, ...] = (1,))
                 grid.append(GemvConfig(block_n=columns, block_k=k_load, num_warps=warps, loop_stages=stages))
         return grid
     launched = set()
-    for columns, k_load, warps, stages, split in itertools.product(DOT_COLUMNS, DOT_K_LOADS, WARPS, DOT_STAGES,
-                                                                   splits):  # fmt: skip
-        config = GemvConfig(block_n=columns, block_k=k_load, num_warps=warps, use_dot=True, loop_stages=stages,
+    for width, k_load, warps, stages, split in itertools.product(columns, DOT_K_LOADS, WARPS, DOT_STAGES, splits):
+        config = GemvConfig(block_n=width, block_k=k_load, num_warps=warps, use_dot=True, loop_stages=stages,
                             split_k=split)  # fmt: skip
         tile = launch_tile(rows, k, config)
         if (tile, warps, stages, split) in launched or (stages == 0 and k // tile[3] > 8):
@@ -93,7 +94,8 @@ def today_tile(model: str, name: str, rows: int) -> Any:
 
 
 def bench_product(model: str, name: str, rows: int, device: str, scale: int, grid_limit: int | None,
-                  compile_only: bool = False, splits: tuple[int, ...] = (1,)) -> dict[str, Any]:  # fmt: skip
+                  compile_only: bool = False, splits: tuple[int, ...] = (1,),
+                  widths: tuple[int, ...] = DOT_COLUMNS) -> dict[str, Any]:  # fmt: skip
     import torch
 
     from engine.fast.kernels.gemv import gemv, gemv_reference
@@ -125,7 +127,7 @@ def bench_product(model: str, name: str, rows: int, device: str, scale: int, gri
     out = torch.empty(rows, columns, device=device, dtype=dtype)
     total = torch.empty(rows, k, device=device, dtype=dtype) if norm and not dot else None
     today = today_tile(model, name, rows)
-    grid = tile_grid(k, silu, rows, splits)[:grid_limit]
+    grid = tile_grid(k, silu, rows, splits, widths)[:grid_limit]
     tiles = ([("today", today)] if today is not None else []) + [(label(c), c) for c in grid]
     result: dict[str, Any] = {"rows": rows, "n": n, "k": k, "tiles": [], "wrong": [], "unlaunchable": []}
     for tile_name, config in tiles:
@@ -170,7 +172,8 @@ def _compile_in_parallel(args: argparse.Namespace) -> None:
     """Every (product, rows) grid compiled in its own process, `--jobs` at a time: Triton's on-disk cache then
     hands the timing process its kernels without compiling them one by one."""
     cmds = [[sys.executable, __file__, "--model", args.model, "--rows", str(rows), "--products", name,
-             "--split-k", *map(str, args.split_k), "--compile-only", "--out", os.devnull]
+             "--split-k", *map(str, args.split_k), "--columns", *map(str, args.columns), "--compile-only",
+             "--out", os.devnull]
             for rows in args.rows for name in args.products]  # fmt: skip
     running: list[subprocess.Popen[bytes]] = []
     for cmd in cmds:
@@ -189,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=0, help="compile the grids in this many processes first")
     parser.add_argument("--split-k", type=int, nargs="+", default=[1],
                         help="tensor-core tiles in these many K slices each (`GemvConfig.split_k`; default 1)")
+    parser.add_argument("--columns", type=int, nargs="+", default=list(DOT_COLUMNS),
+                        help="tensor-core tiles' output columns a program (default: 16 32 64)")
     parser.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=Path("gemv_tiles.json"))
     parser.add_argument("--dry-run", action="store_true", help="CPU, Triton's interpreter, tiny shapes, 2 tiles")
@@ -210,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     for rows in args.rows:
         for name in args.products:
             result = bench_product(args.model, name, rows, device, scale, limit, args.compile_only,
-                                   tuple(args.split_k))  # fmt: skip
+                                   tuple(args.split_k), tuple(args.columns))  # fmt: skip
             report["products"][f"{name}@{rows}"] = result
             if device == "cpu" or args.compile_only:
                 print(f"{name:8s} rows {rows}: {len(result['tiles'])} tiles agree with the twin, "

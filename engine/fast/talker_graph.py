@@ -15,7 +15,7 @@ Host work per step: fill the static inputs (one copy), replay, advance the host 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -65,18 +65,20 @@ class TalkerGraphs:
                  *, prefill_sizes: Sequence[int] = (), prefill_buckets: Sequence[int] = (),
                  use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP,
                  gemv_max_rows: int = 0, fused_rope: bool = False,
-                 chain_rows: Sequence[int] = (), chain_tiles: ChainTiles | None = None) -> None:  # fmt: skip
+                 chain_rows: Sequence[int] = (),
+                 chain_tiles: ChainTiles | Mapping[int, ChainTiles] | None = None) -> None:  # fmt: skip
         """`gemv_max_rows`: decode steps of up to this many rows run `run_layers_streamed` (products as weight
         streams in `gemv`, norms and SwiGLU folded in); above it, and at 0, cuBLAS products (`run_layers`).
         `fused_rope`: decode steps norm and rotate q and k inside the attention's split kernel
         (`decode_attention_rope`) instead of a `qk_norm_rope` kernel a layer. `chain_rows` (with `fused_rope`):
         decode steps of exactly these row counts run `run_layers_chained` (tensor-core `gemv` products, every
-        kernel a programmatic dependent launch), with `chain_tiles` (None: `ChainTiles()`); unmeasured on a GPU, so
-        none by default."""
+        kernel a programmatic dependent launch), with `chain_tiles` (None: `ChainTiles()`; a mapping: each row
+        count's own, `ChainTiles()` for counts it leaves out)."""
         self.model = model
         self.gemv_max_rows = gemv_max_rows
         self.chain_rows = tuple(chain_rows) if fused_rope else ()
-        self.chain_tiles = chain_tiles or ChainTiles()
+        by_rows = chain_tiles if isinstance(chain_tiles, Mapping) else dict.fromkeys(self.chain_rows, chain_tiles)
+        self.chain_tiles = {rows: by_rows.get(rows) or ChainTiles() for rows in self.chain_rows}
         self.fused_rope = fused_rope
         self.talker = model.talker
         self.config = model.config.talker
@@ -182,7 +184,7 @@ class TalkerGraphs:
 
         norm = self.talker.model.norm.weight
         if chained:
-            hidden = run_layers_chained(self.layers, x, norm, attend_qkv, self.chain_tiles)
+            hidden = run_layers_chained(self.layers, x, norm, attend_qkv, self.chain_tiles[n])
         else:
             stack = run_layers_streamed if n <= self.gemv_max_rows else run_layers
             hidden = stack(self.layers, x, norm, cos, sin, self.caches, index, positions, attend,

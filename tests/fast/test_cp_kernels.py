@@ -135,3 +135,44 @@ def test_the_fused_frame_with_tensor_core_products_equals_the_plain_executor(row
     result = run_interpreted(FRAME_WIDE, timeout_s=600, args=(str(rows), norms))
     assert result["codes"] and result["written"]
     assert result["embed"] < 1e-5
+
+
+SPLIT_GROUPS = """
+import json, torch
+import engine.fast.kernels.gemv as gemv_module
+from engine.fast.kernels.gemv import GemvConfig, gemv, gemv_reference, launch_tile
+gen = torch.Generator().manual_seed(5)
+x = torch.randn(17, 128, generator=gen)
+results = {}
+for silu in (False, True):
+    weight = torch.randn(48 if silu else 24, 128, generator=gen) * 0.1
+    truth = gemv_reference(x, weight, silu_mul=silu)[0]
+    config = GemvConfig(block_n=8, block_k=16, use_dot=True, loop_stages=2, split_k=8)  # 8 slices of one tile
+    _, block_r, block_n, _ = launch_tile(17, 128, config)
+    tile_values = block_r * block_n * (2 if silu else 1)
+    for slices in (1, 2, 4, 8):  # partials in flight a thread: 1, 2, 4 or all 8 slices' at once
+        gemv_module.SUM_VALUES = slices * tile_values // 128
+        group = gemv_module.sum_group(8, tile_values, 4)
+        assert group == slices, (group, slices)
+        out = torch.full((17, weight.shape[0] // (2 if silu else 1)), float("nan"))
+        for _ in range(2):  # twice: the arrival counts are zero again after a launch
+            gemv(x, weight, config=config, silu_mul=silu, out=out)
+        results[f"{'silu' if silu else 'plain'}_g{group}"] = out.clone()
+        results[f"truth_{'silu' if silu else 'plain'}"] = truth
+print(json.dumps({name: value.tolist() for name, value in results.items()}))
+"""
+
+
+def test_a_split_products_slices_sum_the_same_whichever_many_are_read_at_once() -> None:
+    """`gemv` in 8 K slices: the last slice program reads the partials 1, 2, 4 or 8 slices at a time
+    (`sum_group`), always adding them in slice order, so every grouping gives bitwise the same product, and that
+    product is the twin's (fp32 in Triton's interpreter; plain and SwiGLU epilogues)."""
+    import torch
+
+    results = {name: torch.tensor(value) for name, value in run_interpreted(SPLIT_GROUPS, timeout_s=600).items()}
+    for kind in ("plain", "silu"):
+        groups = {name: value for name, value in results.items() if name.startswith(f"{kind}_g")}
+        assert set(groups) == {f"{kind}_g{g}" for g in (1, 2, 4, 8)}
+        first = groups[f"{kind}_g1"]
+        assert all(torch.equal(value, first) for value in groups.values())
+        torch.testing.assert_close(first, results[f"truth_{kind}"], rtol=1e-5, atol=1e-5)

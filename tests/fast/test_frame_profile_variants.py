@@ -17,7 +17,7 @@ def test_every_named_variant_builds_its_kernels_and_talker_options() -> None:
         assert kernels.fused and rows in (0, 2) and isinstance(rope, bool)
         # the engine's defaults chain the talker's 16-64 row steps; talker_chain_off, the other talker parts and
         # the sixteenth session's form do not
-        chained = name.startswith("talker_chain") or not name.startswith(("talker_", "sixteenth"))
+        chained = name.startswith(("talker_chain", "talker_wide")) or not name.startswith(("talker_", "sixteenth"))
         assert (tiles is not None) == bool(chain) == (chained and name != "talker_chain_off"), name
 
 
@@ -46,6 +46,37 @@ def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
     assert small[4] == small[8] and all(tile.use_dot for tile in small[4].values())
     assert {name for name, tile in small[4].items() if tile.split_k == 4} == {"proj", "o", "down"}
     assert set(frame_profile.frame_kernels("cublas_small").dot_gemv) == {16, 32, 64}  # those steps in cuBLAS
+
+
+def test_wide_variants_give_the_64_row_products_64_or_128_columns_and_about_one_program_an_sm() -> None:
+    """wide64: every code-predictor product but gate|up at 64 token rows (and with _128 at 128, 8 warps) 64 columns a
+    program, K in whole-tile slices bringing it to 128 programs; talker_wide<n>[_down]: the talker's 64-row chained
+    steps only, qkv / o / down (or down alone) n columns a program, the 16-row steps' tiles the engine's."""
+    from engine.fast.decoder import ChainTiles
+    from engine.fast.kernels.gemv import launch_tile
+
+    defaults = frame_profile.frame_kernels("defaults").dot_gemv
+    for variant, rows_changed in (("wide64", (64,)), ("wide64_128", (64, 128))):
+        tiles = frame_profile.frame_kernels(variant).dot_gemv
+        assert {rows: t for rows, t in tiles.items() if rows not in rows_changed} == {
+            rows: t for rows, t in defaults.items() if rows not in rows_changed}
+        for rows in rows_changed:
+            assert tiles[rows]["gate_up"].block_n == defaults[64]["gate_up"].block_n
+            for name, (n, k) in frame_profile.CP_SHAPES.items():
+                tile = tiles[rows][name]
+                block_k = launch_tile(rows, k, tile)[3]
+                assert tile.block_n == 64 and (n // 64) * tile.split_k == 128 and k % (tile.split_k * block_k) == 0
+                assert tile.num_warps == (8 if rows == 128 else 4) and 0 < tile.loop_stages <= 4
+    for columns in (64, 128):
+        rows, rope, chain, by_rows = frame_profile.talker_options(f"talker_wide{columns}")
+        assert rope and chain == (16, 64) and dict(by_rows).keys() == {64}
+        wide = dict(by_rows)[64]
+        assert wide.gate_up == ChainTiles().gate_up
+        for name, (n, k) in frame_profile.TALKER_SHAPES.items():
+            tile = getattr(wide, name)
+            assert tile.block_n == columns and (n // columns) * tile.split_k == 128 and k % (tile.split_k * 128) == 0
+        down_only = dict(frame_profile.talker_options(f"talker_wide{columns}_down")[3])[64]
+        assert down_only == ChainTiles(down=wide.down)
 
 
 @pytest.mark.parametrize("variant", ["stream_norms", "persistent", "folded_norms", "talker_chain+talker_chain_all"])

@@ -47,3 +47,14 @@ def test_the_tensor_core_grid_launches_each_tile_once() -> None:
         launches = [(launch_tile(rows, 1024, c), c.num_warps, c.loop_stages) for c in grid]
         assert grid and all(c.use_dot for c in grid) and len(set(launches)) == len(launches)
         assert all(c.loop_stages or 1024 // tile[3] <= 8 for c, (tile, _, _) in zip(grid, launches, strict=True))
+
+
+def test_the_tensor_core_grid_takes_the_widths_asked_for_in_whole_tile_slices() -> None:
+    """`--columns 64 128 --split-k 1 4 8` for the talker's down product (K 6144) at 64 rows."""
+    from engine.fast.kernels.gemv import launch_tile
+
+    grid = gemv_tiles.tile_grid(6144, False, 64, (1, 4, 8), (64, 128))
+    assert {c.block_n for c in grid} == {64, 128} and {c.split_k for c in grid} == {1, 4, 8}
+    for config in grid:
+        block_k = launch_tile(64, 6144, config)[3]
+        assert 6144 % (config.split_k * block_k) == 0 and (config.split_k == 1 or config.loop_stages > 0)

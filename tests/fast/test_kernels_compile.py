@@ -17,12 +17,12 @@ pytestmark = pytest.mark.skipif(not have_ptxas(), reason="Triton without its NVI
 
 GEMV = dict(K=1024, HAS_INDEX=False, HAS_NORM=False, HAS_RESIDUAL=False, HAS_BIAS=False, SILU_MUL=False,
             USE_DOT=True, PRECISION="tf32", BLOCK_R=64, BLOCK_N=16, BLOCK_K=128, ONE_CHUNK=False, PDL=True,
-            LOOP_STAGES=4, SPLIT_K=1)  # fmt: skip
+            LOOP_STAGES=4, SPLIT_K=1, SUM_GROUP=1)  # fmt: skip
 GEMV_CASES = {
     "projection": {"K": 2048, "HAS_INDEX": True, "HAS_BIAS": True},
     # split K (`GemvConfig.split_k`): the last slice in sums the partials, then each epilogue
-    "split-k": {"K": 3072, "LOOP_STAGES": 2, "SPLIT_K": 4},
-    "split-k-gate-up": {"BLOCK_N": 16, "LOOP_STAGES": 2, "SPLIT_K": 4, "SILU_MUL": True},
+    "split-k": {"K": 3072, "LOOP_STAGES": 2, "SPLIT_K": 4, "SUM_GROUP": 4},
+    "split-k-gate-up": {"BLOCK_N": 16, "LOOP_STAGES": 2, "SPLIT_K": 4, "SILU_MUL": True, "SUM_GROUP": 4},
 }
 GEMV_POINTERS = {"index_ptr": "*i64", "part_ptr": "*fp32", "count_ptr": "*i32"}
 
@@ -38,6 +38,40 @@ def test_the_tensor_core_gemv_compiles_in_its_pdl_forms(case: str) -> None:
 
     constants = {**GEMV, "DTYPE": triton.language.bfloat16, **GEMV_CASES[case]}
     _fits(compile_for(_gemv_kernel, constants, GEMV_POINTERS))
+
+
+def _wide_tiles() -> dict[str, tuple[int, int, Any, bool]]:
+    """frame_profile's wide variants' tiles at full size: name -> (token rows, K, tile, projection epilogue)."""
+    from tools import frame_profile
+
+    tiles = {}
+    cp = frame_profile.frame_kernels("wide64_128").dot_gemv
+    k_of = {**{name: k for name, (_, k) in frame_profile.CP_SHAPES.items()}, "gate_up": 1024}
+    for rows in (64, 128):
+        for name, tile in cp[rows].items():
+            tiles[f"cp-{name}-{rows}"] = (rows, k_of[name], tile, name == "proj")
+    for columns in (64, 128):
+        wide = dict(frame_profile.talker_options(f"talker_wide{columns}")[3])[64]
+        for name, (_, k) in frame_profile.TALKER_SHAPES.items():
+            tiles[f"talker-{name}-{columns}"] = (64, k, getattr(wide, name), False)
+    return tiles
+
+
+@pytest.mark.parametrize("name", list(_wide_tiles()))
+def test_the_wide_split_tiles_compile_without_spilling(name: str) -> None:
+    """`tools/frame_profile.py`'s wide64 / talker_wide variants (64-128 columns a program, K in up to 8 slices, the
+    last slice program reading up to 4 slices' partials at once) fit an SM's registers and shared memory."""
+    from engine.fast.kernels.gemv import _gemv_kernel, launch_tile, sum_group
+
+    rows, k, tile, projection = _wide_tiles()[name]
+    silu = name.startswith("cp-gate_up")
+    use_dot, block_r, block_n, block_k = launch_tile(rows, k, tile)
+    constants = {**GEMV, "DTYPE": triton.language.bfloat16, "K": k, "HAS_INDEX": projection, "HAS_BIAS": projection,
+                 "SILU_MUL": silu, "USE_DOT": use_dot, "BLOCK_R": block_r, "BLOCK_N": block_n, "BLOCK_K": block_k,
+                 "LOOP_STAGES": tile.loop_stages, "SPLIT_K": tile.split_k,
+                 "SUM_GROUP": sum_group(tile.split_k, block_r * block_n * (2 if silu else 1), tile.num_warps)}  # fmt: skip
+    _fits(compile_for(_gemv_kernel, constants, GEMV_POINTERS, num_warps=tile.num_warps,
+                      aligned=("stride_x", "stride_res", "stride_out")))  # fmt: skip
 
 
 def test_rms_norm_compiles_as_a_programmatic_dependent() -> None:

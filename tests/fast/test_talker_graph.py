@@ -30,7 +30,8 @@ def model() -> Qwen3TTS:
 
 
 def _pair(model: Qwen3TTS, sizes: tuple[int, ...], gemv_rows: int = 0, fused_rope: bool = False,
-          chain_rows: tuple[int, ...] = (), chain_tiles: ChainTiles | None = None) -> tuple[TalkerExecutor, TalkerGraphs]:  # fmt: skip
+          chain_rows: tuple[int, ...] = (), chain_tiles: ChainTiles | dict[int, ChainTiles] | None = None,
+          ) -> tuple[TalkerExecutor, TalkerGraphs]:  # fmt: skip
     c = model.config.talker
     plain_slots = GenerationSlots(6, c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
     fast_slots = copy.deepcopy(plain_slots)
@@ -63,15 +64,18 @@ SPLIT_DOWN = GemvConfig(block_n=16, block_k=16, use_dot=True, loop_stages=2, spl
 @pytest.mark.parametrize(("sizes", "gemv_rows", "fused_rope", "chain_rows", "chain_tiles"),
                          [((1, 2), 0, False, (), None), ((4,), 0, False, (), None), ((1, 2), 2, False, (), None),
                           ((1, 2, 4), 2, True, (), None), ((2, 4), 0, True, (4,), None),
-                          ((2, 4), 0, True, (4,), ChainTiles(down=SPLIT_DOWN))],
+                          ((2, 4), 0, True, (4,), ChainTiles(down=SPLIT_DOWN)),
+                          ((2, 4), 0, True, (2, 4), {4: ChainTiles(down=SPLIT_DOWN)})],
                          ids=["split", "padded", "streamed", "fused-rope", "chained",
-                              "chained-split-down"])  # fmt: skip
+                              "chained-split-down", "chained-tiles-by-rows"])  # fmt: skip
 def test_prefill_and_decode_steps_equal_the_plain_executor(model: Qwen3TTS, sizes: tuple[int, ...], gemv_rows: int,
                                                            fused_rope: bool, chain_rows: tuple[int, ...],
-                                                           chain_tiles: ChainTiles | None) -> None:  # fmt: skip
+                                                           chain_tiles: ChainTiles | dict[int, ChainTiles] | None,
+                                                           ) -> None:  # fmt: skip
     """streamed: 1-2 row decode steps with their products in `gemv`; fused-rope: q/k norm and RoPE in the
     attention's split kernel (with 4-row steps in cuBLAS and 1-2 row steps in `gemv`); chained: 4-row steps as
-    `run_layers_chained` (products in `gemv`, down in cuBLAS, or in a split-K tile), 2-row steps as before."""
+    `run_layers_chained` (products in `gemv`, down in cuBLAS, or in a split-K tile), 2-row steps as before;
+    tiles by rows: 2- and 4-row steps chained, each with its own tiles."""
     plain, fast = _pair(model, sizes, gemv_rows, fused_rope, chain_rows, chain_tiles)
     kv_slots = [3, 0, 5, 1]
     samplings = [SAMPLINGS[i % len(SAMPLINGS)] for i in range(4)]
@@ -93,6 +97,17 @@ def test_prefill_and_decode_steps_equal_the_plain_executor(model: Qwen3TTS, size
         _assert_same_state(plain, fast, kv_slots)
     assert fast.decode(kv_slots, [fast.cache.lengths[s] for s in kv_slots], [9] * 4, [1] * 4, [False] * 4,
                        read_tokens=False) is None  # fmt: skip
+
+
+def test_chained_steps_take_their_own_row_counts_tiles(model: Qwen3TTS) -> None:
+    """`chain_tiles` as a mapping: each chained row count its own tiles, `ChainTiles()` where it names none; one
+    `ChainTiles` (or None) serves every chained count."""
+    _, by_rows = _pair(model, (2, 4), fused_rope=True, chain_rows=(2, 4), chain_tiles={4: ChainTiles(down=SPLIT_DOWN)})
+    assert by_rows.chain_tiles == {2: ChainTiles(), 4: ChainTiles(down=SPLIT_DOWN)}
+    _, shared = _pair(model, (2, 4), fused_rope=True, chain_rows=(2, 4), chain_tiles=ChainTiles(down=SPLIT_DOWN))
+    assert shared.chain_tiles == dict.fromkeys((2, 4), ChainTiles(down=SPLIT_DOWN))
+    _, unchained = _pair(model, (2, 4), chain_rows=(2, 4))  # (chains need the fused rope)
+    assert unchained.chain_tiles == {}
 
 
 def test_decode_refuses_a_plan_whose_positions_disagree_with_the_cache(model: Qwen3TTS) -> None:

@@ -70,12 +70,14 @@ if HAVE_TRITON:
 
     @triton.jit
     def _sum_k_slices(acc, acc_up, part_ptr, count_ptr, pid, SILU_MUL: tl.constexpr, BLOCK_R: tl.constexpr,
-                      BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr):  # fmt: skip
+                      BLOCK_N: tl.constexpr, SPLIT_K: tl.constexpr, SUM_GROUP: tl.constexpr):  # fmt: skip
         """Split K: store this program's fp32 tile(s) [BR, BN] as slice program_id(1)'s partial, count the arrival
         at count_ptr[pid] (release / acquire), and in the program that arrives last sum every slice's partial in
         slice order, so the sum is the same whichever arrives last; that program also zeroes the count for the
         next launch. Returns the sums and `last` [BR] (every row True in that program only; the others' sums are
-        zeros and their stores are masked off by it). (Masks are vectors: the interpreter refuses a scalar one.)"""
+        zeros and their stores are masked off by it). (Masks are vectors: the interpreter refuses a scalar one.)
+        The partials are read SUM_GROUP slices at a time, their loads in flight together (a slice a round trip
+        made the last program's sum of 8 64-column slices 8 L2 round trips long); the adds keep slice order."""
         units: tl.constexpr = 2 if SILU_MUL else 1
         size: tl.constexpr = BLOCK_R * BLOCK_N
         tile = tl.arange(0, BLOCK_R)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]  # [BR,BN]
@@ -91,10 +93,12 @@ if HAVE_TRITON:
         keep = (tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.int32) + arrived) == SPLIT_K - 1  # [BR,BN]
         total = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
         total_up = tl.zeros([BLOCK_R, BLOCK_N], dtype=tl.float32)
-        for k in tl.range(0, SPLIT_K):  # L2 reads (".cg"): another SM wrote these; a runtime loop, fewer in flight
-            total += tl.load(slices + k * stride + tile, mask=keep, other=0.0, cache_modifier=".cg")
-            if SILU_MUL:
-                total_up += tl.load(slices + k * stride + size + tile, mask=keep, other=0.0, cache_modifier=".cg")
+        for k0 in tl.range(0, SPLIT_K, SUM_GROUP):  # L2 reads (".cg"): another SM wrote these
+            for i in tl.static_range(SUM_GROUP):
+                at = slices + (k0 + i) * stride
+                total += tl.load(at + tile, mask=keep, other=0.0, cache_modifier=".cg")
+                if SILU_MUL:
+                    total_up += tl.load(at + size + tile, mask=keep, other=0.0, cache_modifier=".cg")
         if arrived == SPLIT_K - 1:
             tl.store(count_ptr + pid, 0)
         return total, total_up, (tl.zeros([BLOCK_R], dtype=tl.int32) + arrived) == SPLIT_K - 1
@@ -107,6 +111,7 @@ if HAVE_TRITON:
         HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, USE_DOT: tl.constexpr, DTYPE: tl.constexpr,
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr, SPLIT_K: tl.constexpr,
+        SUM_GROUP: tl.constexpr,
     ):  # fmt: skip
         pid = tl.program_id(0)
         r = tl.arange(0, BLOCK_R)
@@ -216,7 +221,7 @@ if HAVE_TRITON:
             acc_up = tl.sum(acc3_up, axis=2)
         if SPLIT_K > 1:  # the K slices' fp32 sums meet in the one program that finishes its columns last
             acc, acc_up, last = _sum_k_slices(acc, acc_up, part_ptr, count_ptr, pid, SILU_MUL, BLOCK_R, BLOCK_N,
-                                              SPLIT_K)  # fmt: skip
+                                              SPLIT_K, SUM_GROUP)  # fmt: skip
 
         if SILU_MUL:  # silu(gate) rounded, times up (each GEMM output rounded first), as `silu_mul`
             gate = _rounded(acc, DTYPE)
@@ -275,6 +280,23 @@ def launch_tile(rows: int, k: int, config: GemvConfig) -> tuple[bool, int, int, 
     else:  # the broadcast product holds BR*BN*BK values: keep it near 64 per thread
         block_k = max(16, min(block_k, 64 * 32 * config.num_warps // (block_r * block_n)))
     return use_dot, block_r, block_n, block_k
+
+
+# fp32 partial values a thread may hold in flight while the last slice program sums the others' (`sum_group`)
+SUM_VALUES = 128
+
+
+def sum_group(split: int, tile_values: int, num_warps: int) -> int:
+    """How many K slices' partials the last program of a split product reads at once: the most (a power of two
+    dividing `split`) whose [BR, BN] fp32 tiles (`tile_values` values, both halves of gate|up counted) keep
+    `SUM_VALUES` values a thread in flight: every slice of the engine's 64 x 16 tiles in 4 slices at 4 warps (as the
+    compiler unrolled the slice loop itself: the same SASS), 4 of 64 x 64 (94 registers a thread, compiled for
+    sm_90), 2 of 64 x 128."""
+    per_thread = max(1, tile_values // (32 * num_warps))
+    group = 1
+    while group * 2 <= split and split % (group * 2) == 0 and group * 2 * per_thread <= SUM_VALUES:
+        group *= 2
+    return group
 
 
 def gemv_reference(
@@ -350,7 +372,9 @@ def gemv(
         HAS_BIAS=bias is not None, SILU_MUL=silu_mul, USE_DOT=use_dot, DTYPE=TRITON_DTYPES[x.dtype],
         PRECISION="ieee" if x.dtype == torch.float32 else "tf32",  # fp32 twins: no TF32 products
         BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=block_k >= k and not config.loop_stages,
-        PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages, SPLIT_K=split, num_warps=config.num_warps,
+        PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages, SPLIT_K=split,
+        SUM_GROUP=sum_group(split, block_r * block_n * (2 if silu_mul else 1), config.num_warps),
+        num_warps=config.num_warps,
         **launch_options(pdl),
     )  # fmt: skip
     return out, s
