@@ -49,13 +49,15 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
     talker_chain  the talker's 16 and 64 row decode steps as `run_layers_chained` (the engine's default);
                talker_chain_off unchained; talker_chain_all also 32 rows; talker_chain_down with down in a 16-column
                tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices
-    wide64[_128]  the code predictor's 64 token-row steps (and with _128 a B = 64 frame's first step, 128 rows, at 8
-               warps) with every product but gate|up 64 columns a program, K cut into as many slices as bring it to
-               ~128 programs (`wide_tile`): each program re-reads the step's rows from L2 for its own columns, so at
-               64 rows the 16-32 column tiles read 2-4x their weight's bytes again in activations (gate|up keeps
-               its 32 columns: it reads twice the weight a column)
-    talker_wide64, talker_wide128[_down]  the talker's 64-row chained steps with qkv, o and down (or only down,
-               instead of cuBLAS) in 64- or 128-column `wide_tile`s, the 16-row steps' tiles as the engine's
+    wide64[_128][_gu]  the code predictor's 64 token-row steps (and with _128 a B = 64 frame's first step, 128
+               rows, at 8 warps) with every product but gate|up 64 columns a program, K cut into as many slices as
+               bring it to ~128 programs (`wide_tile`): each program re-reads the step's rows from L2 for its own
+               columns, so at 64 rows the 16-32 column tiles read 2-4x their weight's bytes again in activations;
+               gate|up keeps its 32 columns (it reads twice the weight a column), or with _gu also its K in 2 slices
+               (96 programs, one an SM, leave 36 of the 132 SMs idle; 192 in 2 slices)
+    talker_wide64, talker_wide128[_down | _gu]  the talker's 64-row chained steps with qkv, o and down (or only
+               down, instead of cuBLAS) in 64- or 128-column `wide_tile`s, or (_gu) those and gate|up's 64 columns in
+               2 K slices; the 16-row steps' tiles as the engine's
     tattn_p2, tattn_p2_32, tattn_p4_32  the talker's 5-64 row decode attention in 2 (or 4) interleaved programs
                per (row, kv head), 64- or 32-key blocks, 4 warps (`SplitConfig.programs`; the engine's default at
                33-64 rows is tattn_p2_32's)
@@ -119,7 +121,8 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "talker_chain_off", "talker_chain_all", "talker_chain_down", "talker_chain_down_split2", "tattn_p2",
             "tattn_p2_32", "tattn_p4_32", "tattn_merge_last", "tattn_tile_q", "tattn_tma",
             "tattn_p1_32", "tattn_p1_64", "tattn_p1_64_all", "wide64", "wide64_128", "talker_wide64",
-            "talker_wide128", "talker_wide64_down", "talker_wide128_down", "ko_cp_norms", "ko_cp_attention",
+            "talker_wide128", "talker_wide64_down", "talker_wide128_down", "wide64_gu", "talker_wide64_gu",
+            "ko_cp_norms", "ko_cp_attention",
             "ko_talker_norms", "ko_talker_attention")
 CONTEXT = 512
 ROUNDS = 5
@@ -138,6 +141,7 @@ def frame_kernels(variant: str) -> Any:
 # The full-size products' (output columns, K): `wide_tile` cuts K by them (the variants are for the 1.7B model).
 CP_SHAPES = {"proj": (1024, 2048), "qkv": (4096, 1024), "o": (1024, 2048), "down": (1024, 3072), "head": (2048, 1024)}
 TALKER_SHAPES = {"qkv": (4096, 2048), "o": (2048, 2048), "down": (2048, 6144)}
+GATE_UP_SHAPES = {"code_predictor": (3072, 1024), "talker": (6144, 2048)}  # (SwiGLU outputs, K)
 WIDE_PROGRAMS = 128  # about one program an SM (H100 132, H200 132)
 
 
@@ -168,13 +172,16 @@ def _cp_change(kernels: Any, variant: str) -> Any:
         if which == "128":  # a B = 64 frame's first step too (2 token rows a frame row)
             tiles[128] = DEFAULT_DOT_GEMV[64]
         return replace(kernels, dot_gemv=split_products(tiles, int(slices), names))
-    if variant in ("wide64", "wide64_128"):
+    if variant.startswith("wide64"):  # wide64[_128][_gu]
+        options = variant.split("_")[1:]
         tiles = dict(kernels.dot_gemv)
-        for rows in (64, 128) if variant.endswith("_128") else (64,):
+        for rows in (64, 128) if "128" in options else (64,):
             warps = 8 if rows > 64 else 4  # 8 warps keep 128-wide K loads at 128 rows (`launch_tile`)
             wide = {name: wide_tile(n, k, 64, num_warps=warps) for name, (n, k) in CP_SHAPES.items()}
-            tiles[rows] = {**DEFAULT_DOT_GEMV[64], **wide, "gate_up": replace(DEFAULT_DOT_GEMV[64]["gate_up"],
-                                                                             num_warps=warps)}  # fmt: skip
+            columns = DEFAULT_DOT_GEMV[64]["gate_up"].block_n
+            wide["gate_up"] = (wide_tile(*GATE_UP_SHAPES["code_predictor"], columns, num_warps=warps) if "gu" in options
+                               else replace(DEFAULT_DOT_GEMV[64]["gate_up"], num_warps=warps))  # fmt: skip
+            tiles[rows] = {**DEFAULT_DOT_GEMV[64], **wide}
         return replace(kernels, dot_gemv=tiles)
     if variant == "sixteenth":
         return replace(kernels, pdl=False, dot_gemv={})
@@ -217,11 +224,14 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
     from engine.fast.talker_graph import chain_options
 
     part = next((part for part in variant.split("+") if part.startswith("talker_") or part == "sixteenth"), "")
-    if part.startswith("talker_wide"):  # talker_wide<columns>[_down]: the 64-row steps' own tiles
-        columns, _, only = part.removeprefix("talker_wide").partition("_")
+    if part.startswith("talker_wide"):  # talker_wide<columns>[_down | _gu]: the 64-row steps' own tiles
+        columns, _, option = part.removeprefix("talker_wide").partition("_")
         rows, tiles = chain_options("on")
-        names = ("down",) if only == "down" else tuple(TALKER_SHAPES)
+        names = ("down",) if option == "down" else tuple(TALKER_SHAPES)
         wide = replace(tiles, **{name: wide_tile(*TALKER_SHAPES[name], int(columns)) for name in names})
+        if option == "gu":
+            assert tiles.gate_up is not None
+            wide = replace(wide, gate_up=wide_tile(*GATE_UP_SHAPES["talker"], tiles.gate_up.block_n))
         return (ENGINE_DEFAULTS.talker_gemv_rows, True, rows, ((64, wide),))
     if part == "talker_chain_off":
         return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, (), None)

@@ -77,6 +77,11 @@ def test_wide_variants_give_the_64_row_products_64_or_128_columns_and_about_one_
             assert tile.block_n == columns and (n // columns) * tile.split_k == 128 and k % (tile.split_k * 128) == 0
         down_only = dict(frame_profile.talker_options(f"talker_wide{columns}_down")[3])[64]
         assert down_only == ChainTiles(down=wide.down)
+    # _gu: gate|up too, its columns kept, K in 2 slices (96 programs -> 192)
+    gate_up = frame_profile.frame_kernels("wide64_gu").dot_gemv[64]["gate_up"]
+    assert gate_up.block_n == defaults[64]["gate_up"].block_n and gate_up.split_k == 2
+    talker_gate_up = dict(frame_profile.talker_options("talker_wide64_gu")[3])[64].gate_up
+    assert talker_gate_up.block_n == ChainTiles().gate_up.block_n and talker_gate_up.split_k == 2
 
 
 @pytest.mark.parametrize("variant", ["stream_norms", "persistent", "folded_norms", "talker_chain+talker_chain_all"])

@@ -50,10 +50,13 @@ def _wide_tiles() -> dict[str, tuple[int, int, Any, bool]]:
     for rows in (64, 128):
         for name, tile in cp[rows].items():
             tiles[f"cp-{name}-{rows}"] = (rows, k_of[name], tile, name == "proj")
+    tiles["cp-gate_up-split"] = (64, 1024, frame_profile.frame_kernels("wide64_gu").dot_gemv[64]["gate_up"], False)
     for columns in (64, 128):
         wide = dict(frame_profile.talker_options(f"talker_wide{columns}")[3])[64]
         for name, (_, k) in frame_profile.TALKER_SHAPES.items():
             tiles[f"talker-{name}-{columns}"] = (64, k, getattr(wide, name), False)
+    gate_up = dict(frame_profile.talker_options("talker_wide64_gu")[3])[64].gate_up
+    tiles["talker-gate_up-split"] = (64, 2048, gate_up, False)
     return tiles
 
 
@@ -64,7 +67,7 @@ def test_the_wide_split_tiles_compile_without_spilling(name: str) -> None:
     from engine.fast.kernels.gemv import _gemv_kernel, launch_tile, sum_group
 
     rows, k, tile, projection = _wide_tiles()[name]
-    silu = name.startswith("cp-gate_up")
+    silu = "gate_up" in name
     use_dot, block_r, block_n, block_k = launch_tile(rows, k, tile)
     constants = {**GEMV, "DTYPE": triton.language.bfloat16, "K": k, "HAS_INDEX": projection, "HAS_BIAS": projection,
                  "SILU_MUL": silu, "USE_DOT": use_dot, "BLOCK_R": block_r, "BLOCK_N": block_n, "BLOCK_K": block_k,
