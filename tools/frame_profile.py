@@ -57,7 +57,11 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                (96 programs, one an SM, leave 36 of the 132 SMs idle; 192 in 2 slices)
     talker_wide64, talker_wide128[_down | _gu]  the talker's 64-row chained steps with qkv, o and down (or only
                down, instead of cuBLAS) in 64- or 128-column `wide_tile`s, or (_gu) those and gate|up's 64 columns in
-               2 K slices; the 16-row steps' tiles as the engine's
+               2 K slices; the 16-row steps' tiles as the engine's; _tma: every `gemv` tile of the chain (16 rows too)
+               loading by bulk tensor copies
+    gemv_tma   the code predictor's pipelined tensor-core tiles (4-128 token rows) loading their weight tiles, and
+               their activations' where not gathered, as bulk tensor copies (`GemvConfig.tma`: TMA, one copy a
+               tile); with wide64: wide64+gemv_tma; talker_chain_tma the same for the talker's chain tiles
     tattn_p2, tattn_p2_32, tattn_p4_32  the talker's 5-64 row decode attention in 2 (or 4) interleaved programs
                per (row, kv head), 64- or 32-key blocks, 4 warps (`SplitConfig.programs`; the engine's default at
                33-64 rows is tattn_p2_32's)
@@ -122,6 +126,7 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "tattn_p2_32", "tattn_p4_32", "tattn_merge_last", "tattn_tile_q", "tattn_tma",
             "tattn_p1_32", "tattn_p1_64", "tattn_p1_64_all", "wide64", "wide64_128", "talker_wide64",
             "talker_wide128", "talker_wide64_down", "talker_wide128_down", "wide64_gu", "talker_wide64_gu",
+            "gemv_tma", "talker_chain_tma", "talker_wide64_tma",
             "ko_cp_norms", "ko_cp_attention",
             "ko_talker_norms", "ko_talker_attention")
 CONTEXT = 512
@@ -160,6 +165,12 @@ def wide_tile(columns: int, k: int, block_n: int, *, num_warps: int = 4, block_k
                       split_k=split)  # fmt: skip
 
 
+def bulk_copies(tiles: Any) -> Any:
+    """`ChainTiles` with every `gemv` tile's loads as bulk tensor copies (`GemvConfig.tma`; cuBLAS stays cuBLAS)."""
+    return replace(tiles, **{name: replace(tile, tma=True) for name in ("qkv", "o", "gate_up", "down")
+                             if (tile := getattr(tiles, name)) is not None})  # fmt: skip
+
+
 def _cp_change(kernels: Any, variant: str) -> Any:
     """One variant part's change to the code predictor's `FrameKernels` (parts that change only the talker: none)."""
     from engine.fast.code_predictor_graph import DEFAULT_DOT_GEMV, PRODUCTS, SPLIT_PRODUCTS, split_products
@@ -183,6 +194,10 @@ def _cp_change(kernels: Any, variant: str) -> Any:
                                else replace(DEFAULT_DOT_GEMV[64]["gate_up"], num_warps=warps))  # fmt: skip
             tiles[rows] = {**DEFAULT_DOT_GEMV[64], **wide}
         return replace(kernels, dot_gemv=tiles)
+    if variant == "gemv_tma":  # every pipelined tensor-core tile's loads as bulk tensor copies
+        return replace(kernels, dot_gemv={rows: {name: replace(tile, tma=True) if tile.loop_stages else tile
+                                                 for name, tile in tiles.items()}
+                                          for rows, tiles in kernels.dot_gemv.items()})  # fmt: skip
     if variant == "sixteenth":
         return replace(kernels, pdl=False, dot_gemv={})
     if variant in ("pdl", "no_pdl"):
@@ -224,15 +239,17 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
     from engine.fast.talker_graph import chain_options
 
     part = next((part for part in variant.split("+") if part.startswith("talker_") or part == "sixteenth"), "")
-    if part.startswith("talker_wide"):  # talker_wide<columns>[_down | _gu]: the 64-row steps' own tiles
-        columns, _, option = part.removeprefix("talker_wide").partition("_")
+    if part.startswith("talker_wide"):  # talker_wide<columns>[_down | _gu][_tma]: the 64-row steps' own tiles
+        columns, *options = part.removeprefix("talker_wide").split("_")
         rows, tiles = chain_options("on")
-        names = ("down",) if option == "down" else tuple(TALKER_SHAPES)
+        names = ("down",) if "down" in options else tuple(TALKER_SHAPES)
         wide = replace(tiles, **{name: wide_tile(*TALKER_SHAPES[name], int(columns)) for name in names})
-        if option == "gu":
+        if "gu" in options:
             assert tiles.gate_up is not None
             wide = replace(wide, gate_up=wide_tile(*GATE_UP_SHAPES["talker"], tiles.gate_up.block_n))
-        return (ENGINE_DEFAULTS.talker_gemv_rows, True, rows, ((64, wide),))
+        if "tma" in options:
+            wide, tiles = bulk_copies(wide), bulk_copies(tiles)
+        return (ENGINE_DEFAULTS.talker_gemv_rows, True, rows, ((16, tiles), (64, wide)))
     if part == "talker_chain_off":
         return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, (), None)
     if part.startswith("talker_chain"):
@@ -242,6 +259,8 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
         if "down" in options:
             slices = 2 if "split2" in options else 1
             tiles = replace(tiles, down=GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4, split_k=slices))
+        if "tma" in options:
+            tiles = bulk_copies(tiles)
         return (ENGINE_DEFAULTS.talker_gemv_rows, True, rows, tiles)
     if part.startswith("talker_"):
         return (2 if part.startswith("talker_gemv") else 0, part.endswith("rope"), (), None)

@@ -2,6 +2,7 @@
 
     python tools/gemv_tiles.py [--model talker] [--rows 1] [--out gemv_tiles.json]
     python tools/gemv_tiles.py --model code_predictor --rows 64 128 [--jobs 12]
+    python tools/gemv_tiles.py --model talker --rows 64 --columns 64 128 --split-k 1 2 4 8 [--tma] --jobs 15
     python tools/gemv_tiles.py --dry-run [--model ...] [--rows ...]   # CPU, Triton's interpreter: correctness only
 
 At 1-2 token rows each product runs with exactly the arguments the streamed step gives it: qkv, gate|up (and the
@@ -10,7 +11,8 @@ predictor's input projection with its bias; the grid is CUDA-core tiles (output 
 unrolled (0) or pipelined over 1 / 3 tiles; 16 or 32 weight values a thread). From 16 rows up the steps norm in a
 kernel of their own, so each product runs bare (bias and SwiGLU epilogues kept) over tensor-core tiles (columns
 16-64, K per load 64-256 as `launch_tile` caps it, 4 or 8 warps, unrolled or pipelined over 2-4 tiles), and the
-best tile is timed once more with the norm prologue, beside the norm kernel alone.
+best tile is timed once more with the norm prologue, beside the norm kernel alone. `--columns` and `--split-k` set
+the tensor-core grid's widths and K slices; `--tma` adds each pipelined tile loading by bulk tensor copies.
 
 Weights are bf16, many copies, so every call streams its weight from HBM (`HBM_BYTES`, over 3x the L2), each call
 timed inside one CUDA graph (`engine.fast.measure.graph_per_call_us`), beside the tile the engine uses today
@@ -29,6 +31,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +82,7 @@ def tile_grid(k: int, silu: bool, rows: int = 1, splits: tuple[int, ...] = (1,),
 
 def label(config: Any) -> str:
     split = f"/s{config.split_k}" if config.split_k > 1 else ""
+    split += "/tma" if config.tma else ""
     return f"{config.block_n}/{config.block_k}/{config.num_warps}/{config.loop_stages}{split}"
 
 
@@ -95,7 +99,7 @@ def today_tile(model: str, name: str, rows: int) -> Any:
 
 def bench_product(model: str, name: str, rows: int, device: str, scale: int, grid_limit: int | None,
                   compile_only: bool = False, splits: tuple[int, ...] = (1,),
-                  widths: tuple[int, ...] = DOT_COLUMNS) -> dict[str, Any]:  # fmt: skip
+                  widths: tuple[int, ...] = DOT_COLUMNS, tma: bool = False) -> dict[str, Any]:  # fmt: skip
     import torch
 
     from engine.fast.kernels.gemv import gemv, gemv_reference
@@ -127,7 +131,10 @@ def bench_product(model: str, name: str, rows: int, device: str, scale: int, gri
     out = torch.empty(rows, columns, device=device, dtype=dtype)
     total = torch.empty(rows, k, device=device, dtype=dtype) if norm and not dot else None
     today = today_tile(model, name, rows)
-    grid = tile_grid(k, silu, rows, splits, widths)[:grid_limit]
+    base = tile_grid(k, silu, rows, splits, widths)
+    grid = base[:grid_limit]
+    if tma:  # each pipelined tensor-core tile also loading by bulk tensor copies (`GemvConfig.tma`)
+        grid += [replace(c, tma=True) for c in base if c.use_dot and c.loop_stages][:grid_limit]
     tiles = ([("today", today)] if today is not None else []) + [(label(c), c) for c in grid]
     result: dict[str, Any] = {"rows": rows, "n": n, "k": k, "tiles": [], "wrong": [], "unlaunchable": []}
     for tile_name, config in tiles:
@@ -173,7 +180,7 @@ def _compile_in_parallel(args: argparse.Namespace) -> None:
     hands the timing process its kernels without compiling them one by one."""
     cmds = [[sys.executable, __file__, "--model", args.model, "--rows", str(rows), "--products", name,
              "--split-k", *map(str, args.split_k), "--columns", *map(str, args.columns), "--compile-only",
-             "--out", os.devnull]
+             "--out", os.devnull, *(["--tma"] if args.tma else [])]
             for rows in args.rows for name in args.products]  # fmt: skip
     running: list[subprocess.Popen[bytes]] = []
     for cmd in cmds:
@@ -194,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="tensor-core tiles in these many K slices each (`GemvConfig.split_k`; default 1)")
     parser.add_argument("--columns", type=int, nargs="+", default=list(DOT_COLUMNS),
                         help="tensor-core tiles' output columns a program (default: 16 32 64)")
+    parser.add_argument("--tma", action="store_true",
+                        help="also each pipelined tensor-core tile loading by bulk tensor copies (`GemvConfig.tma`)")
     parser.add_argument("--compile-only", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=Path("gemv_tiles.json"))
     parser.add_argument("--dry-run", action="store_true", help="CPU, Triton's interpreter, tiny shapes, 2 tiles")
@@ -215,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     for rows in args.rows:
         for name in args.products:
             result = bench_product(args.model, name, rows, device, scale, limit, args.compile_only,
-                                   tuple(args.split_k), tuple(args.columns))  # fmt: skip
+                                   tuple(args.split_k), tuple(args.columns), args.tma)  # fmt: skip
             report["products"][f"{name}@{rows}"] = result
             if device == "cpu" or args.compile_only:
                 print(f"{name:8s} rows {rows}: {len(result['tiles'])} tiles agree with the twin, "

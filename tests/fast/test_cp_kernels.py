@@ -176,3 +176,45 @@ def test_a_split_products_slices_sum_the_same_whichever_many_are_read_at_once() 
         first = groups[f"{kind}_g1"]
         assert all(torch.equal(value, first) for value in groups.values())
         torch.testing.assert_close(first, results[f"truth_{kind}"], rtol=1e-5, atol=1e-5)
+
+
+TMA = """
+import json, torch
+from dataclasses import replace
+from engine.fast.kernels.gemv import GemvConfig, gemv, gemv_reference
+gen = torch.Generator().manual_seed(5)
+errors, same = {}, {}
+for rows in (3, 17):  # 3: a 16-row tile, its last 13 rows past the activations' end (read as zeros)
+    x = torch.randn(rows, 128, generator=gen)
+    for silu in (False, True):
+        for n in (24, 40):  # 40: the last 16-column tile ends past N (with SwiGLU: in the up half)
+            weight = torch.randn(2 * n if silu else n, 128, generator=gen) * 0.1
+            for split in (1, 4):
+                tile = GemvConfig(block_n=16, block_k=16, use_dot=True, loop_stages=2, split_k=split)
+                bulk = gemv(x, weight, config=replace(tile, tma=True), silu_mul=silu)[0]
+                name = f"r{rows}_silu{int(silu)}_n{n}_s{split}"
+                errors[name] = float((bulk - gemv_reference(x, weight, silu_mul=silu)[0]).abs().max())
+                same[name] = bool(torch.equal(bulk, gemv(x, weight, config=tile, silu_mul=silu)[0]))
+    index = torch.arange(rows).flip(0)  # a gathered x: the weight alone through its descriptor
+    weight, bias = torch.randn(24, 128, generator=gen) * 0.1, torch.randn(24, generator=gen)
+    tile = GemvConfig(block_n=16, block_k=16, use_dot=True, loop_stages=2, split_k=2, tma=True)
+    bulk = gemv(x, weight, index=index, bias=bias, config=tile)[0]
+    errors[f"r{rows}_index"] = float((bulk - gemv_reference(x, weight, index=index, bias=bias)[0]).abs().max())
+try:  # bulk copies feed the pipelined tensor-core loop only
+    gemv(x, weight, config=GemvConfig(block_n=16, block_k=16, use_dot=True, tma=True))
+    refused = False
+except ValueError:
+    refused = True
+print(json.dumps({"errors": errors, "same": same, "unrolled_refused": refused}))
+"""
+
+
+def test_products_through_bulk_tensor_copies_equal_the_pointer_loads() -> None:
+    """`GemvConfig.tma`: the weight's and the activations' tiles through tensor descriptors (Triton's interpreter,
+    fp32): the twin's product, bitwise the pointer-load tiles', with rows past the activations' end, a last column
+    tile past N (and into gate|up's up half), K in slices, and a gathered x (the weight alone by descriptor); an
+    unrolled K loop refuses them."""
+    result = run_interpreted(TMA, timeout_s=600)
+    assert len(result["errors"]) == 18 and all(error <= 1e-5 for error in result["errors"].values()), result
+    assert len(result["same"]) == 16 and all(result["same"].values()), result["same"]
+    assert result["unrolled_refused"]

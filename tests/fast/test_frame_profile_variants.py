@@ -69,7 +69,7 @@ def test_wide_variants_give_the_64_row_products_64_or_128_columns_and_about_one_
                 assert tile.num_warps == (8 if rows == 128 else 4) and 0 < tile.loop_stages <= 4
     for columns in (64, 128):
         rows, rope, chain, by_rows = frame_profile.talker_options(f"talker_wide{columns}")
-        assert rope and chain == (16, 64) and dict(by_rows).keys() == {64}
+        assert rope and chain == (16, 64) and dict(by_rows)[16] == ChainTiles() and dict(by_rows).keys() == {16, 64}
         wide = dict(by_rows)[64]
         assert wide.gate_up == ChainTiles().gate_up
         for name, (n, k) in frame_profile.TALKER_SHAPES.items():
@@ -82,6 +82,22 @@ def test_wide_variants_give_the_64_row_products_64_or_128_columns_and_about_one_
     assert gate_up.block_n == defaults[64]["gate_up"].block_n and gate_up.split_k == 2
     talker_gate_up = dict(frame_profile.talker_options("talker_wide64_gu")[3])[64].gate_up
     assert talker_gate_up.block_n == ChainTiles().gate_up.block_n and talker_gate_up.split_k == 2
+
+
+def test_bulk_copy_variants_turn_on_tma_in_every_pipelined_tile_and_nothing_else() -> None:
+    from dataclasses import replace
+
+    defaults = frame_profile.frame_kernels("wide64").dot_gemv
+    bulk = frame_profile.frame_kernels("wide64+gemv_tma").dot_gemv
+    assert bulk.keys() == defaults.keys()
+    for rows, tiles in bulk.items():
+        assert all(tile.tma and tile == replace(defaults[rows][name], tma=True) for name, tile in tiles.items())
+    for variant in ("talker_chain_tma", "talker_wide64_tma"):
+        tiles = frame_profile.talker_options(variant)[3]
+        for chain in (dict(tiles).values() if isinstance(tiles, tuple) else [tiles]):
+            products = [getattr(chain, name) for name in ("qkv", "o", "gate_up", "down")]
+            assert all(tile is None or tile.tma for tile in products) and any(tile is not None for tile in products)
+    assert frame_profile.talker_options("talker_chain_tma")[3].down is None  # cuBLAS stays cuBLAS
 
 
 @pytest.mark.parametrize("variant", ["stream_norms", "persistent", "folded_norms", "talker_chain+talker_chain_all"])

@@ -32,6 +32,17 @@ def test_the_tile_sweep_checks_every_product_against_its_twin(tmp_path: Path, mo
         assert (names[0] == "today") == in_gemv_today and len(names) == 2 + in_gemv_today
 
 
+def test_the_tile_sweep_checks_its_bulk_copy_tiles_against_the_twin(tmp_path: Path) -> None:
+    """`--tma`: two more tiles a product, loading by bulk tensor copies, each agreeing with `gemv_reference`."""
+    out = tmp_path / "tiles.json"
+    run = subprocess.run([sys.executable, "tools/gemv_tiles.py", "--dry-run", "--model", "code_predictor", "--rows",
+                          "64", "--tma", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    for result in json.loads(out.read_text())["products"].values():
+        names = [t["tile"] for t in result["tiles"]]
+        assert result["wrong"] == [] and len(names) == 4 and sum(name.endswith("/tma") for name in names) == 2
+
+
 def test_the_cuda_core_grid_keeps_the_unrolled_loop_short_and_the_registers_bounded() -> None:
     for k, silu in ((2048, False), (2048, True), (6144, False)):
         grid = gemv_tiles.tile_grid(k, silu)

@@ -17,14 +17,14 @@ pytestmark = pytest.mark.skipif(not have_ptxas(), reason="Triton without its NVI
 
 GEMV = dict(K=1024, HAS_INDEX=False, HAS_NORM=False, HAS_RESIDUAL=False, HAS_BIAS=False, SILU_MUL=False,
             USE_DOT=True, PRECISION="tf32", BLOCK_R=64, BLOCK_N=16, BLOCK_K=128, ONE_CHUNK=False, PDL=True,
-            LOOP_STAGES=4, SPLIT_K=1, SUM_GROUP=1)  # fmt: skip
+            LOOP_STAGES=4, SPLIT_K=1, SUM_GROUP=1, TMA_W=False, TMA_X=False)  # fmt: skip
 GEMV_CASES = {
     "projection": {"K": 2048, "HAS_INDEX": True, "HAS_BIAS": True},
     # split K (`GemvConfig.split_k`): the last slice in sums the partials, then each epilogue
     "split-k": {"K": 3072, "LOOP_STAGES": 2, "SPLIT_K": 4, "SUM_GROUP": 4},
     "split-k-gate-up": {"BLOCK_N": 16, "LOOP_STAGES": 2, "SPLIT_K": 4, "SILU_MUL": True, "SUM_GROUP": 4},
 }
-GEMV_POINTERS = {"index_ptr": "*i64", "part_ptr": "*fp32", "count_ptr": "*i32"}
+GEMV_POINTERS = {"index_ptr": "*i64", "part_ptr": "*fp32", "count_ptr": "*i32", "x_desc": "*bf16", "w_desc": "*bf16"}
 
 
 def _fits(info: dict[str, Any]) -> None:
@@ -75,6 +75,22 @@ def test_the_wide_split_tiles_compile_without_spilling(name: str) -> None:
                  "SUM_GROUP": sum_group(tile.split_k, block_r * block_n * (2 if silu else 1), tile.num_warps)}  # fmt: skip
     _fits(compile_for(_gemv_kernel, constants, GEMV_POINTERS, num_warps=tile.num_warps,
                       aligned=("stride_x", "stride_res", "stride_out")))  # fmt: skip
+
+
+@pytest.mark.parametrize("gathered", [False, True], ids=["bulk-x", "gathered-x"])
+def test_the_bulk_copy_products_load_their_tiles_by_tma(gathered: bool) -> None:
+    """`GemvConfig.tma` at 64 rows (the talker's down in a wide split tile; a gathered projection): the weight's
+    tiles, and the activations' unless gathered, as TMA loads (UTMALDG) in place of 16-byte copies (LDGSTS)."""
+    from engine.fast.kernels.gemv import _gemv_kernel
+
+    constants = {**GEMV, "DTYPE": triton.language.bfloat16, "K": 6144, "BLOCK_N": 64, "SPLIT_K": 4, "SUM_GROUP": 4,
+                 "HAS_INDEX": gathered, "TMA_W": True, "TMA_X": not gathered}  # fmt: skip
+    pointers = {**GEMV_POINTERS, "w_desc": "tensordesc<bf16[64,128]>"}
+    if not gathered:
+        pointers["x_desc"] = "tensordesc<bf16[64,128]>"
+    info = compile_for(_gemv_kernel, constants, pointers, census=True, aligned=("stride_x", "stride_res", "stride_out"))
+    _fits(info)
+    assert info.get("UTMALDG", 0) > 0 and (info.get("LDGSTS", 0) > 0) == gathered
 
 
 def test_rms_norm_compiles_as_a_programmatic_dependent() -> None:

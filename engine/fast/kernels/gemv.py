@@ -111,7 +111,7 @@ if HAVE_TRITON:
         HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, USE_DOT: tl.constexpr, DTYPE: tl.constexpr,
         PRECISION: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
         ONE_CHUNK: tl.constexpr, PDL: tl.constexpr, LOOP_STAGES: tl.constexpr, SPLIT_K: tl.constexpr,
-        SUM_GROUP: tl.constexpr,
+        SUM_GROUP: tl.constexpr, x_desc, w_desc, TMA_W: tl.constexpr = False, TMA_X: tl.constexpr = False,
     ):  # fmt: skip
         pid = tl.program_id(0)
         r = tl.arange(0, BLOCK_R)
@@ -173,11 +173,19 @@ if HAVE_TRITON:
                 k_lo = 0
             for k0 in tl.range(k_lo, k_lo + K // SPLIT_K, BLOCK_K, num_stages=LOOP_STAGES):
                 kk = k0 + tl.arange(0, BLOCK_K)
-                x = _x_tile(x_rows, res_rows, norm_ptr, kk, r_mask, rstd, K, HAS_RESIDUAL, HAS_NORM, DTYPE)
-                w_mask = n_mask[:, None] & (kk < K)[None, :]
-                w = tl.load(w_rows + kk[None, :], mask=w_mask, other=0.0)
-                if SILU_MUL:
-                    w_up = tl.load(w_rows + n_out * K + kk[None, :], mask=w_mask, other=0.0)
+                if TMA_X:  # [BR, BK] as one bulk copy; rows past the last are zeros
+                    x = x_desc.load([0, k0])
+                else:
+                    x = _x_tile(x_rows, res_rows, norm_ptr, kk, r_mask, rstd, K, HAS_RESIDUAL, HAS_NORM, DTYPE)
+                if TMA_W:  # [BN, BK] as one bulk copy (gate|up: the up rows n_out further); rows past W are zeros
+                    w = w_desc.load([pid * BLOCK_N, k0])
+                    if SILU_MUL:
+                        w_up = w_desc.load([n_out + pid * BLOCK_N, k0])
+                else:
+                    w_mask = n_mask[:, None] & (kk < K)[None, :]
+                    w = tl.load(w_rows + kk[None, :], mask=w_mask, other=0.0)
+                    if SILU_MUL:
+                        w_up = tl.load(w_rows + n_out * K + kk[None, :], mask=w_mask, other=0.0)
                 if USE_DOT:
                     acc += tl.dot(x.to(DTYPE), tl.trans(w.to(DTYPE)), out_dtype=tl.float32,
                                   input_precision=PRECISION)  # fmt: skip
@@ -246,7 +254,10 @@ class GemvConfig:
     K loop software-pipelined over n tiles (for long K, where the unrolled loop runs out of registers).
     `split_k` > 1 (tensor cores, pipelined loop): each column tile's K cut into that many slices, one program each,
     so a product of few column tiles has that many times the programs streaming it; the slices' fp32 partials are
-    summed, in slice order, by the slice program that finishes last (`_sum_k_slices`). Unmeasured on a GPU."""
+    summed, in slice order, by the slice program that finishes last (`_sum_k_slices`).
+    `tma` (tensor cores, pipelined loop): the weight's [BN, BK] tiles, and the activations' [BR, BK] where they are
+    neither gathered by an index nor normed in the prologue, as bulk tensor copies (TMA: one copy a tile where the
+    pointer loads are 16 bytes a thread; Hopper and later) through descriptors. Unmeasured on a GPU."""
 
     block_n: int = 16
     block_k: int = 512
@@ -254,6 +265,7 @@ class GemvConfig:
     use_dot: bool | None = None
     loop_stages: int = 0
     split_k: int = 1
+    tma: bool = False
 
 
 # The tile for 1-2 rows: 4 output columns and the whole K (up to 1024) a program of 8 warps, so a product is
@@ -362,6 +374,17 @@ def gemv(
         units = 2 if silu_mul else 1
         parts = torch.empty(split * programs * units * block_r * block_n, dtype=torch.float32, device=x.device)
         counts = arrival_counts("gemv split_k", x.device, programs)
+    tma_x, descriptors = False, (x, weight)  # (unread without `config.tma`)
+    if config.tma:
+        if not (use_dot and config.loop_stages > 0):
+            raise ValueError("gemv tma: tensor-core tiles and a pipelined loop")
+        from triton.tools.tensor_descriptor import TensorDescriptor  # (only here: Triton 3.4+)
+
+        # a descriptor's row stride and base are whole 16-byte units
+        tma_x = index is None and norm_weight is None and x.stride(0) * x.element_size() % 16 == 0
+        tma_x = tma_x and x.data_ptr() % 16 == 0
+        descriptors = (TensorDescriptor.from_tensor(x, [block_r, block_k]) if tma_x else x,
+                       TensorDescriptor.from_tensor(weight, [block_n, block_k]))  # fmt: skip
     _gemv_kernel[(programs, split)](
         x, index if index is not None else x, residual if residual is not None else x,
         norm_weight if norm_weight is not None else x, weight, bias if bias is not None else x, out,
@@ -374,7 +397,7 @@ def gemv(
         BLOCK_R=block_r, BLOCK_N=block_n, BLOCK_K=block_k, ONE_CHUNK=block_k >= k and not config.loop_stages,
         PDL=pdl_enabled(pdl), LOOP_STAGES=config.loop_stages, SPLIT_K=split,
         SUM_GROUP=sum_group(split, block_r * block_n * (2 if silu_mul else 1), config.num_warps),
-        num_warps=config.num_warps,
+        x_desc=descriptors[0], w_desc=descriptors[1], TMA_W=config.tma, TMA_X=tma_x, num_warps=config.num_warps,
         **launch_options(pdl),
     )  # fmt: skip
     return out, s
