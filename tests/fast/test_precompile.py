@@ -30,7 +30,7 @@ def test_a_job_round_trips_the_engines_shapes_and_tiles() -> None:
     assert job["talker_hidden"] == config.talker.hidden_size and job["talker_vocab"] == config.talker.vocab_size
     assert job["dtype"] == "bfloat16" and job["sizes"] == [8, 2] and job["top_k_cap"] == 64
     assert job["kernels"]["gemv"]["qkv"] == {"block_n": 64, "block_k": 512, "num_warps": 8, "use_dot": None,
-                                            "loop_stages": 0, "split_k": 1}
+                                            "loop_stages": 0, "split_k": 1, "tma": False}
     assert job["kernels"]["radix_bits"] == 3 and job["kernels"]["gemv_max_rows"] == 32
     assert job["kernels"]["dot_gemv"]["32"]["down"]["block_n"] == kernels.dot_gemv[32]["down"].block_n
 
