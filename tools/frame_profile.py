@@ -61,7 +61,8 @@ measured 5-10 % slower in the talker, whose graphs it had not changed. Variants 
                loading by bulk tensor copies
     gemv_tma   the code predictor's pipelined tensor-core tiles (4-128 token rows) loading their weight tiles, and
                their activations' where not gathered, as bulk tensor copies (`GemvConfig.tma`: TMA, one copy a
-               tile); with wide64: wide64+gemv_tma; talker_chain_tma the same for the talker's chain tiles
+               tile); with wide64: wide64+gemv_tma; talker_chain_tma the same for the talker's chain tiles; both
+               load the same values into the same tiles: bitwise the same codes as `defaults` or something is wrong
     tattn_p2, tattn_p2_32, tattn_p4_32  the talker's 5-64 row decode attention in 2 (or 4) interleaved programs
                per (row, kv head), 64- or 32-key blocks, 4 warps (`SplitConfig.programs`; the engine's default at
                33-64 rows is tattn_p2_32's)
@@ -534,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
               + ", ".join(f"{name} {ratio:.3f}" for name, ratio in ratios.items()))  # fmt: skip
     # must reproduce the defaults bit for bit
     exact = ("radix4", "radix3", "radix1", "radix8", "pdl", "no_pdl", "attn_early", "attn_late", "attn_qsplit1", "attn_qsplit2",
-             "talker_chain_off", "tattn_tma")
+             "talker_chain_off", "tattn_tma", "gemv_tma", "talker_chain_tma")
     forced_ok = all(r <= 1.1 for ratios in report.get("teacher_forced_ratio", {}).values() for r in ratios.values())
     return 0 if forced_ok and all(report["variants"].get(v, {}).get("bitwise_equal", True) for v in exact) else 1
 
