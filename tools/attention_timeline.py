@@ -102,7 +102,7 @@ def chained(batches: list[int], context: int, replays: int = 3) -> list[dict[str
     from engine.fast import talker_graph
     from engine.model.weights import load_model
     from loadtest.gpu_check import fill_state
-    from tools.frame_profile import talker_options
+    from tools.frame_variants import talker_options
 
     model = load_model("1.7b", device="cuda", dtype=torch.bfloat16)
     c = model.config.talker

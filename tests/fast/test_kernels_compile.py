@@ -41,28 +41,28 @@ def test_the_tensor_core_gemv_compiles_in_its_pdl_forms(case: str) -> None:
 
 
 def _wide_tiles() -> dict[str, tuple[int, int, Any, bool]]:
-    """frame_profile's wide variants' tiles at full size: name -> (token rows, K, tile, projection epilogue)."""
-    from tools import frame_profile
+    """frame_variants' wide tiles at full size: name -> (token rows, K, tile, projection epilogue)."""
+    from tools import frame_variants
 
     tiles = {}
-    cp = frame_profile.frame_kernels("wide64_128").dot_gemv
-    k_of = {**{name: k for name, (_, k) in frame_profile.CP_SHAPES.items()}, "gate_up": 1024}
+    cp = frame_variants.frame_kernels("wide64_128").dot_gemv
+    k_of = {**{name: k for name, (_, k) in frame_variants.CP_SHAPES.items()}, "gate_up": 1024}
     for rows in (64, 128):
         for name, tile in cp[rows].items():
             tiles[f"cp-{name}-{rows}"] = (rows, k_of[name], tile, name == "proj")
-    tiles["cp-gate_up-split"] = (64, 1024, frame_profile.frame_kernels("wide64_gu").dot_gemv[64]["gate_up"], False)
+    tiles["cp-gate_up-split"] = (64, 1024, frame_variants.frame_kernels("wide64_gu").dot_gemv[64]["gate_up"], False)
     for columns in (64, 128):
-        wide = dict(frame_profile.talker_options(f"talker_wide{columns}")[3])[64]
-        for name, (_, k) in frame_profile.TALKER_SHAPES.items():
+        wide = dict(frame_variants.talker_options(f"talker_wide{columns}")[3])[64]
+        for name, (_, k) in frame_variants.TALKER_SHAPES.items():
             tiles[f"talker-{name}-{columns}"] = (64, k, getattr(wide, name), False)
-    gate_up = dict(frame_profile.talker_options("talker_wide64_gu")[3])[64].gate_up
+    gate_up = dict(frame_variants.talker_options("talker_wide64_gu")[3])[64].gate_up
     tiles["talker-gate_up-split"] = (64, 2048, gate_up, False)
     return tiles
 
 
 @pytest.mark.parametrize("name", list(_wide_tiles()))
 def test_the_wide_split_tiles_compile_without_spilling(name: str) -> None:
-    """`tools/frame_profile.py`'s wide64 / talker_wide variants (64-128 columns a program, K in up to 8 slices, the
+    """`tools/frame_variants.py`'s wide64 / talker_wide variants (64-128 columns a program, K in up to 8 slices, the
     last slice program reading up to 4 slices' partials at once) fit an SM's registers and shared memory."""
     from engine.fast.kernels.gemv import _gemv_kernel, launch_tile, sum_group
 
