@@ -14,6 +14,7 @@ when that module exists. On the full-size model with random bf16 weights (never 
    (floor = bytes that must stream / 4255 GB/s measured copy bandwidth, h200-floors.md).
 
     python -m loadtest.gpu_check --out /tmp/gpu_check.json [--costs engine/scheduling/costs/h200_fast.json]
+    python -m loadtest.gpu_check --skip-codec --variant wide64+talker_wide64   # a tools/frame_variants.py variant
 
 Needs only torch (and Triton) on the GPU machine: no gateway packages. The JSON's commit is `$VIVACE_GIT_SHA`
 when set (a copied tree whose `.git` is stale), else git's HEAD, "+dirty" when tracked files differ from it.
@@ -22,6 +23,7 @@ when set (a copied tree whose `.git` is stale), else git's HEAD, "+dirty" when t
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
 import datetime
@@ -78,26 +80,36 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     options = kernel_options(args)
     kernels = FrameKernels.from_options(options)
+    talker_rows, fused_rope = options.talker_gemv_rows, options.talker_fused_rope
+    chain_rows, chain_tiles = chain_options(options.talker_chain)
+    attention: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+    if args.variant:  # a frame_profile variant instead of the kernel flags (tools/frame_variants.py)
+        from tools import frame_variants
+
+        kernels = frame_variants.frame_kernels(args.variant)
+        talker_rows, fused_rope, chain_rows, tiles = frame_variants.talker_options(args.variant)
+        chain_tiles = dict(tiles) if isinstance(tiles, tuple) else tiles
+        attention = frame_variants.attention_config(frame_variants.talker_attention(args.variant))
     if kernels.fused and DEVICE == "cuda":  # the frame's Triton kernels compile in parallel children, not serially
         from engine.fast.precompile import default_workers, precompile_frames
         from engine.fast.sampling import DEFAULT_TOP_K_CAP
 
         precompile_frames(model.config.talker, model.config.code_predictor, DTYPE, BATCHES, kernels,
                           DEFAULT_TOP_K_CAP, default_workers())  # fmt: skip
-    chain_rows, chain_tiles = chain_options(options.talker_chain)
     fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256),
-                               gemv_max_rows=options.talker_gemv_rows, fused_rope=options.talker_fused_rope,
-                               chain_rows=chain_rows, chain_tiles=chain_tiles)  # fmt: skip
+                               gemv_max_rows=talker_rows, fused_rope=fused_rope, chain_rows=chain_rows,
+                               chain_tiles=chain_tiles)  # fmt: skip
     # The code-predictor path the engine serves with (--cp-kernels); tools/cp_kernels_check.py compares them.
     fast_cp = CodePredictorGraphs(model, slots, codes, BATCHES, kernels=kernels)
-    fast_talker.decode_steps.capture()
-    fast_cp.capture()
-    prefill_error = None
-    try:
-        fast_talker.prefill_steps.capture()
-    except Exception:  # noqa: BLE001 - report it, keep measuring decode and the code predictor
-        prefill_error = traceback.format_exc()
-        fast_talker.prefill_steps.keys = ()
+    with attention:  # (a variant's talker attention configuration applies while capturing)
+        fast_talker.decode_steps.capture()
+        fast_cp.capture()
+        prefill_error = None
+        try:
+            fast_talker.prefill_steps.capture()
+        except Exception:  # noqa: BLE001 - report it, keep measuring decode and the code predictor
+            prefill_error = traceback.format_exc()
+            fast_talker.prefill_steps.keys = ()
     capture_s = time.perf_counter() - t0
     plain_talker = TalkerExecutor(model, slots, cache)
     plain_cp = CodePredictorExecutor(model, slots, codes, max_batch=slots_n)
@@ -409,7 +421,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="1.7b", help="model shape (random weights)")
     p.add_argument("--dry-run", action="store_true", help="CPU, tiny model: correctness only, no timings")
     add_kernel_arguments(p, KernelOptions())  # every kernel option as the engine's, with its default
+    p.add_argument("--variant", default=None,
+                   help="instead of the kernel flags, a variant of tools/frame_variants.py (a repository checkout; "
+                        "knockouts refused), e.g. wide64+talker_wide64: its correctness and frame-step table")
     args = p.parse_args(argv)
+    if args.variant:
+        from tools import frame_variants
+
+        if problem := frame_variants.refusal(args.variant):
+            p.error(problem)
+        if "ko_" in args.variant:
+            p.error(f"variant {args.variant!r}: a knockout leaves kernels out, its results are meaningless")
     if args.dry_run:
         return dry_run(args)
     if not torch.cuda.is_available():
@@ -418,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"), "commit": commit,
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "command": " ".join(sys.argv),
-        "options": dataclasses.asdict(kernel_options(args)),
+        "options": dataclasses.asdict(kernel_options(args)), "variant": args.variant,
     }  # fmt: skip
     try:
         import triton
