@@ -86,6 +86,9 @@ class KernelOptions:
     talker_gemv_rows: int = 2  # fast talker: decode steps of up to this many rows with its products in `gemv`
     talker_fused_rope: bool = True  # fast talker: q/k norm and RoPE inside the decode attention's split kernel
     talker_chain: str = "on"  # fast talker: 16- and 64-row decode steps as one PDL chain: off | on
+    # fast talker: a step's scores, draw and slot-state writes in one kernel (`kernels.talker_draw`) instead of ~20
+    # small ones; the same tokens bit for bit in Triton's interpreter; off until checked on a GPU
+    talker_fused_draw: bool = False
 
     def __post_init__(self) -> None:
         _check_choice("cp_kernels", self.cp_kernels, CP_KERNELS)
@@ -154,6 +157,7 @@ class EngineSettings:
     talker_fused_rope: bool = KernelOptions.talker_fused_rope
     cp_split_k: int = KernelOptions.cp_split_k
     talker_chain: str = KernelOptions.talker_chain
+    talker_fused_draw: bool = KernelOptions.talker_fused_draw
     precompile_workers: int = -1  # cp_kernels fused: processes compiling its Triton kernels (-1: one per core, <= 8)
     max_in_flight: int = 2  # plans queued on the device before the host waits for the oldest
     rescue_slack_ms: float = SchedulerConfig().rescue_slack_ms  # a playing stream this near running dry goes first
@@ -408,6 +412,10 @@ def add_kernel_arguments(p: argparse.ArgumentParser, options: KernelOptions) -> 
                    help="with --cp-kernels fused: the 4-64 token-row steps' projection, o and down products (64 "
                         "programs each unsplit) with K cut into this many slices, one program each (default 4: the "
                         "B = 64 code-predictor frame 3.07 -> 2.85 ms on the H200; 1: unsplit)")
+    p.add_argument("--talker-fused-draw", action=argparse.BooleanOptionalAction, default=options.talker_fused_draw,
+                   help="fast talker: a step's repetition penalty, EOS and control-id masks, draw and slot-state "
+                        "writes in one kernel instead of ~20 small ones (the same tokens; off until measured on a "
+                        "GPU, docs/benchmarks.md, twenty-eighth session)")
     p.add_argument("--talker-chain", default=options.talker_chain, choices=TALKER_CHAINS,
                    help="fast talker: its 16- and 64-row decode steps as one chain of programmatic-dependent Triton "
                         "kernels (default on; needs --talker-fused-rope: the B = 64 decode step 2.05 -> 1.98 ms on "

@@ -80,7 +80,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
     t0 = time.perf_counter()
     options = kernel_options(args)
     kernels = FrameKernels.from_options(options)
-    talker_rows, fused_rope = options.talker_gemv_rows, options.talker_fused_rope
+    talker_rows, fused_rope, fused_draw = options.talker_gemv_rows, options.talker_fused_rope, options.talker_fused_draw
     chain_rows, chain_tiles = chain_options(options.talker_chain)
     attention: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if args.variant:  # a frame_profile variant instead of the kernel flags (tools/frame_variants.py)
@@ -88,6 +88,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
 
         kernels = frame_variants.frame_kernels(args.variant)
         talker_rows, fused_rope, chain_rows, tiles = frame_variants.talker_options(args.variant)
+        fused_draw = frame_variants.fused_draw(args.variant)
         chain_tiles = dict(tiles) if isinstance(tiles, tuple) else tiles
         attention = frame_variants.attention_config(frame_variants.talker_attention(args.variant))
     if kernels.fused and DEVICE == "cuda":  # the frame's Triton kernels compile in parallel children, not serially
@@ -98,7 +99,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
                           DEFAULT_TOP_K_CAP, default_workers())  # fmt: skip
     fast_talker = TalkerGraphs(model, slots, cache, BATCHES, prefill_sizes=(1, 4), prefill_buckets=(32, 64, 128, 256),
                                gemv_max_rows=talker_rows, fused_rope=fused_rope, chain_rows=chain_rows,
-                               chain_tiles=chain_tiles)  # fmt: skip
+                               chain_tiles=chain_tiles, fused_draw=fused_draw)  # fmt: skip
     # The code-predictor path the engine serves with (--cp-kernels); tools/cp_kernels_check.py compares them.
     fast_cp = CodePredictorGraphs(model, slots, codes, BATCHES, kernels=kernels)
     with attention:  # (a variant's talker attention configuration applies while capturing)

@@ -54,10 +54,11 @@ def build(model: Any, variants: list[str], batches: list[int], context: int) -> 
     codes = new_code_buffer(max(batches), 64, model.device)
     talkers = {}  # one graph set per talker configuration the variants use
     for key in dict.fromkeys(talker_key(v) for v in variants):
-        rows, rope, chain, tiles, attention, knockout = key
+        rows, rope, chain, tiles, attention, draw, knockout = key
         with attention_config(attention), knocked_out(knockout, "ko_talker_"):
             talkers[key] = TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows, fused_rope=rope,
-                                        chain_rows=chain, chain_tiles=dict(tiles) if isinstance(tiles, tuple) else tiles)  # fmt: skip
+                                        chain_rows=chain, fused_draw=draw,
+                                        chain_tiles=dict(tiles) if isinstance(tiles, tuple) else tiles)  # fmt: skip
             talkers[key].decode_steps.capture()
     predictors = {}
     for variant in variants:

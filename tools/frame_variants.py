@@ -65,6 +65,9 @@ has no such names). A variant is one name or several parts joined by +.
                head) to finish (`SplitConfig.merge_last`) instead of a kernel of their own
     tattn_tile_q  the talker's fused-rope split attention norming and rotating its whole 16-row query tile, the
                padding included (the defaults before 2026-12-05: `SplitConfig.q_heads` off)
+    draw_fused  the talker's scores, draw and slot-state writes in one kernel (`TalkerGraphs.fused_draw`, the
+               engine's `--talker-fused-draw`) instead of ~20 small ones; joins any talker part; bitwise the same
+               codes as `defaults` or something is wrong
 
 Knockouts (timing only: the codes they draw are meaningless) capture a graph without one kind of kernel, so the
 span they save is what that kind costs in the chain, overlap included, where the kernel table's microseconds count
@@ -104,11 +107,11 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "tattn_p2_32", "tattn_p4_32", "tattn_merge_last", "tattn_tile_q", "tattn_tma",
             "tattn_p1_32", "tattn_p1_64", "tattn_p1_64_all", "wide64", "wide64_128", "wide64_gu", "gemv_tma",
             "talker_wide64", "talker_wide128", "talker_wide64_down", "talker_wide128_down", "talker_wide64_gu",
-            "talker_wide64_tma", "talker_chain_tma", "ko_cp_norms", "ko_cp_attention", "ko_talker_norms",
-            "ko_talker_attention")
+            "talker_wide64_tma", "talker_chain_tma", "draw_fused", "ko_cp_norms", "ko_cp_attention",
+            "ko_talker_norms", "ko_talker_attention")
 # must draw bitwise the same codes, hidden states and caches as the defaults (the module docstring says why)
 BITWISE = ("radix4", "radix3", "radix1", "radix8", "pdl", "no_pdl", "attn_early", "attn_late", "attn_qsplit1",
-           "attn_qsplit2", "talker_chain_off", "tattn_tma", "gemv_tma", "talker_chain_tma")
+           "attn_qsplit2", "talker_chain_off", "tattn_tma", "gemv_tma", "talker_chain_tma", "draw_fused")
 
 
 def refusal(variant: str) -> str | None:
@@ -286,10 +289,15 @@ def attention_split(part: str | None, rows: int, default: Any) -> Any:
     return SplitConfig(programs=programs, block_n=block, num_warps=4)
 
 
+def fused_draw(variant: str) -> bool:
+    """Whether the variant's talker draws in one kernel (`draw_fused`; the engine's `talker_fused_draw` else)."""
+    return "draw_fused" in variant.split("+") or ENGINE_DEFAULTS.talker_fused_draw
+
+
 def talker_key(variant: str) -> tuple[Any, ...]:
-    """Which talker graph set a variant times: its options, attention configuration and knockout."""
+    """Which talker graph set a variant times: its options, attention configuration, draw and knockout."""
     knockout = next((part for part in variant.split("+") if part.startswith("ko_talker_")), None)
-    return (*talker_options(variant), talker_attention(variant), knockout)
+    return (*talker_options(variant), talker_attention(variant), fused_draw(variant), knockout)
 
 
 def _no_norm(x: Any, weight: Any, eps: float, residual: Any = None, *, pdl: bool = False) -> tuple[Any, Any]:

@@ -160,7 +160,7 @@ class Executors:
                                        prefill_sizes=shapes.prefill_batch, prefill_buckets=shapes.prefill_buckets,
                                        top_k_cap=top_k_cap, gemv_max_rows=kernels.talker_gemv_rows,
                                        fused_rope=kernels.talker_fused_rope, chain_rows=chain_rows,
-                                       chain_tiles=chain_tiles)  # fmt: skip
+                                       chain_tiles=chain_tiles, fused_draw=kernels.talker_fused_draw)  # fmt: skip
         else:
             self.talker = TalkerExecutor(model, self.generation, self.kv_cache)
         if fast.code_predictor:

@@ -34,6 +34,7 @@ from engine.fast.decoder import (
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
 from engine.fast.kernels.decode_attention import decode_attention, decode_attention_rope
 from engine.fast.kernels.sampler import sample
+from engine.fast.kernels.talker_draw import talker_draw
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k
 from engine.ipc.messages import Sampling
 from engine.model import sampling as sampler
@@ -66,20 +67,23 @@ class TalkerGraphs:
                  use_graphs: bool | None = None, top_k_cap: int = DEFAULT_TOP_K_CAP,
                  gemv_max_rows: int = 0, fused_rope: bool = False,
                  chain_rows: Sequence[int] = (),
-                 chain_tiles: ChainTiles | Mapping[int, ChainTiles] | None = None) -> None:  # fmt: skip
+                 chain_tiles: ChainTiles | Mapping[int, ChainTiles] | None = None,
+                 fused_draw: bool = False) -> None:  # fmt: skip
         """`gemv_max_rows`: decode steps of up to this many rows run `run_layers_streamed` (products as weight
         streams in `gemv`, norms and SwiGLU folded in); above it, and at 0, cuBLAS products (`run_layers`).
         `fused_rope`: decode steps norm and rotate q and k inside the attention's split kernel
         (`decode_attention_rope`) instead of a `qk_norm_rope` kernel a layer. `chain_rows` (with `fused_rope`):
         decode steps of exactly these row counts run `run_layers_chained` (tensor-core `gemv` products, every
         kernel a programmatic dependent launch), with `chain_tiles` (None: `ChainTiles()`; a mapping: each row
-        count's own, `ChainTiles()` for counts it leaves out)."""
+        count's own, `ChainTiles()` for counts it leaves out). `fused_draw`: each step's scores, draw and slot-state
+        writes in one kernel (`kernels.talker_draw`) instead of the separate steps of `_draw`."""
         self.model = model
         self.gemv_max_rows = gemv_max_rows
         self.chain_rows = tuple(chain_rows) if fused_rope else ()
         by_rows = chain_tiles if isinstance(chain_tiles, Mapping) else dict.fromkeys(self.chain_rows, chain_tiles)
         self.chain_tiles = {rows: by_rows.get(rows) or ChainTiles() for rows in self.chain_rows}
         self.fused_rope = fused_rope
+        self.fused_draw = fused_draw
         self.talker = model.talker
         self.config = model.config.talker
         self.slots = slots
@@ -213,6 +217,13 @@ class TalkerGraphs:
 
     def _draw(self, hidden: Tensor, index: Tensor, frames: Tensor, eos_never: Tensor) -> None:
         s, c = self.slots, self.config
+        if self.fused_draw:  # the same steps in one kernel, reading the head's output in its own dtype
+            talker_draw(self.talker.codec_head(hidden), index, frames, eos_never, s.seen, s.generated, s.penalty,
+                        s.talker.greedy, s.talker.temperature, s.talker.top_k, s.seeds, s.code0,
+                        eos_id=c.codec_eos_id, num_codes=c.num_codes, cap=self.top_k_cap,
+                        out=self.tokens[: hidden.shape[0]])  # fmt: skip
+            s.hidden[index] = hidden
+            return
         logits = self.talker.logits(hidden)  # [n,V] fp32
         scores = sampler.talker_scores(logits, s.seen[index], s.generated[index], s.penalty[index], c.codec_eos_id,
                                        c.num_codes, eos_never)  # fmt: skip

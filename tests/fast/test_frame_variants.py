@@ -84,6 +84,13 @@ def test_wide_variants_give_the_64_row_products_64_or_128_columns_and_about_one_
     assert talker_gate_up.block_n == ChainTiles().gate_up.block_n and talker_gate_up.split_k == 2
 
 
+def test_the_fused_draw_joins_any_talker_part() -> None:
+    assert frame_variants.refusal("talker_wide64+draw_fused") is None
+    assert frame_variants.fused_draw("talker_wide64+draw_fused") and not frame_variants.fused_draw("talker_wide64")
+    assert frame_variants.talker_key("talker_wide64+draw_fused") != frame_variants.talker_key("talker_wide64")
+    assert frame_variants.talker_options("talker_wide64+draw_fused") == frame_variants.talker_options("talker_wide64")
+
+
 def test_bulk_copy_variants_turn_on_tma_in_every_pipelined_tile_and_nothing_else() -> None:
     from dataclasses import replace
 

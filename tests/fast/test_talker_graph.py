@@ -31,14 +31,14 @@ def model() -> Qwen3TTS:
 
 def _pair(model: Qwen3TTS, sizes: tuple[int, ...], gemv_rows: int = 0, fused_rope: bool = False,
           chain_rows: tuple[int, ...] = (), chain_tiles: ChainTiles | dict[int, ChainTiles] | None = None,
-          ) -> tuple[TalkerExecutor, TalkerGraphs]:  # fmt: skip
+          fused_draw: bool = False) -> tuple[TalkerExecutor, TalkerGraphs]:  # fmt: skip
     c = model.config.talker
     plain_slots = GenerationSlots(6, c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
     fast_slots = copy.deepcopy(plain_slots)
     plain_cache, fast_cache = model.talker.new_cache(6, 64), model.talker.new_cache(6, 64)
     fast = TalkerGraphs(model, fast_slots, fast_cache, sizes, prefill_sizes=(1, 2), prefill_buckets=(8, 16),
                         gemv_max_rows=gemv_rows, fused_rope=fused_rope, chain_rows=chain_rows,
-                        chain_tiles=chain_tiles)  # fmt: skip
+                        chain_tiles=chain_tiles, fused_draw=fused_draw)  # fmt: skip
     return TalkerExecutor(model, plain_slots, plain_cache), fast
 
 
@@ -97,6 +97,28 @@ def test_prefill_and_decode_steps_equal_the_plain_executor(model: Qwen3TTS, size
         _assert_same_state(plain, fast, kv_slots)
     assert fast.decode(kv_slots, [fast.cache.lengths[s] for s in kv_slots], [9] * 4, [1] * 4, [False] * 4,
                        read_tokens=False) is None  # fmt: skip
+
+
+def test_a_fused_draw_equals_the_plain_executor(model: Qwen3TTS) -> None:
+    """`fused_draw`: each step's scores, draw and slot-state writes in one kernel (`kernels.talker_draw`), with
+    cohorts of 3 rows padded to 4 (a duplicate slot), EOS allowed from the second step: the plain executor's
+    tokens and state at every step (under Triton's interpreter in test_code_predictor_interpreted)."""
+    plain, fast = _pair(model, (1, 2, 4), fused_draw=True)
+    kv_slots = [3, 0, 5, 1]
+    samplings = [SAMPLINGS[i % len(SAMPLINGS)] for i in range(4)]
+    for runner in (plain, fast):
+        runner.prefill(kv_slots, _prompts(model), samplings, [7, 8, 9, 10])
+    _assert_same_state(plain, fast, kv_slots)
+    gen = torch.Generator().manual_seed(5)
+    for step in range(3):
+        embed = torch.randn(6, model.config.talker.hidden_size, generator=gen)
+        plain.slots.frame_embed.copy_(embed)
+        fast.slots.frame_embed.copy_(embed)
+        rows = kv_slots[: 4 - step % 2]  # 4 rows, then 3 (padded to 4), then 4
+        positions = [plain.cache.lengths[s] for s in rows]
+        args = (rows, positions, [step] * len(rows), [100 + s for s in rows], [step > 0] * len(rows))
+        assert fast.decode(*args, read_tokens=True) == plain.decode(*args, read_tokens=True)
+        _assert_same_state(plain, fast, kv_slots)
 
 
 def test_chained_steps_take_their_own_row_counts_tiles(model: Qwen3TTS) -> None:

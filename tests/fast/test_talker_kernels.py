@@ -179,3 +179,49 @@ def test_the_chained_talker_layers_equal_the_cublas_layers_in_the_interpreter() 
     assert set(result) == {"chained", "down_tile", "split"}
     for form in result.values():
         assert form["error"] < 1e-5 and form["kv_error"] < 1e-5, result
+
+
+DRAW_SCRIPT = """
+import json, torch
+from engine.fast.kernels.talker_draw import talker_draw, talker_draw_reference
+gen = torch.Generator().manual_seed(11)
+slots, vocab, eos_id, num_codes, cap = 9, 300, 250, 240, 64
+logits = torch.randn(7, vocab, generator=gen) * 3
+logits[1, :num_codes] = logits[1, 3]  # a flat row: top-k ties at the threshold
+# five rows, then two padded duplicates of the last (`pad_rows` repeats every input of the last row)
+index = torch.tensor([4, 0, 7, 2, 8, 8, 8])
+frames = torch.tensor([1, 4, 7, 10, 13, 13, 13])
+eos_never = torch.tensor([True, False, False, True, False, False, False])
+logits[5:] = logits[4]
+state = {
+    "seen": torch.rand(slots, vocab, generator=gen) < 0.3,
+    "generated": torch.tensor([0, 5, 1, 9, 2, 0, 3, 1, 4]),
+    "penalty": 1.0 + torch.rand(slots, 1, generator=gen),
+    "greedy": torch.tensor([False, True, False, False, False, False, False, False, False]),
+    "temperature": 0.5 + torch.rand(slots, 1, generator=gen),
+    "top_k": torch.tensor([50, 1, 0, 5, 64, 3, 50, 20, 50]),
+    "seeds": torch.randint(0, 2**62, (slots,), generator=gen),
+    "code0": torch.full((slots,), -1),
+}
+results = {}
+for name, draw in (("fused", talker_draw), ("twin", talker_draw_reference)):
+    copy = {key: value.clone() for key, value in state.items()}
+    out = torch.full((7,), -5, dtype=torch.int64)
+    if name == "fused":
+        draw(logits, index, frames, eos_never, *copy.values(), eos_id=eos_id, num_codes=num_codes, cap=cap, out=out)
+    else:
+        draw(logits, index, frames, eos_never, *copy.values(), eos_id, num_codes, cap, out)
+    results[name] = {"out": out[:5].tolist(), **{key: value.tolist() for key, value in copy.items()}}
+print(json.dumps(results))
+"""
+
+
+def test_the_talker_draw_in_one_kernel_equals_its_separate_steps() -> None:
+    """Repetition penalty over seen ids, EOS masked early or always, control ids out, greedy, top-k 0 / 1 / 5 /
+    the cap, a flat row tied at its threshold, padded duplicate rows: the same tokens and the same slot state
+    (seen, generated, code0) as `talker_scores`, `sample` and the index_put writes."""
+    results = run_interpreted(DRAW_SCRIPT, timeout_s=600)
+    fused, twin = results["fused"], results["twin"]
+    assert fused == twin
+    assert twin["generated"][8] == 5 and twin["code0"][8] == twin["out"][4]  # the padded slot counted once
+    assert all(token < 240 or token == 250 for token in twin["out"])  # control ids never drawn

@@ -16,7 +16,7 @@ from tools import frame_variants
 def test_a_variant_replaces_the_kernel_flags_in_what_the_check_builds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
     monkeypatch.setattr(gpu_check, "DTYPE", torch.float32)
-    variant = "gemv_tma+talker_wide64_tma"
+    variant = "gemv_tma+talker_wide64_tma+draw_fused"
     args = argparse.Namespace(preset="tiny", context=512, variant=variant, **vars(gpu_check.KernelOptions()))
     with torch.inference_mode():
         env = gpu_check.build(args)
@@ -25,6 +25,7 @@ def test_a_variant_replaces_the_kernel_flags_in_what_the_check_builds(monkeypatc
     assert env["fast_talker"].chain_tiles == dict(tiles) and env["fast_talker"].chain_rows == chain
     assert env["fast_talker"].gemv_max_rows == rows and env["fast_talker"].fused_rope == rope
     assert env["fast_talker"].chain_tiles[64].down.tma  # the wide down tile, loading by bulk copies
+    assert env["fast_talker"].fused_draw
 
 
 @pytest.mark.parametrize("variant", ["ko_cp_norms", "defaults+bogus"])

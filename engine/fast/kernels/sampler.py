@@ -82,6 +82,92 @@ if HAVE_TRITON:
             shift -= 8
         return bound.to(tl.int64), rounds
 
+    @triton.jit
+    def _exponentials(seed, frame, group, v, GROUPS: tl.constexpr, PRECISE: tl.constexpr):
+        """-log u of the row's uniforms u [BLOCK_V] (`rng.uniforms`: the SplitMix64 hash of seed, counter
+        frame * GROUPS + group + 1 and the vocabulary id v + 1, top 23 bits, in (0, 1)); seed and frame uint64."""
+        counter = frame * GROUPS + group.to(tl.uint64) + 1
+        row_key = _mix64(_mix64(seed) + counter * 0x9E3779B97F4A7C15)
+        hashed = _mix64(row_key + (v + 1).to(tl.uint64) * 0x9E3779B97F4A7C15)
+        uniform = ((hashed >> 41).to(tl.int32).to(tl.float32) + 0.5) * (1.0 / 8388608.0)  # 23 bits: (0,1)
+        if PRECISE:  # noqa: SIM108 (constexpr: the interpreter has no libdevice)
+            exponential = -libdevice.log(uniform)
+        else:
+            exponential = -tl.log(uniform)
+        return exponential
+
+    @triton.jit
+    def _draw(scores, valid, temperature, top_k, greedy, exponential, vocab, stamps_row, CAP: tl.constexpr,
+              RADIX_BITS: tl.constexpr, PRECISE: tl.constexpr, TIMELINE: tl.constexpr):  # fmt: skip
+        """One row's token (int64) from its fp32 scores [BLOCK_V] (-inf past `valid`) and settings, as the module
+        docstring says, and the top-k search's rounds; with TIMELINE, stamps 1-4 of the row at `stamps_row`."""
+        warped = tl.div_rn(scores, temperature)  # torch divides with IEEE rounding; Triton's `/` does not
+        warped = tl.where(valid, warped, float("-inf"))
+
+        # Order-preserving int image of fp32: negative values get their magnitude bits flipped; -0.0 joins +0.0.
+        # Keys stay int32 (the counting passes are [2^bits, V] compares); bounds and candidates are int64.
+        bits = warped.to(tl.int32, bitcast=True)
+        key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+        key = tl.where(warped == 0.0, 0, key)
+        limited = (top_k > 0) & (top_k <= tl.minimum(vocab, CAP))
+        rounds = 0
+        if RADIX_BITS == 8:  # radix select by bytes (`_kth_largest_key`): no min / max pass
+            if TIMELINE:
+                tl.store(stamps_row + 1, globaltimer())
+                tl.store(stamps_row + 2, globaltimer())
+            if limited:
+                lo, rounds = _kth_largest_key(key, valid, top_k.to(tl.int32))
+                keep = valid & (key >= lo)
+            else:
+                keep = valid
+        else:
+            # Invariant: count(key >= lo) >= k and count(key > hi) < k; lo ends on the k-th largest key.
+            if TIMELINE:
+                tl.store(stamps_row + 1, globaltimer())
+            lo = tl.min(tl.where(valid, key, 2147483647), axis=0).to(tl.int64)
+            hi = tl.max(tl.where(valid, key, -2147483647), axis=0).to(tl.int64)
+            if limited:
+                digits = tl.arange(0, 1 << RADIX_BITS).to(tl.int64)  # candidate j: lo + ceil(j * width / 2^bits)
+                # The search stops as soon as exactly top_k keys are >= lo: {key >= lo} is then the top-k set
+                # itself (a tie at the k-th value would make that count exceed k), so the tokens are those of the
+                # full search, which needs all 32 / RADIX_BITS rounds only when lo must land on a tied k-th value.
+                count_lo = tl.sum(valid.to(tl.int32), axis=0)  # keys >= lo (= the row's minimum)
+                if TIMELINE:
+                    tl.store(stamps_row + 2, globaltimer())
+                while (count_lo > top_k) & (lo < hi):
+                    rounds += 1
+                    width = hi - lo + 1
+                    cand = lo + ((digits * width + (1 << RADIX_BITS) - 1) >> RADIX_BITS)  # [2^bits], ascending
+                    # every candidate <= hi + 1 <= key(+inf) + 1 fits int32: compare in 32 bits
+                    above = (key[None, :] >= cand.to(tl.int32)[:, None]) & valid[None, :]
+                    counts = tl.sum(above.to(tl.int32), axis=1)  # [2^bits], descending
+                    ok = counts >= top_k  # true for j = 0, then monotone
+                    next_hi = tl.min(tl.where(ok, hi, cand - 1), axis=0)
+                    lo = tl.max(tl.where(ok, cand, lo), axis=0)
+                    count_lo = tl.min(tl.where(ok, counts, 2147483647), axis=0)
+                    hi = next_hi
+                keep = valid & (key >= lo)
+            else:
+                keep = valid
+                if TIMELINE:  # (no search: its stage takes no time)
+                    tl.store(stamps_row + 2, globaltimer())
+        if TIMELINE:
+            tl.store(stamps_row + 3, globaltimer())
+
+        top = tl.max(warped, axis=0)  # the largest value is always kept: the softmax's max
+        if PRECISE:  # libdevice expf/logf, as torch's kernels call them (the interpreter has no libdevice)
+            e = tl.where(keep, libdevice.exp(warped - top), 0.0)
+        else:
+            e = tl.where(keep, tl.exp(warped - top), 0.0)
+        probs = tl.div_rn(e, tl.sum(e, axis=0))
+        if TIMELINE:
+            tl.store(stamps_row + 4, globaltimer())
+
+        race = tl.where(valid, tl.div_rn(probs, exponential), -1.0)
+        drawn = tl.argmax(race, axis=0)
+        token = tl.where(greedy, tl.argmax(scores, axis=0), drawn).to(tl.int64)
+        return token, rounds
+
     @triton.jit(do_not_specialize=["group"])  # one compiled kernel for every group
     def _sample_kernel(
         scores_ptr, greedy_ptr, temp_ptr, topk_ptr, seeds_ptr, frames_ptr, out_ptr, table_ptr, acc_ptr,
@@ -99,86 +185,18 @@ if HAVE_TRITON:
         top_k = tl.load(topk_ptr + b).to(tl.int64)
         greedy = tl.load(greedy_ptr + b).to(tl.int1)
         seed = tl.load(seeds_ptr + b).to(tl.uint64, bitcast=True)
-        counter = tl.load(frames_ptr + b).to(tl.uint64, bitcast=True) * GROUPS + group.to(tl.uint64) + 1
-        row_key = _mix64(_mix64(seed) + counter * 0x9E3779B97F4A7C15)
-        hashed = _mix64(row_key + (v + 1).to(tl.uint64) * 0x9E3779B97F4A7C15)
-        uniform = ((hashed >> 41).to(tl.int32).to(tl.float32) + 0.5) * (1.0 / 8388608.0)  # 23 bits: (0,1)
-        if PRECISE:  # noqa: SIM108 (constexpr: the interpreter has no libdevice)
-            exponential = -libdevice.log(uniform)
-        else:
-            exponential = -tl.log(uniform)
+        frame = tl.load(frames_ptr + b).to(tl.uint64, bitcast=True)
+        exponential = _exponentials(seed, frame, group, v, GROUPS, PRECISE)
         wait_for_producer(PDL)
-        if TIMELINE:  # the row's stamps: TIMELINE (`TIMELINE_STAGES`, 0: none) a program
-            tl.store(stamps_ptr + b * TIMELINE, globaltimer())
+        stamps_row = stamps_ptr + b * TIMELINE  # the row's stamps: TIMELINE (`TIMELINE_STAGES`, 0: none) a program
+        if TIMELINE:
+            tl.store(stamps_row, globaltimer())
         scores = tl.load(scores_ptr + b * stride_scores + v, mask=valid, other=float("-inf")).to(tl.float32)
-        warped = tl.div_rn(scores, temperature)  # torch divides with IEEE rounding; Triton's `/` does not
-        warped = tl.where(valid, warped, float("-inf"))
-
-        # Order-preserving int image of fp32: negative values get their magnitude bits flipped; -0.0 joins +0.0.
-        # Keys stay int32 (the counting passes are [2^bits, V] compares); bounds and candidates are int64.
-        bits = warped.to(tl.int32, bitcast=True)
-        key = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-        key = tl.where(warped == 0.0, 0, key)
-        limited = (top_k > 0) & (top_k <= tl.minimum(vocab, CAP))
-        rounds = 0
-        if RADIX_BITS == 8:  # radix select by bytes (`_kth_largest_key`): no min / max pass
-            if TIMELINE:
-                tl.store(stamps_ptr + b * TIMELINE + 1, globaltimer())
-                tl.store(stamps_ptr + b * TIMELINE + 2, globaltimer())
-            if limited:
-                lo, rounds = _kth_largest_key(key, valid, top_k.to(tl.int32))
-                keep = valid & (key >= lo)
-            else:
-                keep = valid
-        else:
-            # Invariant: count(key >= lo) >= k and count(key > hi) < k; lo ends on the k-th largest key.
-            if TIMELINE:
-                tl.store(stamps_ptr + b * TIMELINE + 1, globaltimer())
-            lo = tl.min(tl.where(valid, key, 2147483647), axis=0).to(tl.int64)
-            hi = tl.max(tl.where(valid, key, -2147483647), axis=0).to(tl.int64)
-            if limited:
-                digits = tl.arange(0, 1 << RADIX_BITS).to(tl.int64)  # candidate j: lo + ceil(j * width / 2^bits)
-                # The search stops as soon as exactly top_k keys are >= lo: {key >= lo} is then the top-k set
-                # itself (a tie at the k-th value would make that count exceed k), so the tokens are those of the
-                # full search, which needs all 32 / RADIX_BITS rounds only when lo must land on a tied k-th value.
-                count_lo = tl.sum(valid.to(tl.int32), axis=0)  # keys >= lo (= the row's minimum)
-                if TIMELINE:
-                    tl.store(stamps_ptr + b * TIMELINE + 2, globaltimer())
-                while (count_lo > top_k) & (lo < hi):
-                    rounds += 1
-                    width = hi - lo + 1
-                    cand = lo + ((digits * width + (1 << RADIX_BITS) - 1) >> RADIX_BITS)  # [2^bits], ascending
-                    # every candidate <= hi + 1 <= key(+inf) + 1 fits int32: compare in 32 bits
-                    above = (key[None, :] >= cand.to(tl.int32)[:, None]) & valid[None, :]
-                    counts = tl.sum(above.to(tl.int32), axis=1)  # [2^bits], descending
-                    ok = counts >= top_k  # true for j = 0, then monotone
-                    next_hi = tl.min(tl.where(ok, hi, cand - 1), axis=0)
-                    lo = tl.max(tl.where(ok, cand, lo), axis=0)
-                    count_lo = tl.min(tl.where(ok, counts, 2147483647), axis=0)
-                    hi = next_hi
-                keep = valid & (key >= lo)
-            else:
-                keep = valid
-                if TIMELINE:  # (no search: its stage takes no time)
-                    tl.store(stamps_ptr + b * TIMELINE + 2, globaltimer())
-        if TIMELINE:
-            tl.store(stamps_ptr + b * TIMELINE + 3, globaltimer())
-
-        top = tl.max(warped, axis=0)  # the largest value is always kept: the softmax's max
-        if PRECISE:  # libdevice expf/logf, as torch's kernels call them (the interpreter has no libdevice)
-            e = tl.where(keep, libdevice.exp(warped - top), 0.0)
-        else:
-            e = tl.where(keep, tl.exp(warped - top), 0.0)
-        probs = tl.div_rn(e, tl.sum(e, axis=0))
-        if TIMELINE:
-            tl.store(stamps_ptr + b * TIMELINE + 4, globaltimer())
-
-        race = tl.where(valid, tl.div_rn(probs, exponential), -1.0)
-        drawn = tl.argmax(race, axis=0)
-        token = tl.where(greedy, tl.argmax(scores, axis=0), drawn).to(tl.int64)
+        token, rounds = _draw(scores, valid, temperature, top_k, greedy, exponential, vocab, stamps_row, CAP,
+                              RADIX_BITS, PRECISE, TIMELINE)  # fmt: skip
         tl.store(out_ptr + b * stride_out, token)
         if TIMELINE:
-            tl.store(stamps_ptr + b * TIMELINE + 5, globaltimer())
+            tl.store(stamps_row + 5, globaltimer())
         if ACCUMULATE:
             h = tl.arange(0, BLOCK_H)
             h_mask = h < hidden
@@ -186,8 +204,8 @@ if HAVE_TRITON:
             total = tl.load(acc_ptr + b * hidden + h, mask=h_mask, other=0.0)
             tl.store(acc_ptr + b * hidden + h, total + row, mask=h_mask)
         if TIMELINE:
-            tl.store(stamps_ptr + b * TIMELINE + 6, globaltimer())
-            tl.store(stamps_ptr + b * TIMELINE + 7, rounds)
+            tl.store(stamps_row + 6, globaltimer())
+            tl.store(stamps_row + 7, rounds)
 
 
 def sample_reference(
