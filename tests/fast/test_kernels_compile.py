@@ -94,14 +94,14 @@ def test_the_bulk_copy_products_load_their_tiles_by_tma(gathered: bool) -> None:
 
 
 def test_the_talker_draw_compiles_in_one_kernel() -> None:
-    """`kernels.talker_draw` at the talker's vocabulary (3072 ids: 4096-wide rows), 8 warps, the engine's radix."""
-    from engine.fast.kernels.talker_draw import _talker_draw_kernel
+    """`kernels.talker_draw` at the talker's vocabulary (3072 ids: 4096-wide rows) and warps, the engine's radix."""
+    from engine.fast.kernels.talker_draw import _talker_draw_kernel, row_warps
 
     constants = dict(CAP=64, GROUPS=16, MIN_NEW=2, RADIX_BITS=2, PRECISE=True, BLOCK_V=4096)
     pointers = {"index_ptr": "*i64", "frames_ptr": "*i64", "eos_never_ptr": "*i1", "seen_ptr": "*i1",
                 "generated_ptr": "*i64", "penalty_ptr": "*fp32", "greedy_ptr": "*i1", "temp_ptr": "*fp32",
                 "topk_ptr": "*i64", "seeds_ptr": "*i64", "code0_ptr": "*i64", "out_ptr": "*i64"}  # fmt: skip
-    info = compile_for(_talker_draw_kernel, constants, pointers, num_warps=8)
+    info = compile_for(_talker_draw_kernel, constants, pointers, num_warps=row_warps(3072))
     assert 0 < info["registers"] <= 255 and info["spills"] == 0
 
 

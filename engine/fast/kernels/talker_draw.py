@@ -98,7 +98,8 @@ def talker_draw(
 ) -> Tensor:  # fmt: skip
     """logits [B,V] (last dim contiguous), index [B] int64 KV slots, frames [B] int64 (the draw's counter),
     eos_never [B] bool; the slot state as the module docstring draws it (contiguous) -> out [B] int64, the
-    tokens; code0, seen and generated updated at the slots. `cap`: the largest top-k (as `sample`'s)."""
+    tokens; code0, seen and generated updated at the slots. `cap`: the largest top-k (as `sample`'s). `num_warps`
+    of a row's program (None: `row_warps`)."""
     if not use_triton(logits):
         return talker_draw_reference(logits, index, frames, eos_never, seen, generated, penalty, greedy,
                                      temperature, top_k, seeds, code0, eos_id, num_codes, cap, out)  # fmt: skip
@@ -111,6 +112,13 @@ def talker_draw(
         vocab, logits.stride(0), seen.stride(0), eos_id, num_codes, 0,
         CAP=cap, GROUPS=GROUPS_PER_FRAME, MIN_NEW=MIN_NEW_TOKENS, RADIX_BITS=radix_bits,
         PRECISE=not INTERPRET, BLOCK_V=triton.next_power_of_2(vocab),
-        num_warps=num_warps or (8 if vocab >= 2048 else 4),
+        num_warps=num_warps or row_warps(vocab),
     )  # fmt: skip
     return out
+
+
+def row_warps(vocab: int) -> int:
+    """Warps of a row's program: 16 from 4096-wide rows (the talker's 3072 ids), where 8 spill 16 bytes a thread
+    compiled for sm_90 by Triton 3.6 (the device's; 3.9 fits them), then 8 from 2048, else 4."""
+    width = triton.next_power_of_2(vocab) if HAVE_TRITON else vocab
+    return 16 if width >= 4096 else 8 if width >= 2048 else 4
