@@ -97,6 +97,9 @@ class TalkerGraphs:
         self.layers = fuse_layers(self.talker.model.layers)
         self.caches = [cache.layer(i) for i in range(self.config.num_layers)]
         device = model.device
+        # cos, sin [L,D] of every cache position, computed once: a step gathers its rows (2 launches where
+        # computing them took ~7; the same elementwise fp32 ops on the same angles, so the same values)
+        self.rope = rope_tables(self.talker.rotary, torch.arange(cache.max_len, device=device), model.dtype)
         use = device.type == "cuda" if use_graphs is None else use_graphs
         largest = max(self.sizes[-1], self.prefill_sizes[-1] if self.prefill_sizes else 1)
         self.inputs = StaticInputs(("kv_slot", "position", "text", "frame", "eos_never"), largest, device)
@@ -170,7 +173,7 @@ class TalkerGraphs:
     def _decode(self, n: int) -> None:
         index, positions = self.inputs["kv_slot"][:n], self.inputs["position"][:n]
         x = self.slots.frame_embed[index] + self.talker.embed_text(self.inputs["text"][:n])  # [n,H]
-        cos, sin = rope_tables(self.talker.rotary, positions, x.dtype)
+        cos, sin = (table[positions] for table in self.rope)  # [n,D]
         lengths = positions + 1
 
         def attend(layer: int, q: Tensor) -> Tensor:  # q [n,Hq,D] -> [n,Hq*D]
@@ -200,7 +203,7 @@ class TalkerGraphs:
         index = self.inputs["kv_slot"][:n]
         x = self.prefill_x[:n, :length].reshape(n * length, -1)  # [n*L,H]
         positions = torch.arange(length, device=index.device).repeat(n)  # [n*L]
-        cos, sin = rope_tables(self.talker.rotary, positions, x.dtype)
+        cos, sin = (table[positions] for table in self.rope)  # [n*L,D]
 
         def attend(layer: int, q: Tensor) -> Tensor:  # causal over the slot's fresh keys 0..L-1
             k_cache, v_cache = self.caches[layer]

@@ -121,6 +121,22 @@ def test_a_fused_draw_equals_the_plain_executor(model: Qwen3TTS) -> None:
         _assert_same_state(plain, fast, kv_slots)
 
 
+def test_the_rope_tables_hold_what_each_step_computed_for_its_positions(model: Qwen3TTS) -> None:
+    """`TalkerGraphs.rope` (every cache position's cos and sin, computed once) gathered at a step's positions is
+    bitwise what computing them for those positions gives, in the model's dtype and in bf16."""
+    from engine.fast.decoder import rope_tables
+
+    _, fast = _pair(model, (1, 2))
+    positions = torch.tensor([0, 5, 63, 17, 17])
+    rotary = model.talker.rotary
+    for got, want in zip(fast.rope, rope_tables(rotary, positions, model.dtype), strict=True):
+        assert got.shape[0] == fast.cache.max_len and torch.equal(got[positions], want)
+    everything = rope_tables(rotary, torch.arange(4096), torch.bfloat16)
+    for got, want in zip(everything, rope_tables(rotary, torch.tensor([4095, 1, 2048, 77]), torch.bfloat16),
+                         strict=True):  # fmt: skip
+        assert torch.equal(got[torch.tensor([4095, 1, 2048, 77])], want)
+
+
 def test_chained_steps_take_their_own_row_counts_tiles(model: Qwen3TTS) -> None:
     """`chain_tiles` as a mapping: each chained row count its own tiles, `ChainTiles()` where it names none; one
     `ChainTiles` (or None) serves every chained count."""
