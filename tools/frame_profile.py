@@ -1,6 +1,7 @@
 """Where a frame step's GPU time goes: talker decode and code-predictor frame per kernel variant (GPU only).
 
     python tools/frame_profile.py [--batches 1 64] [--variants defaults pdl norms_apart ...] [--out frame_profile.json]
+    python tools/frame_profile.py --dry-run --batches 1 64 --context 16 --variants ...   # CPU: the variants' plumbing
 
 On the full-size model with random bf16 weights, the engine's talker graphs and each variant's code-predictor
 graphs are built at the given batch sizes, all before any timing, then timed round-robin (CUDA-event medians of
@@ -93,9 +94,35 @@ def outputs(env: dict[str, Any], variant: str, b: int, lengths: list[int]) -> li
             env["codes"][:b, 0].clone(),
             env["slots"].frame_embed[:b].clone(),
         ]
-    torch.cuda.synchronize()
+    if env["cache"].kv.is_cuda:
+        torch.cuda.synchronize()
     seen.append(env["cache"].kv[:, :, :b].clone())
     return seen
+
+
+def dry_run(args: argparse.Namespace) -> int:
+    """The variants on the CPU with the tiny fp32 model, through the kernels' twins: each one built and run for
+    three frame steps, no timings; the `BITWISE` ones must equal the defaults. Proves the variants' plumbing before
+    device time is spent (the tiles themselves only matter to Triton on a GPU)."""
+    from engine.model.weights import load_model
+    from loadtest import gpu_check
+
+    gpu_check.DEVICE = "cpu"  # (its fill_state draws the slots' random state there)
+    torch.manual_seed(0)
+    model = load_model("tiny", device="cpu", dtype=torch.float32)
+    names = list(dict.fromkeys(["defaults", *args.variants]))
+    with torch.inference_mode():
+        env = build(model, names, args.batches, args.context)
+        seen = {name: {b: outputs(env, name, b, [args.context] * b) for b in args.batches} for name in names}
+    differ = []
+    for name in names[1:]:
+        equal = all(torch.equal(x, y) for b in args.batches for x, y in zip(seen[name][b], seen["defaults"][b],
+                                                                              strict=True))  # fmt: skip
+        note = " (a knockout acts in captured graphs only)" if "ko_" in name else ""
+        print(f"{name:<40} ran; bitwise the defaults' on the CPU twins: {equal}{note}")
+        if name in BITWISE and not equal:
+            differ.append(name)
+    return 1 if differ else 0
 
 
 def progress(line: str) -> None:
@@ -122,12 +149,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="also each variant's 15 steps' logits, teacher-forced, against an fp32 code predictor at "
                         "every batch size: error / the plain bf16 predictor's <= 1.1 (`tools/cp_kernels_check.py`)")
     p.add_argument("--out", default="frame_profile.json")
+    p.add_argument("--dry-run", action="store_true",
+                   help="CPU, tiny fp32 model: build and run every variant through the kernels' twins, no timings")
     args = p.parse_args(argv)
     for variant in args.variants:
         if problem := frame_variants.refusal(variant):
             p.error(problem)
+    if args.dry_run:
+        return dry_run(args)
     if not torch.cuda.is_available():
-        p.error("needs a CUDA device")
+        p.error("needs a CUDA device (or --dry-run on the CPU)")
     from engine.model.weights import load_model
 
     torch.manual_seed(0)

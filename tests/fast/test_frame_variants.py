@@ -151,3 +151,12 @@ def test_a_knockout_leaves_its_kernels_out_only_while_capturing() -> None:
     assert talker_graph.decode_attention_rope is attention
     assert frame_variants.talker_key("ko_talker_norms") != frame_variants.talker_key("defaults")
     assert frame_variants.talker_key("ko_cp_norms") == frame_variants.talker_key("defaults")
+
+
+def test_a_dry_run_builds_and_runs_variants_on_the_cpu(capsys: pytest.CaptureFixture[str]) -> None:
+    """`frame_profile.py --dry-run`: the tiny model's talker and code-predictor graphs of each variant, built and run
+    for three frame steps through the kernels' twins; the bitwise ones equal the defaults (exit status 0)."""
+    variants = ["wide64_128", "talker_wide64_tma+draw_fused", "tattn_tma"]
+    assert frame_profile.main(["--dry-run", "--batches", "64", "--context", "16", "--variants", *variants]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if " ran; " in line]
+    assert [line.split()[0] for line in lines] == variants
