@@ -14,12 +14,16 @@ from engine.fast.kernels.decode_attention import decode_attention, decode_attent
 from engine.fast.kernels.qk_norm_rope import qk_norm_rope, qk_norm_rope_reference
 from engine.fast.kernels.rmsnorm import rms_norm, rms_norm_reference
 from engine.fast.kernels.silu_mul import silu_mul, silu_mul_reference
+from engine.fast.kernels.talker_draw import talker_draw, talker_draw_reference
 from engine.fast.measure import relative_l2
 from engine.model.layers import RotaryEmbedding
 
 
 def check_kernels(device: str, dtype: torch.dtype, *, hidden: int = 2048, heads: int = 16, kv_heads: int = 8,
-                  head_dim: int = 128, inter: int = 6144, rows: int = 8, max_len: int = 512) -> dict[str, float]:  # fmt: skip
+                  head_dim: int = 128, inter: int = 6144, rows: int = 8, max_len: int = 512,
+                  vocab: int = 3072) -> dict[str, float]:  # fmt: skip
+    """-> relative L2 errors; "talker_draw" is 1.0 if any of its tokens or slot-state entries differs from the
+    twin's, else 0.0 (`vocab`: the talker's, 3072 at full size)."""
     gen = torch.Generator(device="cpu").manual_seed(1234)
 
     def rand(*shape: int, scale: float = 1.0) -> Tensor:
@@ -69,4 +73,37 @@ def check_kernels(device: str, dtype: torch.dtype, *, hidden: int = 2048, heads:
         decode_attention(q_in, k_cache, v_cache, slots, lengths),
         decode_attention_reference(q_in, reference_keys, v_cache, slots, lengths),
     )
+    errors["talker_draw"] = _talker_draw_mismatch(device, dtype, gen, 64, vocab)
     return errors
+
+
+def _talker_draw_mismatch(device: str, dtype: torch.dtype, gen: torch.Generator, rows: int, vocab: int) -> float:
+    """`talker_draw` against its twin on `rows` rows over distinct slots (the last two padded duplicates), mixed
+    settings: 1.0 if any token or seen / generated / code0 entry differs, else 0.0."""
+    num_codes = 2 * vocab // 3
+    slots = rows + 3
+    logits = (torch.randn(rows, vocab, generator=gen) * 3).to(device=device, dtype=dtype)
+    logits[-2:] = logits[-3]  # padded rows repeat the last real one: its logits, slot and frame
+    index = torch.randperm(slots, generator=gen)[:rows]
+    index[-2:] = index[-3]
+    frames = torch.randint(0, 1000, (rows,), generator=gen)
+    frames[-2:] = frames[-3]
+    state = {"seen": torch.rand(slots, vocab, generator=gen) < 0.05,
+             "generated": torch.randint(0, 4, (slots,), generator=gen),
+             "penalty": 1.0 + torch.rand(slots, 1, generator=gen), "greedy": torch.rand(slots, generator=gen) < 0.2,
+             "temperature": 0.5 + torch.rand(slots, 1, generator=gen),
+             "top_k": torch.tensor([0, 1, 5, 50, 64])[torch.randint(0, 5, (slots,), generator=gen)],
+             "seeds": torch.randint(0, 2**62, (slots,), generator=gen), "code0": torch.zeros(slots, dtype=torch.int64)}
+    eos_never = torch.rand(rows, generator=gen) < 0.3
+    eos_never[-2:] = eos_never[-3]
+    outs = []
+    for draw in (talker_draw, talker_draw_reference):
+        copy = {key: value.clone().to(device) for key, value in state.items()}
+        out = torch.zeros(rows, dtype=torch.int64, device=device)
+        args = (logits, index.to(device), frames.to(device), eos_never.to(device), *copy.values())
+        if draw is talker_draw:
+            draw(*args, eos_id=num_codes + 7, num_codes=num_codes, cap=64, out=out)
+        else:
+            draw(*args, num_codes + 7, num_codes, 64, out)
+        outs.append([out[: rows - 2], copy["seen"], copy["generated"], copy["code0"]])
+    return 0.0 if all(torch.equal(a, b) for a, b in zip(*outs, strict=True)) else 1.0
