@@ -83,7 +83,7 @@ if HAVE_TRITON:
         return bound.to(tl.int64), rounds
 
     @triton.jit
-    def _exponentials(seed, frame, group, v, GROUPS: tl.constexpr, PRECISE: tl.constexpr):
+    def race_exponentials(seed, frame, group, v, GROUPS: tl.constexpr, PRECISE: tl.constexpr):
         """-log u of the row's uniforms u [BLOCK_V] (`rng.uniforms`: the SplitMix64 hash of seed, counter
         frame * GROUPS + group + 1 and the vocabulary id v + 1, top 23 bits, in (0, 1)); seed and frame uint64."""
         counter = frame * GROUPS + group.to(tl.uint64) + 1
@@ -97,7 +97,7 @@ if HAVE_TRITON:
         return exponential
 
     @triton.jit
-    def _draw(scores, valid, temperature, top_k, greedy, exponential, vocab, stamps_row, CAP: tl.constexpr,
+    def draw_row(scores, valid, temperature, top_k, greedy, exponential, vocab, stamps_row, CAP: tl.constexpr,
               RADIX_BITS: tl.constexpr, PRECISE: tl.constexpr, TIMELINE: tl.constexpr):  # fmt: skip
         """One row's token (int64) from its fp32 scores [BLOCK_V] (-inf past `valid`) and settings, as the module
         docstring says, and the top-k search's rounds; with TIMELINE, stamps 1-4 of the row at `stamps_row`."""
@@ -186,14 +186,14 @@ if HAVE_TRITON:
         greedy = tl.load(greedy_ptr + b).to(tl.int1)
         seed = tl.load(seeds_ptr + b).to(tl.uint64, bitcast=True)
         frame = tl.load(frames_ptr + b).to(tl.uint64, bitcast=True)
-        exponential = _exponentials(seed, frame, group, v, GROUPS, PRECISE)
+        exponential = race_exponentials(seed, frame, group, v, GROUPS, PRECISE)
         wait_for_producer(PDL)
         stamps_row = stamps_ptr + b * TIMELINE  # the row's stamps: TIMELINE (`TIMELINE_STAGES`, 0: none) a program
         if TIMELINE:
             tl.store(stamps_row, globaltimer())
         scores = tl.load(scores_ptr + b * stride_scores + v, mask=valid, other=float("-inf")).to(tl.float32)
-        token, rounds = _draw(scores, valid, temperature, top_k, greedy, exponential, vocab, stamps_row, CAP,
-                              RADIX_BITS, PRECISE, TIMELINE)  # fmt: skip
+        token, rounds = draw_row(scores, valid, temperature, top_k, greedy, exponential, vocab, stamps_row, CAP,
+                                 RADIX_BITS, PRECISE, TIMELINE)  # fmt: skip
         tl.store(out_ptr + b * stride_out, token)
         if TIMELINE:
             tl.store(stamps_row + 5, globaltimer())

@@ -6,7 +6,7 @@ One program per row b, at KV slot s = index[b]:
 
     logits  [B,V] in the head's dtype, read as fp32 (what `talker.logits` upcasts)
     scores  = talker_scores(logits, seen[s], generated[s], penalty[s], eos_id, num_codes, eos_never[b])
-    token   = the sampler's draw (`sampler._draw`) with slot s's talker settings, seeds[s] and counter frames[b]
+    token   = the sampler's draw (`sampler.draw_row`) with slot s's talker settings, seeds[s] and counter frames[b]
     out[b]  = token;  code0[s] = token;  seen[s, token] = True;  generated[s] += 1
 
     slot state [S, ...]: seen [S,V] bool, generated [S] int64, penalty [S,1] fp32, greedy [S] bool,
@@ -31,7 +31,7 @@ if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from engine.fast.kernels.sampler import _draw, _exponentials
+    from engine.fast.kernels.sampler import draw_row, race_exponentials
 
     @triton.jit(do_not_specialize=["group"])  # (a constant 0 or 1 would compile to a Python int)
     def _talker_draw_kernel(
@@ -54,7 +54,7 @@ if HAVE_TRITON:
         eos_never = tl.load(eos_never_ptr + b).to(tl.int1)
         seed = tl.load(seeds_ptr + slot).to(tl.uint64, bitcast=True)
         frame = tl.load(frames_ptr + b).to(tl.uint64, bitcast=True)
-        exponential = _exponentials(seed, frame, group, v, GROUPS, PRECISE)
+        exponential = race_exponentials(seed, frame, group, v, GROUPS, PRECISE)
 
         # talker_scores, op for op: the penalty on this request's codebook-0 history, EOS while it may not end,
         # control / language / speaker ids always out
@@ -67,8 +67,8 @@ if HAVE_TRITON:
         scores = tl.where((v >= num_codes) & (v != eos_id), float("-inf"), scores)
         scores = tl.where(valid, scores, float("-inf"))
 
-        token, _ = _draw(scores, valid, temperature, top_k, greedy, exponential, vocab, out_ptr, CAP, RADIX_BITS,
-                         PRECISE, 0)  # fmt: skip
+        token, _ = draw_row(scores, valid, temperature, top_k, greedy, exponential, vocab, out_ptr, CAP,
+                            RADIX_BITS, PRECISE, 0)  # fmt: skip  (no timeline: out_ptr stands in, unwritten)
         tl.store(out_ptr + b, token)
         if (b == 0) | (slot != previous):  # a padded duplicate of the row before writes no slot state
             tl.store(code0_ptr + slot, token)
