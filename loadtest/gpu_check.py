@@ -390,8 +390,11 @@ def talker_section(args: argparse.Namespace, section: dict[str, Any]) -> None:
             section["twins"] = {"error": traceback.format_exc()}
         section["timings"] = measure(env, args.context)
     twins = section["twins"]
-    failures = [k for k, v in section["kernels_bf16"].items() if v > 1e-2]
-    failures += [k for k, v in section["kernels_fp32"].items() if v > 1e-4]
+    # kernels the checked configuration does not serve are reported, not failed (the talker's one-kernel draw
+    # while --talker-fused-draw is off)
+    unused = set() if env["fast_talker"].fused_draw else {"talker_draw"}
+    failures = [k for k, v in section["kernels_bf16"].items() if v > 1e-2 and k not in unused]
+    failures += [k for k, v in section["kernels_fp32"].items() if v > 1e-4 and k not in unused]
     # The talker's fused path may differ from the plain bf16 path by more than 2e-2 after 28 layers, as long as
     # it is as close to the fp32 reference as the plain path: at most FP32_ERROR_RATIO times the plain error.
     failures += [k for k in ("talker_decode_hidden_ratio", "talker_decode_logits_ratio", "talker_decode_hidden_ratio_b1",
