@@ -41,6 +41,7 @@ from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_row
 from engine.fast.kernels import INTERPRET, use_triton
 from engine.fast.kernels.cp_attention import cp_attention
 from engine.fast.kernels.decode_attention import decode_attention
+from engine.fast.kernels.frame_io import frame_end, frame_start
 from engine.fast.kernels.gemv import STREAM_TILE, GemvConfig, gemv
 from engine.fast.kernels.rmsnorm import rms_norm
 from engine.fast.kernels.sampler import sample
@@ -118,6 +119,9 @@ class FrameKernels:
     radix_bits: int = 2
     sampler_warps: int | None = None  # warps of a sampler program (None: 8 for a 2048+ vocabulary, else 4)
     attention_warps: int = 4  # warps of a broadcast-form `cp_attention` program (one per frame row and kv head)
+    # the frame's inputs and outputs in one kernel each (`kernels.frame_io`) and the sampler reading its settings
+    # by slot, instead of ~13 small launches; bitwise the same in Triton's interpreter; off until checked on a GPU
+    frame_io: bool = False
     # From this many token rows, `cp_attention` walks the query heads one at a time (`attend_heads`) in programs of
     # `attention_per_head_warps` warps, each kv head's query heads over `attention_query_split` programs. The
     # broadcast form issues 3.2 M warp-instructions at B = 64, the per-head one 0.84 M in 1-warp programs
@@ -204,26 +208,37 @@ class CodePredictorGraphs:
             self._frame_layers(n)
 
     def _frame_fused(self, n: int) -> None:
-        s, c = self.slots, self.config
-        index, frames = self.inputs["kv_slot"][:n], self.inputs["frame"][:n]
-        settings = (s.predictor.greedy[index], s.predictor.temperature[index], s.predictor.top_k[index],
-                    self.top_k_cap, s.seeds[index], frames)  # fmt: skip
-        code0 = s.code0[index]  # [n]
-        first = self.model.talker.embed_codec(code0)  # [n,H], E_0(c0)
+        s, c, k = self.slots, self.config, self.kernels
+        index, frames, streams = self.inputs["kv_slot"][:n], self.inputs["frame"][:n], self.inputs["stream"][:n]
         frame = torch.empty(n, c.num_code_groups, dtype=torch.int64, device=index.device)
-        frame[:, 0] = code0
-        embed_sum = first.to(torch.float32)  # the 16-way sum in fp32, rounded once at the end like `sum`
+        if k.frame_io:  # the frame's inputs in one kernel, the sampler reading its settings by slot
+            x = torch.empty(2 * n, s.hidden.shape[1], dtype=s.hidden.dtype, device=index.device)  # [h, E_0(c0)]
+            embed_sum = torch.empty(n, s.hidden.shape[1], dtype=torch.float32, device=index.device)
+            frame_start(index, s.hidden, s.code0, self.model.talker.model.codec_embedding.weight, x, frame, embed_sum)
+            settings = (s.predictor.greedy, s.predictor.temperature, s.predictor.top_k, self.top_k_cap, s.seeds, frames)
+            by_slot: Tensor | None = index
+        else:
+            settings = (s.predictor.greedy[index], s.predictor.temperature[index], s.predictor.top_k[index],
+                        self.top_k_cap, s.seeds[index], frames)  # fmt: skip
+            by_slot = None
+            code0 = s.code0[index]  # [n]
+            first = self.model.talker.embed_codec(code0)  # [n,H], E_0(c0)
+            frame[:, 0] = code0
+            embed_sum = first.to(torch.float32)  # the 16-way sum in fp32, rounded once at the end like `sum`
+            x = torch.stack((s.hidden[index], first), dim=1).view(2 * n, -1)
 
-        logits = self.step_logits(torch.stack((s.hidden[index], first), dim=1).view(2 * n, -1), None, 0, 2)
-        k = self.kernels
+        logits = self.step_logits(x, None, 0, 2)
         sample(logits, *settings, 1, out=frame[:, 1], table=self.tables[0], acc=embed_sum, radix_bits=k.radix_bits,
-               num_warps=k.sampler_warps, pdl=self._pdl(2 * n))  # fmt: skip
+               num_warps=k.sampler_warps, pdl=self._pdl(2 * n), index=by_slot)  # fmt: skip
         for group in range(2, c.num_code_groups):
             logits = self.step_logits(self.tables[group - 2], frame[:, group - 1], group, 1)
             sample(logits, *settings, group, out=frame[:, group], table=self.tables[group - 1], acc=embed_sum,
-                   radix_bits=k.radix_bits, num_warps=k.sampler_warps, pdl=self._pdl(n))  # fmt: skip
-        self.codes[self.inputs["stream"][:n], frames] = frame
-        s.frame_embed[index] = embed_sum.to(s.frame_embed.dtype)
+                   radix_bits=k.radix_bits, num_warps=k.sampler_warps, pdl=self._pdl(n), index=by_slot)  # fmt: skip
+        if k.frame_io:
+            frame_end(index, streams, frames, frame, embed_sum, self.codes, s.frame_embed)
+        else:
+            self.codes[streams, frames] = frame
+            s.frame_embed[index] = embed_sum.to(s.frame_embed.dtype)
 
     def step_logits(self, x: Tensor, index: Tensor | None, start: int, tokens: int) -> Tensor:
         """One step of the fused frame: token rows x[index[r]] (or x [n*T,H] when index is None; row b*T + t

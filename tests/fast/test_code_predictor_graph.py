@@ -10,7 +10,7 @@ import torch
 
 from engine.executors.code_predictor import CodePredictorExecutor
 from engine.executors.slots import GenerationSlots, new_code_buffer
-from engine.fast.code_predictor_graph import CodePredictorGraphs
+from engine.fast.code_predictor_graph import CodePredictorGraphs, FrameKernels
 from engine.ipc.messages import Sampling
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.model.weights import load_model
@@ -36,12 +36,16 @@ def _slots(model: Qwen3TTS, count: int) -> GenerationSlots:
     return slots
 
 
-@pytest.mark.parametrize("sizes", [(1, 2), (4,), (1, 2, 4, 8)], ids=["split", "padded", "exact"])
-def test_fast_frame_equals_the_plain_executor(model: Qwen3TTS, sizes: tuple[int, ...]) -> None:
+@pytest.mark.parametrize(("sizes", "frame_io"), [((1, 2), False), ((4,), False), ((1, 2, 4, 8), False),
+                                                ((2, 4), True)],
+                         ids=["split", "padded", "exact", "frame-io"])  # fmt: skip
+def test_fast_frame_equals_the_plain_executor(model: Qwen3TTS, sizes: tuple[int, ...], frame_io: bool) -> None:
+    """frame-io: the frame's inputs and outputs in one kernel each, the sampler reading its settings by slot
+    (`FrameKernels.frame_io`), with a cohort of 5 split and padded."""
     plain_slots = _slots(model, 6)
     fast_slots = copy.deepcopy(plain_slots)
     plain_codes, fast_codes = new_code_buffer(6, 4, model.device), new_code_buffer(6, 4, model.device)
-    fast = CodePredictorGraphs(model, fast_slots, fast_codes, sizes)
+    fast = CodePredictorGraphs(model, fast_slots, fast_codes, sizes, kernels=FrameKernels(frame_io=frame_io))
     plain = CodePredictorExecutor(model, plain_slots, plain_codes, max_batch=8)
     kv_slots, streams, frames = [4, 0, 3, 1, 5], [2, 5, 0, 1, 3], [0, 3, 1, 2, 0]
     fast.predict(kv_slots, streams, frames)

@@ -20,10 +20,11 @@ def test_fast_paths_through_the_interpreted_kernels_equal_the_plain_executors() 
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                "tests/fast/test_code_predictor_graph.py::test_fast_frame_equals_the_plain_executor[split]",
+               "tests/fast/test_code_predictor_graph.py::test_fast_frame_equals_the_plain_executor[frame-io]",
                "tests/fast/test_talker_graph.py::test_prefill_and_decode_steps_equal_the_plain_executor[split]",
                "tests/fast/test_talker_graph.py::test_prefill_and_decode_steps_equal_the_plain_executor[streamed]",
                "tests/fast/test_talker_graph.py::test_prefill_and_decode_steps_equal_the_plain_executor[fused-rope]",
                "tests/fast/test_talker_graph.py::test_a_fused_draw_equals_the_plain_executor"]  # fmt: skip
     done = subprocess.run(command, env=env, cwd=root, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
-    assert "5 passed" in done.stdout
+    assert "6 passed" in done.stdout

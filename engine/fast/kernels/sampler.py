@@ -174,17 +174,19 @@ if HAVE_TRITON:
         vocab, hidden, stride_scores, stride_temp, stride_out, group,
         CAP: tl.constexpr, GROUPS: tl.constexpr, RADIX_BITS: tl.constexpr, ACCUMULATE: tl.constexpr,
         PRECISE: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr, PDL: tl.constexpr,
-        stamps_ptr, TIMELINE: tl.constexpr,
+        stamps_ptr, TIMELINE: tl.constexpr, index_ptr, INDEXED: tl.constexpr = False,
     ):  # fmt: skip
         b = tl.program_id(0)
         v = tl.arange(0, BLOCK_V)
         valid = v < vocab
         # Before the PDL wait: the row's settings and its uniforms' exponentials, which only the frame's first
         # kernels wrote (long complete: a kernel of the chain starts only once the one two back has finished).
-        temperature = tl.load(temp_ptr + b * stride_temp).to(tl.float32)
-        top_k = tl.load(topk_ptr + b).to(tl.int64)
-        greedy = tl.load(greedy_ptr + b).to(tl.int1)
-        seed = tl.load(seeds_ptr + b).to(tl.uint64, bitcast=True)
+        # INDEXED: the settings are per slot [S], read at the row's slot index[b]; else per row [B].
+        row = tl.load(index_ptr + b) if INDEXED else b
+        temperature = tl.load(temp_ptr + row * stride_temp).to(tl.float32)
+        top_k = tl.load(topk_ptr + row).to(tl.int64)
+        greedy = tl.load(greedy_ptr + row).to(tl.int1)
+        seed = tl.load(seeds_ptr + row).to(tl.uint64, bitcast=True)
         frame = tl.load(frames_ptr + b).to(tl.uint64, bitcast=True)
         exponential = race_exponentials(seed, frame, group, v, GROUPS, PRECISE)
         wait_for_producer(PDL)
@@ -226,10 +228,12 @@ def sample(
     scores: Tensor, greedy: Tensor, temperature: Tensor, top_k: Tensor, cap: int, seeds: Tensor,
     frames: Tensor, group: int, *, out: Tensor | None = None, table: Tensor | None = None,
     acc: Tensor | None = None, radix_bits: int = 2, num_warps: int | None = None, pdl: bool = False,
-    timeline: Tensor | None = None,
+    timeline: Tensor | None = None, index: Tensor | None = None,
 ) -> Tensor:  # fmt: skip
     """scores [B,V] (last dim contiguous), greedy [B] bool, temperature [B,1] fp32, top_k/seeds/frames [B]
-    int64 -> tokens [B] int64 (written into `out` [B] int64, any stride, when given). With `table` [V',H]
+    int64 -> tokens [B] int64 (written into `out` [B] int64, any stride, when given). With `index` [B] int64, the
+    settings greedy / temperature / top_k / seeds are per slot ([S], [S,1]) and row b's are at index[b] (no gathers
+    before the call); frames stay per row. With `table` [V',H]
     and `acc` [B,H] fp32 contiguous, acc[b] += table[token[b]]. `num_warps` of a row's program (None: 8 for a
     vocabulary of 2048 or more, else 4). `pdl`: launched as a programmatic dependent of
     the kernel before it (`kernels.pdl`). `timeline` [B, TIMELINE_STAGES] int64 (CUDA only, a diagnostic): each
@@ -239,6 +243,8 @@ def sample(
     if timeline is not None and (INTERPRET or timeline.shape != (scores.shape[0], TIMELINE_STAGES)):
         raise ValueError(f"sample: a timeline is [rows, {TIMELINE_STAGES}] int64, on CUDA only")
     if not use_triton(scores):
+        if index is not None:
+            greedy, temperature, top_k, seeds = greedy[index], temperature[index], top_k[index], seeds[index]
         return sample_reference(scores, greedy, temperature, top_k, cap, seeds, frames, group, out=out,
                                 table=table, acc=acc)  # fmt: skip
     rows, vocab = scores.shape
@@ -254,6 +260,7 @@ def sample(
         CAP=cap, GROUPS=GROUPS_PER_FRAME, RADIX_BITS=radix_bits, ACCUMULATE=table is not None, PRECISE=not INTERPRET,
         BLOCK_V=triton.next_power_of_2(vocab), BLOCK_H=triton.next_power_of_2(hidden), PDL=pdl_enabled(pdl),
         stamps_ptr=timeline if timeline is not None else out, TIMELINE=TIMELINE_STAGES if timeline is not None else 0,
+        index_ptr=index if index is not None else out, INDEXED=index is not None,
         num_warps=num_warps or (8 if vocab >= 2048 else 4), **launch_options(pdl),
     )  # fmt: skip
     return out
