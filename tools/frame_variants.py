@@ -65,6 +65,9 @@ has no such names). A variant is one name or several parts joined by +.
                head) to finish (`SplitConfig.merge_last`) instead of a kernel of their own
     tattn_tile_q  the talker's fused-rope split attention norming and rotating its whole 16-row query tile, the
                padding included (the defaults before 2026-12-05: `SplitConfig.q_heads` off)
+    cp_frame_io  the code predictor's frame inputs and outputs in one kernel each and its sampler reading the
+               settings by slot (`FrameKernels.frame_io`) instead of ~13 small launches; bitwise the same codes as
+               `defaults` or something is wrong
     draw_fused  the talker's scores, draw and slot-state writes in one kernel (`TalkerGraphs.fused_draw`, the
                engine's `--talker-fused-draw`) instead of ~20 small ones; joins any talker part; bitwise the same
                codes as `defaults` or something is wrong
@@ -107,11 +110,12 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "tattn_p2_32", "tattn_p4_32", "tattn_merge_last", "tattn_tile_q", "tattn_tma",
             "tattn_p1_32", "tattn_p1_64", "tattn_p1_64_all", "wide64", "wide64_128", "wide64_gu", "gemv_tma",
             "talker_wide64", "talker_wide128", "talker_wide64_down", "talker_wide128_down", "talker_wide64_gu",
-            "talker_wide64_tma", "talker_chain_tma", "draw_fused", "ko_cp_norms", "ko_cp_attention",
+            "talker_wide64_tma", "talker_chain_tma", "draw_fused", "cp_frame_io", "ko_cp_norms", "ko_cp_attention",
             "ko_talker_norms", "ko_talker_attention")
 # must draw bitwise the same codes, hidden states and caches as the defaults (the module docstring says why)
 BITWISE = ("radix4", "radix3", "radix1", "radix8", "pdl", "no_pdl", "attn_early", "attn_late", "attn_qsplit1",
-           "attn_qsplit2", "talker_chain_off", "tattn_tma", "gemv_tma", "talker_chain_tma", "draw_fused")
+           "attn_qsplit2", "talker_chain_off", "tattn_tma", "gemv_tma", "talker_chain_tma", "draw_fused",
+           "cp_frame_io")
 
 
 def refusal(variant: str) -> str | None:
@@ -184,6 +188,8 @@ def _cp_change(kernels: Any, variant: str) -> Any:
                                else replace(DEFAULT_DOT_GEMV[64]["gate_up"], num_warps=warps))  # fmt: skip
             tiles[rows] = {**DEFAULT_DOT_GEMV[64], **wide}
         return replace(kernels, dot_gemv=tiles)
+    if variant == "cp_frame_io":
+        return replace(kernels, frame_io=True)
     if variant == "gemv_tma":  # every pipelined tensor-core tile's loads as bulk tensor copies
         return replace(kernels, dot_gemv={rows: {name: replace(tile, tma=True) if tile.loop_stages else tile
                                                  for name, tile in tiles.items()}

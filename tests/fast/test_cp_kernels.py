@@ -218,3 +218,39 @@ def test_products_through_bulk_tensor_copies_equal_the_pointer_loads() -> None:
     assert len(result["errors"]) == 18 and all(error <= 1e-5 for error in result["errors"].values()), result
     assert len(result["same"]) == 16 and all(result["same"].values()), result["same"]
     assert result["unrolled_refused"]
+
+
+FRAME_IO = """
+import json, sys, torch
+from engine.fast.kernels.frame_io import frame_end, frame_end_reference, frame_start, frame_start_reference
+dtype = getattr(torch, sys.argv[1])
+gen = torch.Generator().manual_seed(9)
+slots, hidden, vocab, groups, streams = 7, 48, 40, 16, 5
+index = torch.tensor([3, 0, 6, 2, 2])  # the last row a padded duplicate of the one before
+state = {"hidden": torch.randn(slots, hidden, generator=gen).to(dtype),
+         "code0": torch.randint(0, vocab, (slots,), generator=gen),
+         "table": torch.randn(vocab, hidden, generator=gen).to(dtype)}
+same = {}
+outs = []
+for start, end in ((frame_start, frame_end), (frame_start_reference, frame_end_reference)):
+    x = torch.full((10, hidden), float("nan"), dtype=dtype)
+    frame = torch.full((5, groups), -1, dtype=torch.int64)
+    acc = torch.full((5, hidden), float("nan"))
+    start(index, state["hidden"], state["code0"], state["table"], x, frame, acc)
+    frame[:, 1:] = torch.randint(0, vocab, (5, groups - 1), generator=torch.Generator().manual_seed(2))
+    frame[4] = frame[3]
+    acc += 0.123456789  # more bits than the model's dtype holds: the cast rounds
+    codes = torch.full((streams, 3, groups), -7, dtype=torch.int64)
+    embed = torch.full((slots, hidden), float("nan"), dtype=dtype)
+    end(index, torch.tensor([1, 4, 0, 2, 2]), torch.tensor([2, 0, 1, 1, 1]), frame, acc, codes, embed)
+    outs.append([x, frame, acc, codes, embed])
+print(json.dumps({name: torch.equal(a.nan_to_num(), b.nan_to_num()) for name, a, b in
+                  zip(("x", "frame", "acc", "codes", "frame_embed"), *outs)}))
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_frames_inputs_and_outputs_in_one_kernel_each_equal_their_twins(dtype: str) -> None:
+    """`frame_start` / `frame_end` (Triton's interpreter) write bitwise what the gathers, stack and index_puts they
+    replace write, the fp32 sum rounded to the model's dtype as `Tensor.to` rounds, a padded duplicate row included."""
+    assert run_interpreted(FRAME_IO, args=(dtype,)) == dict.fromkeys(("x", "frame", "acc", "codes", "frame_embed"), True)

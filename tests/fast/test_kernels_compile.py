@@ -105,6 +105,16 @@ def test_the_talker_draw_compiles_in_one_kernel() -> None:
     assert 0 < info["registers"] <= 255 and info["spills"] == 0
 
 
+def test_the_frames_input_and_output_kernels_compile() -> None:
+    from engine.fast.kernels.frame_io import _frame_end_kernel, _frame_start_kernel
+
+    ints = {name: "*i64" for name in ("index_ptr", "code0_ptr", "frame_ptr", "stream_ptr", "frames_ptr", "codes_ptr")}
+    start = compile_for(_frame_start_kernel, {"BLOCK_H": 2048}, {**ints, "acc_ptr": "*fp32"})
+    end = compile_for(_frame_end_kernel, {"BLOCK_H": 2048, "BLOCK_G": 16, "DTYPE": triton.language.bfloat16},
+                      {**ints, "acc_ptr": "*fp32"})  # fmt: skip
+    assert all(0 < info["registers"] <= 255 and info["spills"] == 0 for info in (start, end))
+
+
 def test_rms_norm_compiles_as_a_programmatic_dependent() -> None:
     from engine.fast.kernels.rmsnorm import _rms_norm_kernel
 

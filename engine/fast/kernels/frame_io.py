@@ -9,8 +9,8 @@ PyTorch launches around the 15 steps (gathers by KV slot, a stack, copies, a cas
     step's token rows: the talker's hidden state, then its code's embedding); frame [B,G] int64; acc [B,H] fp32
     (the frame's running code-embedding sum); codes [C,F,G] int64
 
-Pure data movement and one rounding (fp32 -> the model's dtype, to nearest even, as `Tensor.to` rounds): bitwise
-the PyTorch twins' results. Padded rows repeat the last real row (`graphs.pad_rows`): they write the same values to
+Pure data movement and one rounding (fp32 -> the model's dtype, to nearest even in integer arithmetic,
+`snake.round_to`, as `Tensor.to` rounds and as Triton's interpreter would not): bitwise the PyTorch twins' results. Padded rows repeat the last real row (`graphs.pad_rows`): they write the same values to
 the same places, as the twins' index_puts do.
 """
 
@@ -24,6 +24,8 @@ from engine.fast.kernels import HAVE_TRITON, use_triton
 if HAVE_TRITON:
     import triton
     import triton.language as tl
+
+    from engine.fast.kernels.snake import TRITON_DTYPES, round_to
 
     @triton.jit
     def _frame_start_kernel(index_ptr, hidden_ptr, code0_ptr, table_ptr, x_ptr, frame_ptr, acc_ptr, hidden_size,
@@ -42,8 +44,8 @@ if HAVE_TRITON:
 
     @triton.jit
     def _frame_end_kernel(index_ptr, stream_ptr, frames_ptr, frame_ptr, acc_ptr, codes_ptr, embed_ptr, hidden_size,
-                          groups, stride_frame, stride_stream, stride_codes_frame, BLOCK_H: tl.constexpr,
-                          BLOCK_G: tl.constexpr):  # fmt: skip
+                          groups, stride_frame, stride_stream, stride_codes_frame, DTYPE: tl.constexpr,
+                          BLOCK_H: tl.constexpr, BLOCK_G: tl.constexpr):  # fmt: skip
         b = tl.program_id(0)
         g = tl.arange(0, BLOCK_G)
         h = tl.arange(0, BLOCK_H)
@@ -52,8 +54,8 @@ if HAVE_TRITON:
         number = tl.load(frames_ptr + b)
         row = tl.load(frame_ptr + b * stride_frame + g, mask=g < groups)
         tl.store(codes_ptr + stream * stride_stream + number * stride_codes_frame + g, row, mask=g < groups)
-        total = tl.load(acc_ptr + b * hidden_size + h, mask=h < hidden_size)
-        tl.store(embed_ptr + slot * hidden_size + h, total.to(embed_ptr.dtype.element_ty), mask=h < hidden_size)
+        total = round_to(tl.load(acc_ptr + b * hidden_size + h, mask=h < hidden_size), DTYPE)  # then exact
+        tl.store(embed_ptr + slot * hidden_size + h, total.to(DTYPE), mask=h < hidden_size)
 
 
 def frame_start_reference(index: Tensor, hidden: Tensor, code0: Tensor, table: Tensor, x: Tensor, frame: Tensor,
@@ -96,6 +98,6 @@ def frame_end(index: Tensor, streams: Tensor, frames: Tensor, frame: Tensor, acc
     hidden_size = frame_embed.shape[1]
     assert frame_embed.is_contiguous() and acc.is_contiguous() and codes.stride(2) == 1 and frame.stride(1) == 1
     _frame_end_kernel[(rows,)](index, streams, frames, frame, acc, codes, frame_embed, hidden_size, groups,
-                               frame.stride(0), codes.stride(0), codes.stride(1),
+                               frame.stride(0), codes.stride(0), codes.stride(1), DTYPE=TRITON_DTYPES[frame_embed.dtype],
                                BLOCK_H=triton.next_power_of_2(hidden_size),
                                BLOCK_G=triton.next_power_of_2(groups))  # fmt: skip
