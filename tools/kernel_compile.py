@@ -4,8 +4,9 @@
     compile_for(kernel, {"BLOCK": 64, ...}, {"idx_ptr": "*i64"}, num_warps=4)  -> {"registers", "spills", "shared"}
     compile_for(..., census=True)  -> also "instructions" and the SASS opcode counts ("BAR", "SHFL", "LDG", ...)
 
-Arguments named in `constants` are constexprs; the other arguments ending in `_ptr` are pointers (bf16 unless
-`pointers` names another type), `eps` and `scale` fp32, the rest i32. Pointers and the arguments named in
+Arguments named in `constants` are constexprs (constexpr parameters with a default take it when left out); the
+other arguments ending in `_ptr` are pointers (bf16 unless `pointers` names another type), `eps` and `scale` fp32,
+the rest i32. Pointers and the arguments named in
 `aligned` (strides) are compiled as multiples of 16, as Triton specializes them at a launch where they are
 (without it, loads that are vectors at run time compile to 2-byte ones). This is how the CPU suite looks at the
 code paths Triton's interpreter never runs (programmatic dependent launch, inline PTX, in-kernel clocks):
@@ -41,6 +42,9 @@ def compile_for(kernel: Any, constants: dict[str, Any], pointers: dict[str, str]
     from triton.compiler import ASTSource
 
     pointers = pointers or {}
+    # constexpr parameters left out take their defaults, as a launch that does not pass them does
+    defaults = {param.name: param.default for param in kernel.params if param.is_constexpr and param.has_default}
+    constants = {**{name: value for name, value in defaults.items() if name not in constants}, **constants}
     signature: dict[str, str] = {}
     for name in kernel.arg_names:
         if name in constants:
