@@ -89,7 +89,7 @@ def build(args: argparse.Namespace) -> dict[str, Any]:
         kernels = frame_variants.frame_kernels(args.variant)
         talker_rows, fused_rope, chain_rows, tiles = frame_variants.talker_options(args.variant)
         fused_draw = frame_variants.fused_draw(args.variant)
-        chain_tiles = dict(tiles) if isinstance(tiles, tuple) else tiles
+        chain_tiles = frame_variants.graph_tiles(tiles)
         attention = frame_variants.attention_config(frame_variants.talker_attention(args.variant))
     if kernels.fused and DEVICE == "cuda":  # the frame's Triton kernels compile in parallel children, not serially
         from engine.fast.precompile import default_workers, precompile_frames

@@ -59,7 +59,7 @@ def build(model: Any, variants: list[str], batches: list[int], context: int) -> 
         with attention_config(attention), knocked_out(knockout, "ko_talker_"):
             talkers[key] = TalkerGraphs(model, slots, cache, batches, gemv_max_rows=rows, fused_rope=rope,
                                         chain_rows=chain, fused_draw=draw,
-                                        chain_tiles=dict(tiles) if isinstance(tiles, tuple) else tiles)  # fmt: skip
+                                        chain_tiles=frame_variants.graph_tiles(tiles))  # fmt: skip
             talkers[key].decode_steps.capture()
     predictors = {}
     for variant in variants:

@@ -295,6 +295,12 @@ def attention_split(part: str | None, rows: int, default: Any) -> Any:
     return SplitConfig(programs=programs, block_n=block, num_warps=4)
 
 
+def graph_tiles(tiles: Any) -> Any:
+    """`talker_options`' chain tiles as `TalkerGraphs` takes them: its per-row pairs (a tuple, so `talker_key`
+    can hash them) as a dict; one `ChainTiles` or None as they are."""
+    return dict(tiles) if isinstance(tiles, tuple) else tiles
+
+
 def fused_draw(variant: str) -> bool:
     """Whether the variant's talker draws in one kernel (`draw_fused`; the engine's `talker_fused_draw` else)."""
     return "draw_fused" in variant.split("+") or ENGINE_DEFAULTS.talker_fused_draw

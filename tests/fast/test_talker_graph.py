@@ -77,13 +77,21 @@ def test_prefill_and_decode_steps_equal_the_plain_executor(model: Qwen3TTS, size
     `run_layers_chained` (products in `gemv`, down in cuBLAS, or in a split-K tile), 2-row steps as before;
     tiles by rows: 2- and 4-row steps chained, each with its own tiles."""
     plain, fast = _pair(model, sizes, gemv_rows, fused_rope, chain_rows, chain_tiles)
+    kv_slots = _prefill_then_decode(model, plain, fast, seed=3)
+    assert fast.decode(kv_slots, [fast.cache.lengths[s] for s in kv_slots], [9] * 4, [1] * 4, [False] * 4,
+                       read_tokens=False) is None  # fmt: skip
+
+
+def _prefill_then_decode(model: Qwen3TTS, plain: TalkerExecutor, fast: TalkerGraphs, seed: int) -> list[int]:
+    """Four requests prefilled, then three decode steps of 4, 3 (padded where 3 is not a captured size) and 4
+    rows, EOS allowed from the second: the fast talker's tokens and state equal the plain executor's after each.
+    -> the requests' KV slots."""
     kv_slots = [3, 0, 5, 1]
     samplings = [SAMPLINGS[i % len(SAMPLINGS)] for i in range(4)]
-    seeds = [7, 8, 9, 10]
     for runner in (plain, fast):
-        runner.prefill(kv_slots, _prompts(model), samplings, seeds)
+        runner.prefill(kv_slots, _prompts(model), samplings, [7, 8, 9, 10])
     _assert_same_state(plain, fast, kv_slots)
-    gen = torch.Generator().manual_seed(3)
+    gen = torch.Generator().manual_seed(seed)
     for step in range(3):
         embed = torch.randn(6, model.config.talker.hidden_size, generator=gen)
         plain.slots.frame_embed.copy_(embed)
@@ -95,8 +103,7 @@ def test_prefill_and_decode_steps_equal_the_plain_executor(model: Qwen3TTS, size
         assert fast.decode(*args, read_tokens=True) == expected
         assert fast.decode_steps.eager_runs > 0
         _assert_same_state(plain, fast, kv_slots)
-    assert fast.decode(kv_slots, [fast.cache.lengths[s] for s in kv_slots], [9] * 4, [1] * 4, [False] * 4,
-                       read_tokens=False) is None  # fmt: skip
+    return kv_slots
 
 
 def test_a_fused_draw_equals_the_plain_executor(model: Qwen3TTS) -> None:
@@ -104,21 +111,7 @@ def test_a_fused_draw_equals_the_plain_executor(model: Qwen3TTS) -> None:
     cohorts of 3 rows padded to 4 (a duplicate slot), EOS allowed from the second step: the plain executor's
     tokens and state at every step (under Triton's interpreter in test_code_predictor_interpreted)."""
     plain, fast = _pair(model, (1, 2, 4), fused_draw=True)
-    kv_slots = [3, 0, 5, 1]
-    samplings = [SAMPLINGS[i % len(SAMPLINGS)] for i in range(4)]
-    for runner in (plain, fast):
-        runner.prefill(kv_slots, _prompts(model), samplings, [7, 8, 9, 10])
-    _assert_same_state(plain, fast, kv_slots)
-    gen = torch.Generator().manual_seed(5)
-    for step in range(3):
-        embed = torch.randn(6, model.config.talker.hidden_size, generator=gen)
-        plain.slots.frame_embed.copy_(embed)
-        fast.slots.frame_embed.copy_(embed)
-        rows = kv_slots[: 4 - step % 2]  # 4 rows, then 3 (padded to 4), then 4
-        positions = [plain.cache.lengths[s] for s in rows]
-        args = (rows, positions, [step] * len(rows), [100 + s for s in rows], [step > 0] * len(rows))
-        assert fast.decode(*args, read_tokens=True) == plain.decode(*args, read_tokens=True)
-        _assert_same_state(plain, fast, kv_slots)
+    _prefill_then_decode(model, plain, fast, seed=5)
 
 
 def test_the_rope_tables_hold_what_each_step_computed_for_its_positions(model: Qwen3TTS) -> None:
