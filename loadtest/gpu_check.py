@@ -312,7 +312,8 @@ def measure(env: dict[str, Any], context: int) -> dict[str, Any]:
         lengths = torch.randint(context // 2, context, (b,), generator=gen).tolist()  # mixed, up to the context
         fill_state(env, lengths + [0] * (max(BATCHES) - b))
         rows = list(range(b))
-        fast_talker.inputs.load(b, kv_slot=rows, position=lengths, text=[1000] * b, frame=[2] * b, eos_never=[1] * b)
+        fast_talker.inputs.load(b, kv_slot=rows, position=lengths, text_row=fast_talker.text.rows_for([1000] * b),
+                                frame=[2] * b, eos_never=[1] * b)  # fmt: skip
         ms = cuda_median_ms(lambda b=b: fast_talker.decode_steps.replay(b), repeats=50, warmup=5)
         floor = (talker_weights + kv_per_position * sum(lengths)) / COPY_BANDWIDTH * 1e3
         result["talker_decode"][b] = {"ms": ms, "floor_ms": floor, "mean_context": sum(lengths) / b}
@@ -320,7 +321,7 @@ def measure(env: dict[str, Any], context: int) -> dict[str, Any]:
         ms = cuda_median_ms(lambda b=b: fast_cp.steps.replay(b), repeats=50, warmup=5)
         result["code_predict"][b] = {"ms": ms, "floor_ms": cp_bytes / COPY_BANDWIDTH * 1e3}
     for n, length in fast_talker.prefill_steps.keys:
-        fast_talker.inputs.load(n, kv_slot=list(range(n)), position=[length] * n, text=[0] * n, frame=[0] * n,
+        fast_talker.inputs.load(n, kv_slot=list(range(n)), position=[length] * n, text_row=[0] * n, frame=[0] * n,
                                 eos_never=[1] * n)  # fmt: skip
         ms = cuda_median_ms(lambda k=(n, length): fast_talker.prefill_steps.replay(k), repeats=50, warmup=5)
         floor = (talker_weights + kv_per_position * n * length) / COPY_BANDWIDTH * 1e3

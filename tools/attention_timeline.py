@@ -131,8 +131,8 @@ def chained(batches: list[int], context: int, replays: int = 3) -> list[dict[str
     points = []
     for b in batches:
         fill_state({"model": model, "slots": slots, "cache": cache}, [context] * b + [0] * (max(batches) - b))
-        graphs.inputs.load(b, kv_slot=list(range(b)), position=[context] * b, text=[1000] * b, frame=[2] * b,
-                           eos_never=[1] * b)  # fmt: skip
+        graphs.inputs.load(b, kv_slot=list(range(b)), position=[context] * b,
+                           text_row=graphs.text.rows_for([1000] * b), frame=[2] * b, eos_never=[1] * b)  # fmt: skip
         for _ in range(replays):
             graphs.decode_steps.replay(b)
         torch.cuda.synchronize()

@@ -76,9 +76,9 @@ def load(env: dict[str, Any], variant: str, b: int, lengths: list[int]) -> None:
 
     fill_state(env, lengths + [0] * (env["slots"].hidden.shape[0] - b))
     rows = list(range(b))
-    env["talkers"][talker_key(variant)].inputs.load(
-        b, kv_slot=rows, position=lengths, text=[1000] * b, frame=[2] * b, eos_never=[1] * b
-    )
+    talker = env["talkers"][talker_key(variant)]
+    talker.inputs.load(b, kv_slot=rows, position=lengths, text_row=talker.text.rows_for([1000] * b), frame=[2] * b,
+                       eos_never=[1] * b)  # fmt: skip
     env["predictors"][variant].inputs.load(b, kv_slot=rows, stream=rows, frame=[0] * b)
 
 

@@ -1,8 +1,8 @@
 """Talker fast path: decode captured per batch size, prefill per (batch size, length bucket), over the
 preallocated slot KV cache with per-request lengths. A drop-in for `TalkerExecutor.prefill/decode`.
 
-Decode replay (n padded rows), inputs kv_slot/position/text/frame/eos_never [n]:
-    x = frame_embed[slot] + P(text)  ->  fused 28-layer stack, keys of row b = its slot's 0..position[b]
+Decode replay (n padded rows), inputs kv_slot/position/text_row/frame/eos_never [n]:
+    x = frame_embed[slot] + text.rows[text_row] (P(text id), projected once an id: `text_rows.py`)  ->  fused 28-layer stack, keys of row b = its slot's 0..position[b]
     (Triton split-KV decode attention)  ->  codec head  ->  repetition penalty, EOS/control masks  ->
     temperature, top-k, counter-based draw (seed, frame+1, group 0) in the code predictor's one-kernel sampler
     (`kernels/sampler.py`; `sample_tokens`' ~20 small kernels took ~0.1 ms of a 1.8 ms B=1 step)  ->  hidden,
@@ -10,7 +10,8 @@ Decode replay (n padded rows), inputs kv_slot/position/text/frame/eos_never [n]:
 Prefill replay (n rows, bucket L): the prompt rows, right-padded to L in a static buffer, run causally
 from position 0 (padded queries come after every real one, so they change nothing that is kept; their
 keys past the prompt are overwritten by later decode steps before anything reads them).
-Host work per step: fill the static inputs (one copy), replay, advance the host lengths.
+Host work per step: project the text ids not held yet, fill the static inputs (one copy), replay, advance the
+host lengths.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from engine.fast.kernels.decode_attention import decode_attention, decode_attent
 from engine.fast.kernels.sampler import sample
 from engine.fast.kernels.talker_draw import talker_draw
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k
+from engine.fast.text_rows import DEFAULT_TEXT_ROWS, ProjectedText
 from engine.ipc.messages import Sampling
 from engine.model import sampling as sampler
 from engine.model.kv_cache import TalkerKVCache
@@ -68,7 +70,7 @@ class TalkerGraphs:
                  gemv_max_rows: int = 0, fused_rope: bool = False,
                  chain_rows: Sequence[int] = (),
                  chain_tiles: ChainTiles | Mapping[int, ChainTiles] | None = None,
-                 fused_draw: bool = False) -> None:  # fmt: skip
+                 fused_draw: bool = False, text_rows: int = DEFAULT_TEXT_ROWS) -> None:  # fmt: skip
         """`gemv_max_rows`: decode steps of up to this many rows run `run_layers_streamed` (products as weight
         streams in `gemv`, norms and SwiGLU folded in); above it, and at 0, cuBLAS products (`run_layers`).
         `fused_rope`: decode steps norm and rotate q and k inside the attention's split kernel
@@ -76,7 +78,8 @@ class TalkerGraphs:
         decode steps of exactly these row counts run `run_layers_chained` (tensor-core `gemv` products, every
         kernel a programmatic dependent launch), with `chain_tiles` (None: `ChainTiles()`; a mapping: each row
         count's own, `ChainTiles()` for counts it leaves out). `fused_draw`: each step's scores, draw and slot-state
-        writes in one kernel (`kernels.talker_draw`) instead of the separate steps of `_draw`."""
+        writes in one kernel (`kernels.talker_draw`) instead of the separate steps of `_draw`. `text_rows`: distinct
+        text ids whose projected rows stay on the device (`ProjectedText`)."""
         self.model = model
         self.gemv_max_rows = gemv_max_rows
         self.chain_rows = tuple(chain_rows) if fused_rope else ()
@@ -102,7 +105,9 @@ class TalkerGraphs:
         self.rope = rope_tables(self.talker.rotary, torch.arange(cache.max_len, device=device), model.dtype)
         use = device.type == "cuda" if use_graphs is None else use_graphs
         largest = max(self.sizes[-1], self.prefill_sizes[-1] if self.prefill_sizes else 1)
-        self.inputs = StaticInputs(("kv_slot", "position", "text", "frame", "eos_never"), largest, device)
+        self.inputs = StaticInputs(("kv_slot", "position", "text_row", "frame", "eos_never"), largest, device)
+        self.text = ProjectedText(self.talker.embed_text, self.config.hidden_size, capacity=text_rows,
+                                  max_step_rows=self.sizes[-1], dtype=model.dtype, device=device)  # fmt: skip
         self.tokens = torch.zeros(largest, dtype=torch.int64, device=device)  # last replay's draws
         self.decode_steps = CapturedSteps("talker decode", self._decode, self.sizes, use_graphs=use)
         self.prefill_x = torch.zeros(self.prefill_sizes[-1] if self.prefill_sizes else 1,
@@ -135,9 +140,10 @@ class TalkerGraphs:
         tokens: list[Tensor] = []
         for part in split_cohort(len(kv_slots), self.sizes):
             size = padded_size(len(part), self.sizes)
+            text_rows = self.text.rows_for([text_ids[i] for i in part])
             self.inputs.load(size, kv_slot=pad_rows([kv_slots[i] for i in part], size),
                              position=pad_rows([positions[i] for i in part], size),
-                             text=pad_rows([text_ids[i] for i in part], size),
+                             text_row=pad_rows(text_rows, size),
                              frame=pad_rows([frame_index[i] for i in part], size),
                              eos_never=pad_rows([int(not eos_allowed[i]) for i in part], size))  # fmt: skip
             self.decode_steps.replay(size)
@@ -164,7 +170,7 @@ class TalkerGraphs:
             for i, r in enumerate(rows):
                 self.prefill_x[i, : lengths[r]] = embeds[r]
             self.inputs.load(size, kv_slot=[kv_slots[r] for r in rows], position=[lengths[r] for r in rows],
-                             text=[0] * size, frame=[0] * size, eos_never=[1] * size)  # fmt: skip
+                             text_row=[0] * size, frame=[0] * size, eos_never=[1] * size)  # fmt: skip
             self.prefill_steps.replay((size, bucket))
         self.cache.advance(kv_slots, lengths)
 
@@ -172,7 +178,7 @@ class TalkerGraphs:
 
     def _decode(self, n: int) -> None:
         index, positions = self.inputs["kv_slot"][:n], self.inputs["position"][:n]
-        x = self.slots.frame_embed[index] + self.talker.embed_text(self.inputs["text"][:n])  # [n,H]
+        x = self.slots.frame_embed[index] + self.text.rows[self.inputs["text_row"][:n]]  # [n,H]
         cos, sin = (table[positions] for table in self.rope)  # [n,D]
         lengths = positions + 1
 

@@ -31,14 +31,14 @@ def model() -> Qwen3TTS:
 
 def _pair(model: Qwen3TTS, sizes: tuple[int, ...], gemv_rows: int = 0, fused_rope: bool = False,
           chain_rows: tuple[int, ...] = (), chain_tiles: ChainTiles | dict[int, ChainTiles] | None = None,
-          fused_draw: bool = False) -> tuple[TalkerExecutor, TalkerGraphs]:  # fmt: skip
+          fused_draw: bool = False, text_rows: int = 64) -> tuple[TalkerExecutor, TalkerGraphs]:  # fmt: skip
     c = model.config.talker
     plain_slots = GenerationSlots(6, c.hidden_size, c.vocab_size, device=model.device, dtype=model.dtype)
     fast_slots = copy.deepcopy(plain_slots)
     plain_cache, fast_cache = model.talker.new_cache(6, 64), model.talker.new_cache(6, 64)
     fast = TalkerGraphs(model, fast_slots, fast_cache, sizes, prefill_sizes=(1, 2), prefill_buckets=(8, 16),
                         gemv_max_rows=gemv_rows, fused_rope=fused_rope, chain_rows=chain_rows,
-                        chain_tiles=chain_tiles, fused_draw=fused_draw)  # fmt: skip
+                        chain_tiles=chain_tiles, fused_draw=fused_draw, text_rows=text_rows)  # fmt: skip
     return TalkerExecutor(model, plain_slots, plain_cache), fast
 
 
@@ -98,7 +98,8 @@ def _prefill_then_decode(model: Qwen3TTS, plain: TalkerExecutor, fast: TalkerGra
         fast.slots.frame_embed.copy_(embed)
         rows = kv_slots[: 4 - step % 2]  # cohorts change between steps
         positions = [plain.cache.lengths[s] for s in rows]
-        args = (rows, positions, [step] * len(rows), [100 + s for s in rows], [step > 0] * len(rows))
+        text_ids = [100 + s + 2 * step for s in rows]  # some ids shared with the step before, some new
+        args = (rows, positions, [step] * len(rows), text_ids, [step > 0] * len(rows))
         expected = plain.decode(*args, read_tokens=True)
         assert fast.decode(*args, read_tokens=True) == expected
         assert fast.decode_steps.eager_runs > 0
@@ -112,6 +113,15 @@ def test_a_fused_draw_equals_the_plain_executor(model: Qwen3TTS) -> None:
     tokens and state at every step (under Triton's interpreter in test_code_predictor_interpreted)."""
     plain, fast = _pair(model, (1, 2, 4), fused_draw=True)
     _prefill_then_decode(model, plain, fast, seed=5)
+
+
+def test_a_text_table_smaller_than_the_steps_ids_starts_over_and_still_equals_the_plain_executor(
+        model: Qwen3TTS) -> None:  # fmt: skip
+    """Room for 4 projected text ids, steps of 3-4 ids with new ones each step: the table refills, and every
+    step's tokens and state still equal the plain executor's (which projects each step's ids in its own product)."""
+    plain, fast = _pair(model, (1, 2, 4), text_rows=4)
+    _prefill_then_decode(model, plain, fast, seed=9)
+    assert fast.text.refills >= 1
 
 
 def test_the_rope_tables_hold_what_each_step_computed_for_its_positions(model: Qwen3TTS) -> None:
