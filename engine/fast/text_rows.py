@@ -25,7 +25,7 @@ from torch import Tensor
 
 from engine.fast.graphs import StaticInputs
 
-# Distinct text ids held at once (8 KiB a row at the 1.7B model's 2048-wide rows: 32 MiB). A long or many-voiced
+# Distinct text ids held at once (4 KiB a row at the 1.7B model's 2048-wide bf16 rows: 16 MiB). A long or many-voiced
 # workload refills the table now and then, one product of a step's ids each time.
 DEFAULT_TEXT_ROWS = 4096
 
