@@ -2,7 +2,8 @@
 preallocated slot KV cache with per-request lengths. A drop-in for `TalkerExecutor.prefill/decode`.
 
 Decode replay (n padded rows), inputs kv_slot/position/text_row/frame/eos_never [n]:
-    x = frame_embed[slot] + text.rows[text_row] (P(text id), projected once an id: `text_rows.py`)  ->  fused 28-layer stack, keys of row b = its slot's 0..position[b]
+    x = frame_embed[slot] + text.rows[text_row] (P(text id), projected once an id: `text_rows.py`)  ->
+    fused 28-layer stack, keys of row b = its slot's 0..position[b]
     (Triton split-KV decode attention)  ->  codec head  ->  repetition penalty, EOS/control masks  ->
     temperature, top-k, counter-based draw (seed, frame+1, group 0) in the code predictor's one-kernel sampler
     (`kernels/sampler.py`; `sample_tokens`' ~20 small kernels took ~0.1 ms of a 1.8 ms B=1 step)  ->  hidden,

@@ -5,7 +5,7 @@ the text id alone, and a request feeds one id per step from a vocabulary its tex
 inside every captured decode step it cost ~15 us of kernel time and 5 launches a step (H100, 64 rows); here each
 id is projected once, the first time a step needs it, and the step reads its row.
 
-    rows [capacity, hidden]   row r holds P(id) for the id whose `row_of` entry is r (host dict id -> r)
+    rows [capacity, hidden]   row r holds P(id) for the id that `_row_of` (host dict id -> r) maps to r
     staging                   StaticInputs("text_id", "row") [largest step]: the new ids and their rows sent
                               in one pinned copy, as the step's own inputs are (no host-device sync)
 
@@ -53,9 +53,9 @@ class ProjectedText:
                 self.refills += 1
                 missing = set(ids)
             new = sorted(missing)
-            start = len(self._row_of)
-            self._row_of.update(zip(new, range(start, start + len(new)), strict=True))
-            self._write(new, list(range(start, start + len(new))))
+            rows = list(range(len(self._row_of), len(self._row_of) + len(new)))
+            self._row_of.update(zip(new, rows, strict=True))
+            self._write(new, rows)
             self.projected += len(new)
         return [self._row_of[i] for i in ids]
 
