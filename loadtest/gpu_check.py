@@ -155,6 +155,13 @@ def fill_state(env: dict[str, Any], lengths: list[int]) -> None:
     slots.seen.copy_(torch.rand(slots.seen.shape, device=DEVICE, generator=gen) < 0.05)  # penalty on
 
 
+def load_talker_step(talker: Any, b: int, lengths: list[int]) -> None:
+    """A captured talker decode step's inputs for timing: slots 0..b-1 at `lengths`, each fed text id 1000 and
+    frame 2, EOS never drawn (every row keeps generating, so each replay does the same work)."""
+    talker.inputs.load(b, kv_slot=list(range(b)), position=lengths, text_row=talker.text.rows_for([1000] * b),
+                       frame=[2] * b, eos_never=[1] * b)  # fmt: skip
+
+
 # ---------------------------------------------------------------- correctness
 
 
@@ -312,8 +319,7 @@ def measure(env: dict[str, Any], context: int) -> dict[str, Any]:
         lengths = torch.randint(context // 2, context, (b,), generator=gen).tolist()  # mixed, up to the context
         fill_state(env, lengths + [0] * (max(BATCHES) - b))
         rows = list(range(b))
-        fast_talker.inputs.load(b, kv_slot=rows, position=lengths, text_row=fast_talker.text.rows_for([1000] * b),
-                                frame=[2] * b, eos_never=[1] * b)  # fmt: skip
+        load_talker_step(fast_talker, b, lengths)
         ms = cuda_median_ms(lambda b=b: fast_talker.decode_steps.replay(b), repeats=50, warmup=5)
         floor = (talker_weights + kv_per_position * sum(lengths)) / COPY_BANDWIDTH * 1e3
         result["talker_decode"][b] = {"ms": ms, "floor_ms": floor, "mean_context": sum(lengths) / b}

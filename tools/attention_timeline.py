@@ -101,7 +101,7 @@ def chained(batches: list[int], context: int, replays: int = 3) -> list[dict[str
     from engine.executors.slots import GenerationSlots
     from engine.fast import talker_graph
     from engine.model.weights import load_model
-    from loadtest.gpu_check import fill_state
+    from loadtest.gpu_check import fill_state, load_talker_step
     from tools.frame_variants import talker_options
 
     model = load_model("1.7b", device="cuda", dtype=torch.bfloat16)
@@ -131,8 +131,7 @@ def chained(batches: list[int], context: int, replays: int = 3) -> list[dict[str
     points = []
     for b in batches:
         fill_state({"model": model, "slots": slots, "cache": cache}, [context] * b + [0] * (max(batches) - b))
-        graphs.inputs.load(b, kv_slot=list(range(b)), position=[context] * b,
-                           text_row=graphs.text.rows_for([1000] * b), frame=[2] * b, eos_never=[1] * b)  # fmt: skip
+        load_talker_step(graphs, b, [context] * b)
         for _ in range(replays):
             graphs.decode_steps.replay(b)
         torch.cuda.synchronize()

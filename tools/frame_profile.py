@@ -72,13 +72,12 @@ def build(model: Any, variants: list[str], batches: list[int], context: int) -> 
 
 
 def load(env: dict[str, Any], variant: str, b: int, lengths: list[int]) -> None:
-    from loadtest.gpu_check import fill_state
+    from loadtest.gpu_check import fill_state, load_talker_step
 
     fill_state(env, lengths + [0] * (env["slots"].hidden.shape[0] - b))
     rows = list(range(b))
     talker = env["talkers"][talker_key(variant)]
-    talker.inputs.load(b, kv_slot=rows, position=lengths, text_row=talker.text.rows_for([1000] * b), frame=[2] * b,
-                       eos_never=[1] * b)  # fmt: skip
+    load_talker_step(talker, b, lengths)
     env["predictors"][variant].inputs.load(b, kv_slot=rows, stream=rows, frame=[0] * b)
 
 
