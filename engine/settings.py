@@ -87,8 +87,9 @@ class KernelOptions:
     talker_fused_rope: bool = True  # fast talker: q/k norm and RoPE inside the decode attention's split kernel
     talker_chain: str = "on"  # fast talker: 16- and 64-row decode steps as one PDL chain: off | on
     # fast talker: a step's scores, draw and slot-state writes in one kernel (`kernels.talker_draw`) instead of ~20
-    # small ones; the same tokens bit for bit in Triton's interpreter; off until checked on a GPU
-    talker_fused_draw: bool = False
+    # small ones: the same tokens bit for bit; H100, 2026-12-06 (`tools/frame_profile.py` at context 128,
+    # `draw_fused`), talker step at B = 1 / 64 1.626 / 2.290 -> 1.562 / 2.216 ms
+    talker_fused_draw: bool = True
 
     def __post_init__(self) -> None:
         _check_choice("cp_kernels", self.cp_kernels, CP_KERNELS)

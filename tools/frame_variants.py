@@ -39,21 +39,23 @@ has no such names). A variant is one name or several parts joined by +.
                talker_gemv_rope both, without the chain (the defaults before 2026-12-05)
     talker_chain  the talker's 16 and 64 row decode steps as `run_layers_chained` (the engine's default);
                talker_chain_off unchained; talker_chain_all also 32 rows; talker_chain_down with down in a 16-column
-               tile instead of cuBLAS, talker_chain_down_split2 that tile in 2 K slices
+               tile at every row count, talker_chain_down_split2 that tile in 2 K slices; talker_chain_plain with
+               `ChainTiles()` at every row count (down in cuBLAS: the defaults before 2026-12-06)
     wide64[_128][_gu]  the code predictor's 64 token-row steps (and with _128 a B = 64 frame's first step, 128
                rows, at 8 warps) with every product but gate|up 64 columns a program, K cut into as many slices as
                bring it to ~128 programs (`wide_tile`): each program re-reads the step's rows from L2 for its own
                columns, so at 64 rows the 16-32 column tiles read 2-4x their weight's bytes again in activations;
                gate|up keeps its 32 columns (it reads twice the weight a column), or with _gu also its K in 2 slices
                (96 programs, one an SM, leave 36 of the 132 SMs idle; 192 in 2 slices)
-    talker_wide64, talker_wide128[_down | _gu]  the talker's 64-row chained steps with qkv, o and down (or only
+    talker_wide64, talker_wide128[_down | _gu][_tma]  the talker's 64-row chained steps with qkv, o and down (or only
                down, instead of cuBLAS) in 64- or 128-column `wide_tile`s, or (_gu) those and gate|up's 64 columns in
                2 K slices; the 16-row steps' tiles as the engine's; _tma: every `gemv` tile of the chain (16 rows too)
                loading by bulk tensor copies
     gemv_tma   the code predictor's pipelined tensor-core tiles (4-128 token rows) loading their weight tiles, and
                their activations' where not gathered, as bulk tensor copies (`GemvConfig.tma`: TMA, one copy a
-               tile); with wide64: wide64+gemv_tma; talker_chain_tma the same for the talker's chain tiles; both
-               load the same values into the same tiles: bitwise the same codes as `defaults` or something is wrong
+               tile; the engine's default since 2026-12-06); gemv_no_tma: none of them; with wide64: wide64+gemv_tma;
+               talker_chain_tma the same for the talker's chain tiles; all load the same values into the same tiles:
+               bitwise the same codes as `defaults` or something is wrong
     tattn_p2, tattn_p2_32, tattn_p4_32  the talker's 5-64 row decode attention in 2 (or 4) interleaved programs
                per (row, kv head), 64- or 32-key blocks, 4 warps (`SplitConfig.programs`; the engine's default at
                33-64 rows is tattn_p2_32's)
@@ -66,11 +68,12 @@ has no such names). A variant is one name or several parts joined by +.
     tattn_tile_q  the talker's fused-rope split attention norming and rotating its whole 16-row query tile, the
                padding included (the defaults before 2026-12-05: `SplitConfig.q_heads` off)
     cp_frame_io  the code predictor's frame inputs and outputs in one kernel each and its sampler reading the
-               settings by slot (`FrameKernels.frame_io`) instead of ~13 small launches; bitwise the same codes as
-               `defaults` or something is wrong
+               settings by slot (`FrameKernels.frame_io`, the default since 2026-12-06) instead of ~13 small
+               launches, or (cp_frame_io_off) those launches; bitwise the same codes as `defaults` or something is
+               wrong
     draw_fused  the talker's scores, draw and slot-state writes in one kernel (`TalkerGraphs.fused_draw`, the
-               engine's `--talker-fused-draw`) instead of ~20 small ones; joins any talker part; bitwise the same
-               codes as `defaults` or something is wrong
+               engine's `--talker-fused-draw`, the default since 2026-12-06), or (draw_apart) in ~20 small ones;
+               joins any talker part; bitwise the same codes as `defaults` or something is wrong
 
 Knockouts (timing only: the codes they draw are meaningless) capture a graph without one kind of kernel, so the
 span they save is what that kind costs in the chain, overlap included, where the kernel table's microseconds count
@@ -110,12 +113,13 @@ VARIANTS = ("defaults", "sixteenth", "cublas_wide", "pdl", "no_pdl", "norms_apar
             "tattn_p2_32", "tattn_p4_32", "tattn_merge_last", "tattn_tile_q", "tattn_tma",
             "tattn_p1_32", "tattn_p1_64", "tattn_p1_64_all", "wide64", "wide64_128", "wide64_gu", "gemv_tma",
             "talker_wide64", "talker_wide128", "talker_wide64_down", "talker_wide128_down", "talker_wide64_gu",
-            "talker_wide64_tma", "talker_chain_tma", "draw_fused", "cp_frame_io", "ko_cp_norms", "ko_cp_attention",
+            "talker_wide64_tma", "talker_wide64_down_tma", "talker_chain_tma", "talker_chain_plain", "draw_fused",
+            "draw_apart", "cp_frame_io", "cp_frame_io_off", "gemv_no_tma", "ko_cp_norms", "ko_cp_attention",
             "ko_talker_norms", "ko_talker_attention")
 # must draw bitwise the same codes, hidden states and caches as the defaults (the module docstring says why)
 BITWISE = ("radix4", "radix3", "radix1", "radix8", "pdl", "no_pdl", "attn_early", "attn_late", "attn_qsplit1",
-           "attn_qsplit2", "talker_chain_off", "tattn_tma", "gemv_tma", "talker_chain_tma", "draw_fused",
-           "cp_frame_io")
+           "attn_qsplit2", "talker_chain_off", "tattn_tma", "gemv_tma", "gemv_no_tma", "talker_chain_tma",
+           "draw_fused", "draw_apart", "cp_frame_io", "cp_frame_io_off")
 
 
 def refusal(variant: str) -> str | None:
@@ -188,10 +192,11 @@ def _cp_change(kernels: Any, variant: str) -> Any:
                                else replace(DEFAULT_DOT_GEMV[64]["gate_up"], num_warps=warps))  # fmt: skip
             tiles[rows] = {**DEFAULT_DOT_GEMV[64], **wide}
         return replace(kernels, dot_gemv=tiles)
-    if variant == "cp_frame_io":
-        return replace(kernels, frame_io=True)
-    if variant == "gemv_tma":  # every pipelined tensor-core tile's loads as bulk tensor copies
-        return replace(kernels, dot_gemv={rows: {name: replace(tile, tma=True) if tile.loop_stages else tile
+    if variant in ("cp_frame_io", "cp_frame_io_off"):
+        return replace(kernels, frame_io=variant == "cp_frame_io")
+    if variant in ("gemv_tma", "gemv_no_tma"):  # every pipelined tensor-core tile's loads as bulk copies, or none's
+        tma = variant == "gemv_tma"
+        return replace(kernels, dot_gemv={rows: {name: replace(tile, tma=tma) if tile.loop_stages else tile
                                                  for name, tile in tiles.items()}
                                           for rows, tiles in kernels.dot_gemv.items()})  # fmt: skip
     if variant == "sixteenth":
@@ -230,14 +235,16 @@ def _cp_change(kernels: Any, variant: str) -> Any:
 def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
     """The talker decode's (`gemv_max_rows`, `fused_rope`, `chain_rows`, `chain_tiles`) in a variant: the engine's
     defaults, the sixteenth session's (cuBLAS products, a q/k norm + RoPE kernel), or what its `talker_*` part names
-    (talker_chain_down: down in a 16-column tile, K 128 a load, 4 stages; _split2: in 2 K slices)."""
+    (talker_chain_down: down in a 16-column tile, K 128 a load, 4 stages; _split2: in 2 K slices). Per-row chain
+    tiles come as (rows, tiles) pairs, so `talker_key` can hash them."""
+    from engine.fast.decoder import ChainTiles
     from engine.fast.kernels.gemv import GemvConfig
-    from engine.fast.talker_graph import chain_options
+    from engine.fast.talker_graph import CHAIN_ROWS, CHAIN_TILES, chain_options
 
     part = next((part for part in variant.split("+") if part.startswith("talker_") or part == "sixteenth"), "")
     if part.startswith("talker_wide"):  # talker_wide<columns>[_down | _gu][_tma]: the 64-row steps' own tiles
         columns, *options = part.removeprefix("talker_wide").split("_")
-        rows, tiles = chain_options("on")
+        tiles = ChainTiles()  # the 16-row steps'
         names = ("down",) if "down" in options else tuple(TALKER_SHAPES)
         wide = replace(tiles, **{name: wide_tile(*TALKER_SHAPES[name], int(columns)) for name in names})
         if "gu" in options:
@@ -245,25 +252,27 @@ def talker_options(variant: str) -> tuple[int, bool, tuple[int, ...], Any]:
             wide = replace(wide, gate_up=wide_tile(*GATE_UP_SHAPES["talker"], tiles.gate_up.block_n))
         if "tma" in options:
             wide, tiles = bulk_copies(wide), bulk_copies(tiles)
-        return (ENGINE_DEFAULTS.talker_gemv_rows, True, rows, ((16, tiles), (64, wide)))
+        return (ENGINE_DEFAULTS.talker_gemv_rows, True, CHAIN_ROWS, ((16, tiles), (64, wide)))
     if part == "talker_chain_off":
         return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, (), None)
     if part.startswith("talker_chain"):
         options = part.removeprefix("talker_chain").split("_")[1:]  # e.g. ["all"], ["down", "split2"]
-        rows, tiles = chain_options("on")
-        rows = (16, 32, 64) if "all" in options else rows
+        rows = (16, 32, 64) if "all" in options else CHAIN_ROWS
+        by_rows = {n: ChainTiles() if "plain" in options else CHAIN_TILES.get(n, ChainTiles()) for n in rows}
         if "down" in options:
             slices = 2 if "split2" in options else 1
-            tiles = replace(tiles, down=GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4, split_k=slices))
+            down = GemvConfig(block_n=16, block_k=128, num_warps=4, loop_stages=4, split_k=slices)
+            by_rows = {n: replace(tiles, down=down) for n, tiles in by_rows.items()}
         if "tma" in options:
-            tiles = bulk_copies(tiles)
-        return (ENGINE_DEFAULTS.talker_gemv_rows, True, rows, tiles)
+            by_rows = {n: bulk_copies(tiles) for n, tiles in by_rows.items()}
+        return (ENGINE_DEFAULTS.talker_gemv_rows, True, rows, tuple(by_rows.items()))
     if part.startswith("talker_"):
         return (2 if part.startswith("talker_gemv") else 0, part.endswith("rope"), (), None)
     if part == "sixteenth":
         return (0, False, (), None)
-    rows, tiles = chain_options(ENGINE_DEFAULTS.talker_chain)
-    return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, rows, tiles)
+    rows, chain_tiles = chain_options(ENGINE_DEFAULTS.talker_chain)
+    pairs = tuple(chain_tiles.items()) if chain_tiles is not None else None
+    return (ENGINE_DEFAULTS.talker_gemv_rows, ENGINE_DEFAULTS.talker_fused_rope, rows, pairs)
 
 
 TALKER_ATTENTION = {  # variant part -> 5-64 row attention in (programs, keys a block) interleaved splits, or None
@@ -302,8 +311,10 @@ def graph_tiles(tiles: Any) -> Any:
 
 
 def fused_draw(variant: str) -> bool:
-    """Whether the variant's talker draws in one kernel (`draw_fused`; the engine's `talker_fused_draw` else)."""
-    return "draw_fused" in variant.split("+") or ENGINE_DEFAULTS.talker_fused_draw
+    """Whether the variant's talker draws in one kernel (`draw_fused`; `draw_apart`: in separate steps; the engine's
+    `talker_fused_draw` else)."""
+    parts = variant.split("+")
+    return "draw_fused" in parts or ("draw_apart" not in parts and ENGINE_DEFAULTS.talker_fused_draw)
 
 
 def talker_key(variant: str) -> tuple[Any, ...]:

@@ -57,10 +57,13 @@ DEFAULT_GEMV = {name: STREAM_TILE for name in ("proj", "qkv", "o", "gate_up", "d
 # run in `gemv` on tensor cores: at 16 and 64 rows the fastest of each product at 64 rows in `tools/gemv_tiles.py`
 # (H200, 2026-12-04; within -0.4..+1.1 us of cuBLAS a call, bare), at 32 rows 32 columns a program for every
 # product (tools/frame_profile.py: CP frame at B=32 3.91 ms with the 64-row tiles, 3.11 with these, 3.36 cuBLAS).
+# Every tile loads by bulk tensor copies (`GemvConfig.tma`; pointer loads before Hopper): H100, 2026-12-06,
+# `tools/frame_profile.py` at context 128 (`gemv_tma`), CP frame at B = 1 / 64 2.210 / 2.744 -> 2.198 / 2.673 ms, the
+# same codes bit for bit (docs/bench/frame-profile-2026-12-06-s30-h100-wide-tma-draw-io.json).
 _DOT_TILES = {
-    "proj": GemvConfig(16, 128, 4, loop_stages=4), "qkv": GemvConfig(32, 128, 4, loop_stages=4),
-    "o": GemvConfig(16, 128, 4, loop_stages=4), "gate_up": GemvConfig(32, 128, 4, loop_stages=4),
-    "down": GemvConfig(16, 128, 4, loop_stages=4), "head": GemvConfig(16, 128, 4, loop_stages=4),
+    "proj": GemvConfig(16, 128, 4, loop_stages=4, tma=True), "qkv": GemvConfig(32, 128, 4, loop_stages=4, tma=True),
+    "o": GemvConfig(16, 128, 4, loop_stages=4, tma=True), "gate_up": GemvConfig(32, 128, 4, loop_stages=4, tma=True),
+    "down": GemvConfig(16, 128, 4, loop_stages=4, tma=True), "head": GemvConfig(16, 128, 4, loop_stages=4, tma=True),
 }  # fmt: skip
 _DOT_TILES_32 = {name: replace(tile, block_n=32) for name, tile in _DOT_TILES.items()}
 # 4 and 8 token rows (the steps of B = 2..8 frames) on the 16-row tiles with the rows masked (`use_dot`, else such a
@@ -120,8 +123,9 @@ class FrameKernels:
     sampler_warps: int | None = None  # warps of a sampler program (None: 8 for a 2048+ vocabulary, else 4)
     attention_warps: int = 4  # warps of a broadcast-form `cp_attention` program (one per frame row and kv head)
     # the frame's inputs and outputs in one kernel each (`kernels.frame_io`) and the sampler reading its settings
-    # by slot, instead of ~13 small launches; bitwise the same in Triton's interpreter; off until checked on a GPU
-    frame_io: bool = False
+    # by slot, instead of ~13 small launches: the same codes bit for bit; H100, 2026-12-06 (`tools/frame_profile.py`
+    # at context 128, `cp_frame_io`), CP frame at B = 1 / 64 2.210 / 2.744 -> 2.169 / 2.705 ms
+    frame_io: bool = True
     # From this many token rows, `cp_attention` walks the query heads one at a time (`attend_heads`) in programs of
     # `attention_per_head_warps` warps, each kv head's query heads over `attention_query_split` programs. The
     # broadcast form issues 3.2 M warp-instructions at B = 64, the per-head one 0.84 M in 1-warp programs

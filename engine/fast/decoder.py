@@ -158,8 +158,9 @@ class ChainTiles:
     each at 64 rows on the H200, bare (2026-12-04, `tools/gemv_tiles.py --model talker --rows 64`, raw
     docs/bench/gemv-tiles-2026-12-04-s18-talker.json), us a call against cuBLAS: qkv 8.57 (7.54), o 7.10 (6.49),
     gate|up with its SwiGLU 17.20 (17.16, and `silu_mul` apart); down lost by 4.4 us (16.02 against 11.63), so
-    it stays on cuBLAS (and in the chain too: a 16-column down tile, alone or in 2 K slices, lost on the H200,
-    2026-12-05, docs/benchmarks.md, twenty-third session).
+    it stays on cuBLAS here (and in the chain too: a 16-column down tile, alone or in 2 K slices, lost on the H200,
+    2026-12-05, docs/benchmarks.md, twenty-third session); the 64-row steps take a 64-column one in 4 K slices
+    (`talker_graph.CHAIN_TILES`).
 
     Norms folded into gate|up (its post-attention norm's weight in its columns, the rows' RMS scale in its epilogue)
     were built and measured slower on the H200 and H100 (docs/benchmarks.md, twenty-third to twenty-fifth sessions;

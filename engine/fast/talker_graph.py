@@ -18,6 +18,7 @@ host lengths.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +36,7 @@ from engine.fast.decoder import (
 )
 from engine.fast.graphs import CapturedSteps, StaticInputs, check_sizes, pad_rows, padded_size, split_cohort
 from engine.fast.kernels.decode_attention import decode_attention, decode_attention_rope
+from engine.fast.kernels.gemv import GemvConfig
 from engine.fast.kernels.sampler import sample
 from engine.fast.kernels.talker_draw import talker_draw
 from engine.fast.sampling import DEFAULT_TOP_K_CAP, check_top_k
@@ -52,16 +54,22 @@ CAPTURE_SAFE_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
 # contexts 256..511 (`loadtest.gpu_check`) B = 16 1.83 / 1.93, 64 2.55 / 2.58, but 32 2.42 / 2.21: 32 rows stay
 # unchained (frame_profile's `talker_chain_all` chains them too).
 CHAIN_ROWS = (16, 64)
+# The 64-row steps' down product (2048 x 6144) in 64-column tensor-core tiles, K in 4 slices: 128 programs where
+# cuBLAS's tile ran 28 CTAs a layer. H100, 2026-12-06, `tools/frame_profile.py` at context 128 (`talker_wide64_down`):
+# talker step at B = 64 2.290 -> 2.164 ms, B = 1 unchanged; teacher-forced and `loadtest.gpu_check` within bounds
+# (docs/bench/frame-profile-2026-12-06-s30-h100-wide-tma-draw-io.json). At 16 rows cuBLAS's down stays.
+WIDE_DOWN = GemvConfig(block_n=64, block_k=128, num_warps=4, use_dot=True, loop_stages=4, split_k=4)
+CHAIN_TILES = {16: ChainTiles(), 64: replace(ChainTiles(), down=WIDE_DOWN)}
 
 
-def chain_options(mode: str) -> tuple[tuple[int, ...], ChainTiles | None]:
+def chain_options(mode: str) -> tuple[tuple[int, ...], dict[int, ChainTiles] | None]:
     """The engine's `--talker-chain` as (`chain_rows`, `chain_tiles`) for `TalkerGraphs`: off (none) or on
-    (`run_layers_chained` at `CHAIN_ROWS`, `ChainTiles()`)."""
+    (`run_layers_chained` at `CHAIN_ROWS`, each row count with its `CHAIN_TILES`)."""
     if mode not in TALKER_CHAINS:
         raise ValueError(f"talker chain mode must be one of {', '.join(TALKER_CHAINS)}, got {mode!r}")
     if mode == "off":
         return (), None
-    return CHAIN_ROWS, ChainTiles()
+    return CHAIN_ROWS, dict(CHAIN_TILES)
 
 
 class TalkerGraphs:

@@ -315,12 +315,12 @@ def test_the_talker_kernel_options_reach_the_fast_talker(fast_model: Qwen3TTS) -
                           silence=rope.silence_config(), fast=FastPath(talker=True), shapes=shapes,
                           kernels=rope.kernel_options)  # fmt: skip
     assert isinstance(executors.talker, TalkerGraphs) and not executors.talker.fused_rope
-    assert not executors.talker.fused_draw and not EngineSettings(model="tiny", socket="@x").talker_fused_draw
-    draw = parse_args(["--model", "tiny", "--socket", "@x", "--talker-fused-draw"])
+    assert executors.talker.fused_draw and EngineSettings(model="tiny", socket="@x").talker_fused_draw
+    draw = parse_args(["--model", "tiny", "--socket", "@x", "--no-talker-fused-draw"])
     executors = Executors(fast_model, kv_slots=2, streams=2, max_context=64, max_frames=8, max_batch=2,
                           silence=draw.silence_config(), fast=FastPath(talker=True), shapes=shapes,
                           kernels=draw.kernel_options)  # fmt: skip
-    assert isinstance(executors.talker, TalkerGraphs) and executors.talker.fused_draw
+    assert isinstance(executors.talker, TalkerGraphs) and not executors.talker.fused_draw
 
 
 def test_executors_default_to_the_engines_kernel_options(fast_model: Qwen3TTS) -> None:

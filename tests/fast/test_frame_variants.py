@@ -29,12 +29,17 @@ def test_joined_parts_apply_in_order_and_keep_each_others_changes() -> None:
     narrow = frame_variants.frame_kernels("split4_narrow").dot_gemv[64]
     assert {name for name, tile in narrow.items() if tile.split_k == 4} == {"proj", "o", "down"}
     assert 128 in frame_variants.frame_kernels("split4_128").dot_gemv  # a B = 64 frame's first step too
+    from engine.fast.decoder import ChainTiles
+    from engine.fast.talker_graph import CHAIN_TILES
+
     _, _, chain, tiles = frame_variants.talker_options("attn_late+talker_chain_all")
-    assert chain == (16, 32, 64) and tiles.down is None
+    assert chain == (16, 32, 64) and dict(tiles) == {16: CHAIN_TILES[16], 32: ChainTiles(), 64: CHAIN_TILES[64]}
     assert frame_variants.talker_options("talker_chain")[2] == (16, 64)
     assert frame_variants.talker_options("split4") == frame_variants.talker_options("defaults")  # talker untouched
-    down = frame_variants.talker_options("talker_chain_down_split2")[3].down
-    assert down is not None and down.split_k == 2 and frame_variants.talker_options("talker_chain_down")[3].down
+    assert dict(frame_variants.talker_options("defaults")[3]) == CHAIN_TILES
+    downs = [tiles.down for tiles in dict(frame_variants.talker_options("talker_chain_down_split2")[3]).values()]
+    assert all(down is not None and down.split_k == 2 and down.block_n == 16 for down in downs)
+    assert dict(frame_variants.talker_options("talker_chain_plain")[3]) == {16: ChainTiles(), 64: ChainTiles()}
     assert frame_variants.talker_attention("defaults") is None
     assert frame_variants.talker_attention("split4_narrow+tattn_p2_32") == "tattn_p2_32"
     assert frame_variants.talker_key("tattn_p2") != frame_variants.talker_key("tattn_p2_32")
@@ -86,8 +91,8 @@ def test_wide_variants_give_the_64_row_products_64_or_128_columns_and_about_one_
 
 def test_the_fused_draw_joins_any_talker_part() -> None:
     assert frame_variants.refusal("talker_wide64+draw_fused") is None
-    assert frame_variants.fused_draw("talker_wide64+draw_fused") and not frame_variants.fused_draw("talker_wide64")
-    assert frame_variants.talker_key("talker_wide64+draw_fused") != frame_variants.talker_key("talker_wide64")
+    assert frame_variants.fused_draw("talker_wide64+draw_fused") and not frame_variants.fused_draw("talker_wide64+draw_apart")
+    assert frame_variants.talker_key("talker_wide64+draw_apart") != frame_variants.talker_key("talker_wide64")
     assert frame_variants.talker_options("talker_wide64+draw_fused") == frame_variants.talker_options("talker_wide64")
 
 
@@ -104,7 +109,20 @@ def test_bulk_copy_variants_turn_on_tma_in_every_pipelined_tile_and_nothing_else
         for chain in (dict(tiles).values() if isinstance(tiles, tuple) else [tiles]):
             products = [getattr(chain, name) for name in ("qkv", "o", "gate_up", "down")]
             assert all(tile is None or tile.tma for tile in products) and any(tile is not None for tile in products)
-    assert frame_variants.talker_options("talker_chain_tma")[3].down is None  # cuBLAS stays cuBLAS
+    chain_tma = dict(frame_variants.talker_options("talker_chain_tma")[3])
+    assert chain_tma[16].down is None and chain_tma[64].down.tma  # cuBLAS stays cuBLAS
+
+
+def test_off_parts_undo_the_defaults_of_2026_12_06() -> None:
+    """gemv_no_tma, cp_frame_io_off, draw_apart and talker_chain_plain give back the twenty-ninth session's kernels
+    (the engine's defaults turn each of them on)."""
+    on, off = frame_variants.frame_kernels("defaults"), frame_variants.frame_kernels("gemv_no_tma+cp_frame_io_off")
+    assert on.frame_io and not off.frame_io
+    assert all(tile.tma for tiles in on.dot_gemv.values() for tile in tiles.values())
+    assert not any(tile.tma for tiles in off.dot_gemv.values() for tile in tiles.values())
+    assert frame_variants.fused_draw("defaults") and not frame_variants.fused_draw("draw_apart")
+    assert frame_variants.fused_draw("talker_chain_plain+draw_fused")
+    assert frame_variants.talker_key("draw_apart") != frame_variants.talker_key("defaults")
 
 
 @pytest.mark.parametrize("variant", ["stream_norms", "persistent", "folded_norms", "talker_chain+talker_chain_all"])

@@ -27,7 +27,7 @@ many rows that extra read of x costs more than a separate norm kernel: the calle
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -257,7 +257,8 @@ class GemvConfig:
     summed, in slice order, by the slice program that finishes last (`_sum_k_slices`).
     `tma` (tensor cores, pipelined loop): the weight's [BN, BK] tiles, and the activations' [BR, BK] where they are
     neither gathered by an index nor normed in the prologue, as bulk tensor copies (TMA: one copy a tile where the
-    pointer loads are 16 bytes a thread; Hopper and later) through descriptors. Unmeasured on a GPU."""
+    pointer loads are 16 bytes a thread; Hopper and later, pointer loads before) through descriptors. The same
+    values as pointer loads (the code predictor's tiles: bitwise the same codes, H100, 2026-12-06)."""
 
     block_n: int = 16
     block_k: int = 512
@@ -327,6 +328,12 @@ def gemv_reference(
     return F.linear(x, weight, bias), s
 
 
+def bulk_copies_supported(x: Tensor) -> bool:
+    """Whether `x`'s device has bulk tensor copies (TMA: compute capability 9.0 and later; the interpreter
+    emulates them)."""
+    return not x.is_cuda or torch.cuda.get_device_capability(x.device)[0] >= 9
+
+
 def gemv(
     x: Tensor, weight: Tensor, *, index: Tensor | None = None, residual: Tensor | None = None,
     norm_weight: Tensor | None = None, eps: float = 1e-6, bias: Tensor | None = None, silu_mul: bool = False,
@@ -351,6 +358,8 @@ def gemv(
             s = sum_out.copy_(s)
         return y, s
     config = config or GemvConfig()
+    if config.tma and not bulk_copies_supported(x):  # TMA is Hopper's and later: the same tile by pointer loads
+        config = replace(config, tma=False)
     assert x.stride(-1) == 1 and weight.is_contiguous() and (residual is None or residual.stride(-1) == 1)
     rows = index.shape[0] if index is not None else x.shape[0]
     k = x.shape[1]
