@@ -54,9 +54,10 @@ CAPTURE_SAFE_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION,
 # contexts 256..511 (`loadtest.gpu_check`) B = 16 1.83 / 1.93, 64 2.55 / 2.58, but 32 2.42 / 2.21: 32 rows stay
 # unchained (frame_profile's `talker_chain_all` chains them too).
 CHAIN_ROWS = (16, 64)
-# The 64-row steps' down product (2048 x 6144) in 64-column tensor-core tiles, K in 4 slices: 128 programs where
-# cuBLAS's tile ran 28 CTAs a layer. H100, 2026-12-06, `tools/frame_profile.py` at context 128 (`talker_wide64_down`):
-# talker step at B = 64 2.290 -> 2.164 ms, B = 1 unchanged; teacher-forced and `loadtest.gpu_check` within bounds
+# The 64-row steps' down product (2048 x 6144) in 64-column tensor-core tiles, K in 4 slices (128 programs) instead
+# of cuBLAS. H100, 2026-12-06, `tools/frame_profile.py` at context 128 (`talker_wide64_down`):
+# talker step at B = 64 2.290 -> 2.164 ms, B = 1 unchanged; `loadtest.gpu_check`: error against fp32 no worse than
+# the plain bf16 talker's
 # (docs/bench/frame-profile-2026-12-06-s30-h100-wide-tma-draw-io.json). At 16 rows cuBLAS's down stays.
 WIDE_DOWN = GemvConfig(block_n=64, block_k=128, num_warps=4, use_dot=True, loop_stages=4, split_k=4)
 CHAIN_TILES = {16: ChainTiles(), 64: replace(ChainTiles(), down=WIDE_DOWN)}
