@@ -95,7 +95,8 @@ def precompile_frames(talker: TalkerConfig, predictor: CodePredictorConfig, dtyp
 
 class _PredictorOnly(nn.Module):
     """The parts of `Qwen3TTS` the code-predictor frame reads: the predictor, the talker's codebook-0
-    embedding (`talker.embed_codec`), device and dtype."""
+    embedding (`talker.embed_codec`, and its table as `talker.model.codec_embedding` for the frame-input
+    kernel), device and dtype."""
 
     def __init__(self, talker_hidden: int, talker_vocab: int, predictor: CodePredictorConfig) -> None:
         super().__init__()
@@ -106,20 +107,23 @@ class _PredictorOnly(nn.Module):
 
     @property
     def device(self) -> torch.device:
-        return self.talker.table.weight.device
+        return self.talker.model.codec_embedding.weight.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.talker.table.weight.dtype
+        return self.talker.model.codec_embedding.weight.dtype
 
 
 class _CodecEmbedding(nn.Module):
+    """The talker's codebook-0 table where the talker keeps it (`model.codec_embedding`)."""
+
     def __init__(self, vocab: int, hidden: int) -> None:
         super().__init__()
-        self.table = nn.Embedding(vocab, hidden)
+        self.model = nn.Module()
+        self.model.codec_embedding = nn.Embedding(vocab, hidden)
 
     def embed_codec(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.table(ids)
+        return self.model.codec_embedding(ids)
 
 
 @torch.inference_mode()
