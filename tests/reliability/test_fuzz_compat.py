@@ -211,6 +211,10 @@ async def play_elevenlabs(server: GatewayProcess, path: str, sequence: list[tupl
                     asked_close |= bool(payload.get("close_socket")) or (
                         not multi and payload.get("text") == ""
                     )
+                elif kind == "json" and isinstance(payload, dict):  # the 'invalid' maker can draw a valid end
+                    asked_close |= payload.get("close_socket") is True or (
+                        not multi and payload.get("text") == "" and set(payload) <= {"text", "flush"}
+                    )
                 await peer.drain()
             await peer.send("json", {"close_socket": True})  # every context finishes, then close 1000
             asked_close = True
