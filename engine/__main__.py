@@ -98,8 +98,11 @@ def build(settings: EngineSettings) -> EngineLoop:
 
     store = VoiceStore(settings.voices_dir) if settings.voices_dir else None
     voices = VoiceBank(store, model_id=settings.model, hidden=config.talker.hidden_size, device=device, dtype=dtype)
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else ""
+    costs = settings.costs_path(fast, device_name)
+    log.info("cost table %s (device %s)", costs.name, device_name or device.type)
     scheduler = Scheduler(settings.scheduler_config(random_weights=config.random_weights, device_kind=device.type),
-                          CostModel.load(settings.costs_path(fast), codec_precision), settings.chunk_policy_object())
+                          CostModel.load(costs, codec_precision), settings.chunk_policy_object())
     if settings.stream_priority == "generation" and device.type == "cuda":
         # The executors take the current stream as the generation stream: make it one the GPU's block scheduler
         # serves before the codec stream (default priority) whenever both have blocks waiting for SMs.

@@ -31,10 +31,8 @@ from pathlib import Path
 
 from engine.codec.chunking import AdaptivePolicy, ChunkPolicy, FixedSchedule
 from engine.codec.silence import SilenceConfig
-from engine.scheduling import COSTS_DIR, DEFAULT_COSTS, SchedulerConfig
+from engine.scheduling import DEFAULT_COSTS, SchedulerConfig, fast_costs_for
 from engine.scheduling.config import first_chunk_sizes
-
-FAST_COSTS = COSTS_DIR / "h200_fast.json"
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16")
@@ -284,11 +282,12 @@ class EngineSettings:
                              codec_frames=chunks if chunks[0] == 1 else (1, *chunks),
                              first_chunk_batch=first if self.first_chunk_lane else ())
 
-    def costs_path(self, fast: FastPath) -> Path:
-        """The cost table the scheduler predicts from (`--costs auto` follows the executors that run)."""
+    def costs_path(self, fast: FastPath, device_name: str = "") -> Path:
+        """The cost table the scheduler predicts from. `--costs auto` follows the executors that run and, on the
+        fast path, the card (`device_name`, e.g. torch's 'NVIDIA H100 80GB HBM3'): its family's measured table."""
         if self.costs != "auto":
             return Path(self.costs)
-        return FAST_COSTS if fast.talker and fast.code_predictor else DEFAULT_COSTS
+        return fast_costs_for(device_name) if fast.talker and fast.code_predictor else DEFAULT_COSTS
 
     def codec_precision_for(self, device_kind: str) -> str:
         """`--codec-precision` on this device. `auto`: bf16 on CUDA, the precision the official examples run the
@@ -464,8 +463,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="codec arithmetic: bf16 (bf16 weights and activations, as the official examples), tf32 (fp32 "
                         "weights, TF32 convs and matmuls on CUDA: closer to fp32, ~1.6x slower), fp32 (fp32, TF32 "
                         "off); auto: bf16 on cuda, tf32 elsewhere (on CPU tf32 and fp32 are the same)")
-    p.add_argument("--costs", default=d.costs, help="cost table (JSON) the scheduler predicts step times from; auto: engine/scheduling/costs/h200_fast.json "
-                   "when the talker and code-predictor fast paths run, else h200_plain.json")
+    p.add_argument("--costs", default=d.costs, help="cost table (JSON) the scheduler predicts step times from; auto: when the talker and "
+                   "code-predictor fast paths run, engine/scheduling/costs/<card>_fast.json measured on this GPU's "
+                   "family (h200, h100; the H200's for any other card), else h200_plain.json")
     p.add_argument("--heartbeat-s", type=float, default=d.heartbeat_s)
     p.add_argument("--shutdown-grace-ms", type=int, default=d.shutdown_grace_ms,
                    help="SIGTERM: time in-flight requests get to finish before they fail")

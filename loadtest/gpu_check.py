@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from engine.fast.measure import cuda_median_ms, relative_l2
-from engine.scheduling.costmodel import COSTS_DIR
+from engine.scheduling.costmodel import COSTS_DIR, REFERENCE_FAST_COSTS, gpu_family
 from engine.settings import KernelOptions, add_kernel_arguments
 from loadtest.revision import source_revision
 
@@ -336,20 +336,27 @@ def measure(env: dict[str, Any], context: int) -> dict[str, Any]:
     return result
 
 
-def cost_table(timings: dict[str, Any], codec: dict[str, Any] | None, commit: str) -> dict[str, Any]:
-    """The fast-path cost table from this run's timings. The codec's rows in other precisions
-    (`codec_chunk_tf32`, from `tools/codec_profile.py --grid`) and, when this run skipped the codec, its
-    `codec_chunk` too are carried over from the table in the repository."""
+def cost_table(timings: dict[str, Any], codec: dict[str, Any] | None, commit: str,
+               gpu: str = "NVIDIA H200") -> dict[str, Any]:
+    """The fast-path cost table of this card (`gpu`, torch's device name) from this run's timings, named for its
+    family (`h100_fast`; install it as `engine/scheduling/costs/<name>.json`). The codec's rows in other
+    precisions (`codec_chunk_tf32`, from `tools/codec_profile.py --grid`) and, when this run skipped the codec, its
+    `codec_chunk` too are carried over from the repository's table of the same family, else from the H200's, and
+    then the sources say so: another card's codec times, to be measured on this one."""
+    family = gpu_family(gpu) or "h200"
     plain = json.loads((COSTS_DIR / "h200_plain.json").read_text())
-    current = json.loads((COSTS_DIR / "h200_fast.json").read_text())
+    own = COSTS_DIR / f"{family}_fast.json"
+    carried_from = own if own.is_file() else REFERENCE_FAST_COSTS
+    current = json.loads(carried_from.read_text())
+    foreign = "" if carried_from == own else f" (carried from {carried_from.name}: not measured on the {gpu})"
     prefill = sorted({v["tokens"]: v["ms"] for v in timings["talker_prefill"].values()}.items())
     carried = {k: v for k, v in current.items() if k.startswith("codec_chunk_")}
-    sources = {k: v for k, v in current.get("sources", {}).items() if k.startswith("codec_chunk")}
+    sources = {k: v + foreign for k, v in current.get("sources", {}).items() if k.startswith("codec_chunk")}
     if codec:
         sources["codec_chunk"] = f"gpu_check codec section (commit {commit})"
     return {
-        "name": "h200_fast",
-        "description": "Fast path (fused Triton kernels, CUDA graphs) on one H200, Qwen3-TTS-12Hz-1.7B, bf16, "
+        "name": f"{family}_fast",
+        "description": f"Fast path (fused Triton kernels, CUDA graphs) on one {gpu}, Qwen3-TTS-12Hz-1.7B, bf16, "
                        "random weights; written by loadtest/gpu_check.py from its own measurements.",
         "sources": {
             "talker_decode": f"gpu_check, graph replay medians, mixed per-request context up to 512 (commit {commit})",
@@ -478,7 +485,10 @@ def main(argv: list[str] | None = None) -> int:
             talker_section(args, section)
             ok = not section["failures"]
             if args.costs:
-                Path(args.costs).write_text(json.dumps(cost_table(section["timings"], codec, commit), indent=2) + "\n")
+                costs = cost_table(section["timings"], codec, commit, report["gpu"])
+                Path(args.costs).write_text(json.dumps(costs, indent=2) + "\n")
+                print(f"cost table {costs['name']} written to {args.costs}: the engine reads it as "
+                      f"engine/scheduling/costs/{costs['name']}.json")
         except Exception:  # noqa: BLE001
             section["error"] = traceback.format_exc()
             ok = False

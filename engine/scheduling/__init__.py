@@ -10,7 +10,7 @@ Modules:
     config          `SchedulerConfig`, `Policy` and the padded batch shapes they allow
     chunk_sizing    each request's next codec chunk (`SlackChunkPolicy`)
     capacity        a batch's time, real-time GPU share, predicted time to first audio
-    costmodel       `CostModel`: milliseconds per batch shape, from the tables in `costs/*.json`
+    costmodel       `CostModel`: milliseconds per batch shape, from the tables in `costs/*.json` (one per card)
     pacing          how freely a paced request (`max_lead_ms`) may generate
     simulate        the scheduler under a cost model: `python -m engine.scheduling.simulate --help`
 
@@ -20,7 +20,7 @@ and `python -m` should find it unloaded).
 
 from engine.scheduling.chunk_sizing import SlackChunkPolicy
 from engine.scheduling.config import Policy, SchedulerConfig
-from engine.scheduling.costmodel import COSTS_DIR, DEFAULT_COSTS, CostModel
+from engine.scheduling.costmodel import COSTS_DIR, DEFAULT_COSTS, CostModel, fast_costs_for, gpu_family
 from engine.scheduling.plan import Admission, Lane, Outcome, Plan, PlanRow
 from engine.scheduling.scheduler import Scheduler
 
@@ -37,4 +37,6 @@ __all__ = [
     "Scheduler",
     "SchedulerConfig",
     "SlackChunkPolicy",
+    "fast_costs_for",
+    "gpu_family",
 ]

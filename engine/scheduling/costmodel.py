@@ -7,12 +7,17 @@ at a few total token counts. A table may hold the codec's costs in other precisi
 beside `codec_chunk`, the table's own); the engine loads the row of the precision it decodes in. Between
 points the cost is piecewise linear; beyond the last point it extends the last segment (costs keep growing,
 never flatten), below the first it takes the first value.
+
+Tables are per card: `<family>_fast.json` holds the fast path measured on that GPU family (`h200_fast.json`,
+`h100_fast.json`, named by `gpu_family`); `fast_costs_for` picks the one of the card the engine runs on, the
+H200's where no table of that family has been measured.
 """
 
 from __future__ import annotations
 
 import bisect
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +25,22 @@ from engine.request import WorkKind
 
 COSTS_DIR = Path(__file__).parent / "costs"
 DEFAULT_COSTS = COSTS_DIR / "h200_plain.json"
+REFERENCE_FAST_COSTS = COSTS_DIR / "h200_fast.json"  # the card every other table is compared against
+
+
+def gpu_family(device_name: str) -> str | None:
+    """The card family a cost table is named for: 'NVIDIA H100 80GB HBM3' -> 'h100', 'NVIDIA H200' -> 'h200',
+    'NVIDIA A100-SXM4-80GB' -> 'a100'; None where the name holds no such model number."""
+    match = re.search(r"\b([A-Z]{1,2}\d{2,3}[A-Z]?)\b", device_name.upper())
+    return match.group(1).lower() if match else None
+
+
+def fast_costs_for(device_name: str) -> Path:
+    """The fast path's cost table for this GPU: `costs/<family>_fast.json` if that family was measured, else
+    the H200's (`REFERENCE_FAST_COSTS`; on another card admission then predicts that card's times)."""
+    family = gpu_family(device_name)
+    path = COSTS_DIR / f"{family}_fast.json" if family else None
+    return path if path is not None and path.is_file() else REFERENCE_FAST_COSTS
 
 
 def interpolate(xs: tuple[float, ...], ys: tuple[float, ...], x: float) -> float:

@@ -466,3 +466,11 @@ async def test_the_engine_process_with_fast_path_on_serves_and_frees_every_slot(
     beat = await _idle_beat(beats, finished_at)
     assert beat.step_stats["slots.codec_state"] == (6.0, 6.0)  # the codec graphs' scratch row is not counted
     await link.close()
+
+
+def test_the_fast_paths_cost_table_follows_the_card() -> None:
+    s = EngineSettings(model="tiny", socket="@x")
+    assert s.costs_path(ALL_FAST, "NVIDIA H200").name == "h200_fast.json"
+    assert s.costs_path(ALL_FAST, "NVIDIA GeForce RTX 4090").name == "h200_fast.json"  # no table of its own
+    assert s.costs_path(FastPath(), "NVIDIA H200").name == "h200_plain.json"
+    assert EngineSettings(model="tiny", socket="@x", costs="my.json").costs_path(ALL_FAST, "NVIDIA H200") == Path("my.json")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from engine.request import WorkKind
-from engine.scheduling import DEFAULT_COSTS, CostModel
+from engine.scheduling import COSTS_DIR, DEFAULT_COSTS, CostModel, fast_costs_for, gpu_family
 from engine.scheduling.costmodel import interpolate
 
 
@@ -51,7 +51,7 @@ def test_malformed_tables_are_refused(mutate, words):
 
 
 def test_the_codec_row_follows_the_precision_the_engine_decodes_in():
-    from engine.settings import FAST_COSTS
+    from engine.scheduling.costmodel import REFERENCE_FAST_COSTS as FAST_COSTS
 
     table = json.loads(FAST_COSTS.read_text(encoding="utf-8"))
     bf16, tf32 = CostModel(table, "bf16"), CostModel(table, "tf32")
@@ -63,3 +63,30 @@ def test_the_codec_row_follows_the_precision_the_engine_decodes_in():
     # No row of its own (fp32, or no precision given): the table's own codec_chunk.
     assert CostModel(table, "fp32").ms(WorkKind.CODEC_CHUNK, 8, 25) == bf16.ms(WorkKind.CODEC_CHUNK, 8, 25)
     assert CostModel(table).ms(WorkKind.CODEC_CHUNK, 8, 25) == bf16.ms(WorkKind.CODEC_CHUNK, 8, 25)
+
+
+@pytest.mark.parametrize("name, family", [
+    ("NVIDIA H200", "h200"),
+    ("NVIDIA H100 80GB HBM3", "h100"),
+    ("NVIDIA H100 PCIe", "h100"),
+    ("NVIDIA A100-SXM4-80GB", "a100"),
+    ("NVIDIA L40S", "l40s"),
+    ("NVIDIA GH200 480GB", "gh200"),
+    ("NVIDIA GeForce RTX 4090", None),
+    ("", None),
+])
+def test_a_gpu_name_gives_the_card_family_its_cost_table_is_named_for(name, family):
+    assert gpu_family(name) == family
+
+
+def test_the_fast_path_predicts_from_the_table_measured_on_its_card_else_the_h200s():
+    tables = {p.stem for p in COSTS_DIR.glob("*_fast.json")}
+    assert fast_costs_for("NVIDIA H200").name == "h200_fast.json"
+    for card in ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB", "NVIDIA GeForce RTX 4090", ""):
+        family = gpu_family(card)
+        expected = f"{family}_fast" if f"{family}_fast" in tables else "h200_fast"
+        assert fast_costs_for(card).stem == expected
+    for path in COSTS_DIR.glob("*_fast.json"):  # every shipped table loads, in both codec precisions
+        table = json.loads(path.read_text(encoding="utf-8"))
+        assert table["name"] == path.stem
+        CostModel(table, "bf16"), CostModel(table, "tf32")
