@@ -39,7 +39,7 @@ from typing import Any
 import torch
 
 from engine.fast.measure import cuda_median_ms, relative_l2
-from engine.scheduling.costmodel import COSTS_DIR, REFERENCE_FAST_COSTS, gpu_family
+from engine.scheduling.costmodel import COSTS_DIR, fast_costs_for, gpu_family
 from engine.settings import KernelOptions, add_kernel_arguments
 from loadtest.revision import source_revision
 
@@ -345,10 +345,9 @@ def cost_table(timings: dict[str, Any], codec: dict[str, Any] | None, commit: st
     then the sources say so: another card's codec times, to be measured on this one."""
     family = gpu_family(gpu) or "h200"
     plain = json.loads((COSTS_DIR / "h200_plain.json").read_text())
-    own = COSTS_DIR / f"{family}_fast.json"
-    carried_from = own if own.is_file() else REFERENCE_FAST_COSTS
+    carried_from = fast_costs_for(gpu)  # the engine's own choice: this family's table, else the H200's
     current = json.loads(carried_from.read_text())
-    foreign = "" if carried_from == own else f" (carried from {carried_from.name}: not measured on the {gpu})"
+    foreign = "" if carried_from.stem == f"{family}_fast" else f" (carried from {carried_from.name}: not measured on the {gpu})"
     prefill = sorted({v["tokens"]: v["ms"] for v in timings["talker_prefill"].values()}.items())
     carried = {k: v for k, v in current.items() if k.startswith("codec_chunk_")}
     sources = {k: v + foreign for k, v in current.get("sources", {}).items() if k.startswith("codec_chunk")}
