@@ -162,6 +162,9 @@ class RequestState:
     codec_slot: int | None = None
     generation_busy: bool = False  # a plan holding this request's generation lane is in flight
     codec_busy: bool = False  # a plan holding its codec lane is in flight
+    # The talker waited for text since this stream last had a healthy buffer: while so, its nearness to its deadline
+    # is its text's doing, not the GPU's, and admission's pressure does not count its rescue work.
+    text_starved: bool = False
     _kv_pool: SlotPool | None = None
     _codec_pool: SlotPool | None = None
 

@@ -327,8 +327,10 @@ class Scheduler:
         if anchor.kind is WorkKind.CODEC_CHUNK and anchor.lane is Lane.CODEC and not ragged:
             rows = self._fill_early(rows, [i for i in items if i.early], shape)
         plan = self._lower(anchor.kind, shape, rows, first_chunks)
-        # Pressure: the share of recent GPU time spent rescuing streams close to running dry.
-        urgent = self.config.policy is Policy.DEADLINE and anchor.key[0] in URGENT_TIERS
+        # Pressure: the share of recent GPU time spent rescuing streams close to running dry for want of GPU time.
+        # A stream whose text came late is near its deadline on an idle GPU too: it does not make a plan a rescue.
+        urgent = self.config.policy is Policy.DEADLINE and anchor.key[0] in URGENT_TIERS and any(
+            i.key[0] in URGENT_TIERS and not i.request.text_starved for i in rows)
         self._urgent_ms = PRESSURE_DECAY * self._urgent_ms + (plan.predicted_ms if urgent else 0.0)
         self._planned_ms = PRESSURE_DECAY * self._planned_ms + plan.predicted_ms
         return plan
@@ -397,7 +399,8 @@ class Scheduler:
 
     @property
     def pressure(self) -> float:
-        """Share of recent planned GPU time whose anchor was an urgent stream (0 idle .. 1 saturated)."""
+        """Share of recent planned GPU time whose anchor was an urgent stream (0 idle .. 1 saturated), not counting
+        plans whose only urgent rows are streams short of text (`RequestState.text_starved`)."""
         return self._urgent_ms / self._planned_ms if self._planned_ms else 0.0
 
     def _ready_items(self, now_ns: int, lanes: frozenset[Lane] = ALL_LANES) -> list[_Item]:
@@ -468,6 +471,8 @@ class Scheduler:
                 if pending == 0:
                     slack -= cp_ms + (decode_ms if phase is talker_decode else 0.0)
                 tier = RESCUE if slack < rescue_ms else URGENT if slack < urgent_ms else FILLER
+                if tier == FILLER:
+                    r.text_starved = False  # a healthy buffer again: from here on, nearness is the GPU's doing
                 gen_key, codec_key = (tier, slack, gen_rank), (tier, slack, CODEC_RANK)
             if gen_kind is not None:
                 shape = bucket(cfg.prefill_token_buckets, r.prefill_len) if gen_kind is prefill else 0
@@ -664,7 +669,10 @@ class Scheduler:
                 r.phase = Phase.CODE_PREDICT
             return
         r.record_frame(now_ns)  # the code predictor completed frame `row.frame_index`
-        r.phase = Phase.TALKER_DECODE if r.has_text_for_next_step() else Phase.WAITING_TEXT
+        if r.has_text_for_next_step():
+            r.phase = Phase.TALKER_DECODE
+        else:
+            r.phase, r.text_starved = Phase.WAITING_TEXT, True
         self._stop_if_due(r)
 
     def _stop_if_due(self, r: RequestState) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 
 from engine.ipc.messages import Layout
+from engine.request import Phase, RequestState
 from engine.scheduling import DEFAULT_COSTS, CostModel, Outcome, Scheduler, SchedulerConfig
 
-from .helpers import MS, admit, make_request, make_scheduler, run
+from .helpers import MS, admit, make_request, make_scheduler, run, step
 
 
 def _slow_costs(factor: float) -> CostModel:
@@ -113,3 +114,39 @@ def test_pressure_refuses_while_streams_play_until_history_is_reset():
     assert not refused.ok and "near their deadlines" in refused.reason
     scheduler.reset_history()
     assert scheduler.pressure == 0.0 and scheduler.admit(make_request(5, arrival_ns=now), now).ok
+
+
+def _near_its_deadline_after_first_audio(text_ended: bool) -> tuple[Scheduler, RequestState, int]:
+    """One playing stream whose listener is 30 ms from running dry, generating its next frames: streamed text
+    that ran out after the first audio (then more came), or a whole text."""
+    scheduler = make_scheduler(max_utilization=1.0, ttfa_budget_ms=10_000)
+    r = admit(scheduler, make_request(1, tokens=3 if not text_ended else 40, chars=200, ended=text_ended))
+    _, now = run(scheduler, 0, lambda: r.first_audio_ns is not None and r.frames_generated >= 3)
+    if not text_ended:
+        _, now = run(scheduler, now, lambda: r.phase is Phase.WAITING_TEXT)
+        scheduler.append_text(1, range(200, 240), 180)
+    scheduler.reset_history()
+    scheduler.set_deadline(1, now + 30 * MS)
+    plans, now = run(scheduler, now, lambda: r.frames_generated >= 12)
+    assert plans
+    return scheduler, r, now
+
+
+def test_pressure_counts_rescue_work_for_the_gpu_but_not_for_text_that_came_late():
+    # Both streams are as near their deadlines; only the whole-text one is there for want of GPU time.
+    starved, _, _ = _near_its_deadline_after_first_audio(text_ended=False)
+    gpu_bound, _, _ = _near_its_deadline_after_first_audio(text_ended=True)
+    assert gpu_bound.pressure > gpu_bound.config.max_pressure
+    assert starved.pressure == 0.0
+
+
+def test_a_stream_short_of_text_counts_again_once_its_buffer_was_healthy():
+    scheduler, r, now = _near_its_deadline_after_first_audio(text_ended=False)
+    assert r.text_starved
+    scheduler.set_deadline(1, now + 10_000 * MS)  # its text caught up: seconds of audio ahead of the listener
+    step(scheduler, now)
+    assert not r.text_starved
+    scheduler.reset_history()
+    scheduler.set_deadline(1, now + 30 * MS)  # near its deadline again, now with all the text it needs
+    run(scheduler, now, lambda: r.frames_generated >= 20)
+    assert scheduler.pressure > scheduler.config.max_pressure
