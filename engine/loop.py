@@ -460,13 +460,18 @@ class EngineLoop:
         self._outbox.extend((link_id, beat) for link_id in endpoint.links())
 
     def heartbeat_stats(self) -> dict[str, tuple[float, float]]:
-        """Step figures per kind, plus resource accounting as (free, total) under "slots.*" keys."""
+        """Step figures per kind, resource accounting as (free, total) under "slots.*" keys, admission's rules as
+        (now, limit) under "admission.*", and cumulative totals under "gpu.*", "host.*" and "codec.*"."""
         stats = self.stats.take()
         s = self.scheduler
         stats["slots.kv"] = (float(s.kv_slots.free_count), float(s.kv_slots.size))
         stats["slots.codec"] = (float(s.codec_slots.free_count), float(s.codec_slots.size))
         pool = self.executors.codec.pool
         stats["slots.codec_state"] = (float(pool.free_slots), float(pool.slots))
+        # Admission's two measured rules as (now, limit): how near the engine is to refusing newcomers, and why.
+        generating = sum(1 for r in s.requests if not r.generation_finished)
+        stats["admission.pressure"] = (s.pressure, s.config.max_pressure)
+        stats["admission.utilization"] = (s.realtime_utilization(generating), s.config.max_utilization)
         t = self.timeline
         for kind, ms in t.gpu_ms.items():  # cumulative since start: (plans finished, device seconds)
             stats[f"gpu.{kind}"] = (float(t.plans[kind]), ms / 1000)

@@ -289,6 +289,10 @@ class EngineSlot:
                     pool = kind.removeprefix("slots.")
                     self.metrics.engine_slots_free.set(first, self.label, pool)
                     self.metrics.engine_slots_total.set(second, self.label, pool)
+                elif kind.startswith("admission."):  # (now, limit)
+                    measure = kind.removeprefix("admission.")
+                    self.metrics.engine_admission.set(first, self.label, measure)
+                    self.metrics.engine_admission_limit.set(second, self.label, measure)
                 elif kind.startswith(("gpu.", "host.", "codec.")):  # cumulative since the engine started
                     self._count_cumulative(kind, first, second)
                 else:

@@ -148,6 +148,17 @@ class GatewayMetrics:
             "per lane (generation: newcomers' first chunks; codec: the codec stream's plans beside them).",
             ("engine", "lane"),
         )
+        self.engine_admission = Gauge(
+            "vivace_engine_admission",
+            "Engine-reported admission measures: pressure (share of recent GPU time spent on playing streams near "
+            "their deadlines) and utilization (GPU share keeping every generating stream real-time needs).",
+            ("engine", "measure"),
+        )
+        self.engine_admission_limit = Gauge(
+            "vivace_engine_admission_limit",
+            "The limit past which the engine refuses newcomers, per admission measure.",
+            ("engine", "measure"),
+        )
         self.engine_slots_free = Gauge(
             "vivace_engine_slots_free", "Engine-reported free slots per resource pool.", ("engine", "pool")
         )

@@ -33,6 +33,7 @@ from engine.ipc.messages import (
 from engine.ipc.process import engine_command, spawn_engine, stop_engine, wait_for_socket
 from engine.model.qwen3_tts import Qwen3TTS
 from engine.request import SAMPLES_PER_FRAME, length_model_frames
+from engine.scheduling import SchedulerConfig
 from tests.engine.helpers import SENTENCES, reference, submit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -191,6 +192,12 @@ async def test_twenty_concurrent_requests_stream_and_cancel_then_every_slot_is_f
     beat = await client.wait_until_idle()
     assert beat.queued_requests == 0
     assert any(b.step_stats.get("talker_decode", (0, 0))[0] > 1 for b in client.beats), "no batch > 1 ran"
+    # Admission's measures, each beside its limit: nothing generates once idle; under load it saw the streams.
+    limits = SchedulerConfig()
+    assert beat.step_stats["admission.utilization"] == (0.0, limits.max_utilization)
+    pressure, limit = beat.step_stats["admission.pressure"]
+    assert 0.0 <= pressure <= 1.0 and limit == limits.max_pressure
+    assert max(b.step_stats["admission.utilization"][0] for b in client.beats) > 0.0
     await client.link.close()
 
 

@@ -173,6 +173,18 @@ def test_models_voices_health_ready_and_metrics(gateway: GatewayProcess) -> None
         assert series in metrics.text
 
 
+def test_metrics_say_how_near_the_engine_is_to_refusing_newcomers(gateway: GatewayProcess, engine_kind: str) -> None:
+    if engine_kind != "real":
+        pytest.skip("admission is the real engine's scheduler")
+    deadline = time.monotonic() + 5  # the engine reports with its heartbeat, once a second
+    while 'vivace_engine_admission_limit{engine="0",measure="pressure"}' not in (values := gateway.metrics()):
+        assert time.monotonic() < deadline, "no admission measures in /metrics"
+        time.sleep(0.1)
+    for measure, limit in (("pressure", 0.7), ("utilization", 0.8)):
+        assert values[f'vivace_engine_admission_limit{{engine="0",measure="{measure}"}}'] == limit
+        assert 0.0 <= values[f'vivace_engine_admission{{engine="0",measure="{measure}"}}'] <= 1.0
+
+
 def test_api_key_is_required_when_configured(engine_kind: str) -> None:
     server = start_gateway("--api-key=k3y", engine=engine_kind)
     try:
