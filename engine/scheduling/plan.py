@@ -83,4 +83,9 @@ class Admission:
     code: str = ""  # "overloaded" | "bad_request" when refused (the Error message code)
     predicted_ttfa_ms: float = 0.0
     utilization: float = 0.0  # predicted GPU share to keep every stream real-time, this one included
-    slots_full: bool = False  # refused only because every KV or codec slot is taken (it may wait for one)
+    rule: str = ""  # which rule refused: "request" | "slots" | "utilization" | "pressure" | "ttfa"
+
+    @property
+    def slots_full(self) -> bool:
+        """Refused only because every KV or codec slot is taken (it may wait for one)."""
+        return self.rule == "slots"

@@ -158,29 +158,29 @@ class Scheduler:
         cfg = self.config
         refused = self._check_request(request)
         if refused:
-            return Admission(False, refused, "bad_request")
+            return Admission(False, refused, "bad_request", rule="request")
         if self.kv_slots.free_count == 0:
-            return Admission(False, f"all {cfg.max_requests} KV slots are in use", "overloaded", slots_full=True)
+            return Admission(False, f"all {cfg.max_requests} KV slots are in use", "overloaded", rule="slots")
         if self.codec_slots.free_count == 0:
             return Admission(False, f"all {cfg.max_codec_streams} codec slots are in use", "overloaded",
-                             slots_full=True)
+                             rule="slots")
         streams = sum(1 for r in self._requests.values() if not r.generation_finished)
         utilization = self.realtime_utilization(streams + 1)
         ttfa_ms = self.predicted_ttfa_ms(now_ns)
         if cfg.admission_control and utilization > cfg.max_utilization:
             return Admission(False, f"keeping {streams + 1} streams real-time would need "
                              f"{utilization:.0%} of the GPU (limit {cfg.max_utilization:.0%})",
-                             "overloaded", ttfa_ms, utilization)
+                             "overloaded", ttfa_ms, utilization, "utilization")
         # Pressure only speaks for streams that are still playing: with none left there is no promise to break
         # (and no plans run to let the decaying average fall, so an idle engine would refuse forever).
         playing = any(not r.is_ended for r in self._requests.values())
         if cfg.admission_control and playing and self.pressure > cfg.max_pressure:
             return Admission(False, f"playing streams are near their deadlines ({self.pressure:.0%} of "
                              f"recent GPU time went to rescuing them, limit {cfg.max_pressure:.0%})",
-                             "overloaded", ttfa_ms, utilization)
+                             "overloaded", ttfa_ms, utilization, "pressure")
         if cfg.admission_control and ttfa_ms > cfg.ttfa_budget_ms:
             return Admission(False, f"predicted time to first audio {ttfa_ms:.0f} ms exceeds the "
-                             f"{cfg.ttfa_budget_ms:.0f} ms budget", "overloaded", ttfa_ms, utilization)
+                             f"{cfg.ttfa_budget_ms:.0f} ms budget", "overloaded", ttfa_ms, utilization, "ttfa")
         request.attach_slots(self.kv_slots, self.codec_slots)
         request.use_length_model = cfg.length_model
         request.max_frames = cfg.max_frames

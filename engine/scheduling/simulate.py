@@ -22,6 +22,7 @@ per RPS: TTFA percentiles (request arrival to first audio published, engine side
 batch per work kind, then the codec's mean frames per plan, seconds of audio decoded per second (at
 saturation, the ceiling), the codec's share of the GPU work and its frames per second of lane time in
 thousands (`kfr/ev`: the engine's CUDA-event figure for the codec, stretched where it overlaps generation).
+`--admission-detail` adds a line under each row: admission's pressure as arrivals met it, and refusals per rule.
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ class SimResult:
     rps: float
     offered: int = 0
     refused: int = 0
+    refused_by: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # per `Admission.rule`
+    pressure_at_admission: list[float] = field(default_factory=list)  # admission's pressure met by each arrival
     completed: int = 0
     ttfa_ms: list[float] = field(default_factory=list)
     underruns: int = 0  # chunks that reached a client after it ran dry, the engine's fault
@@ -259,10 +262,13 @@ def _apply(event: tuple[int, int, str, object], scheduler: Scheduler, listeners:
         prefill = 10 if load.layout is Layout.STREAMING else 11 + n_tokens
         state = RequestState(rid, at, load.layout, prefill, [0] * n_tokens, chars, ended)
         state.max_lead_ms = load.max_lead_ms
-        if scheduler.admit(state, at).ok:
+        result.pressure_at_admission.append(scheduler.pressure)
+        admission = scheduler.admit(state, at)
+        if admission.ok:
             listeners[rid] = Listener(at)
         else:
             result.refused += 1
+            result.refused_by[admission.rule] += 1
     elif rid not in listeners:
         return  # text for a refused request
     elif kind == "append":
@@ -307,6 +313,16 @@ def format_row(r: SimResult) -> str:
             f"{r.mean_batch(WorkKind.CODE_PREDICT):>6.1f} {r.mean_batch(WorkKind.TALKER_DECODE):>6.1f} "
             f"{r.mean_batch(WorkKind.CODEC_CHUNK):>6.1f} {frames:>6.1f} {r.audio_per_s:>7.0f} "
             f"{r.share(WorkKind.CODEC_CHUNK):>6.0%} {r.codec_frames_per_event_s / 1e3:>6.1f} {r.wall_s:>6.1f}")
+
+
+def format_admission(r: SimResult) -> str:
+    """The admission line under a row: the pressure arrivals met (against `max_pressure`) and refusals per rule."""
+    met = sorted(r.pressure_at_admission)
+    if not met:
+        return ""
+    p50, p99 = (met[min(len(met) - 1, int(q * len(met)))] for q in (0.5, 0.99))
+    refused = ", ".join(f"{n} {rule}" for rule, n in sorted(r.refused_by.items())) or "none"
+    return f"{'':>6} admission: pressure met p50 {p50:.2f} p99 {p99:.2f} max {met[-1]:.2f}; refused: {refused}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -361,6 +377,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="host model: generation plans queued on the device")
     parser.add_argument("--codec-in-flight", type=int, default=H200_HOST.codec_in_flight,
                         help="host model: codec-lane plans queued on the device")
+    parser.add_argument("--admission-detail", action="store_true",
+                        help="under each row: the pressure arrivals met and the refusals per admission rule")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--prompts", type=Path, default=PROMPTS)
     args = parser.parse_args(argv)
@@ -394,6 +412,8 @@ def main(argv: list[str] | None = None) -> None:
         result = simulate(load, config, costs, prompts, chunk_policy(args.chunks, config), host)
         busy = f" {result.host_ms / result.sim_ms:>5.0%}" if host is not None and result.sim_ms else ""
         print(format_row(result) + busy, flush=True)
+        if args.admission_detail:
+            print(format_admission(result), flush=True)
 
 
 HOST_KINDS = (WorkKind.TALKER_PREFILL, WorkKind.CODE_PREDICT, WorkKind.TALKER_DECODE, WorkKind.CODEC_CHUNK)

@@ -47,6 +47,23 @@ def test_overload_is_refused_rather_than_breaking_playing_streams():
     assert result.refused > 0 and result.underruns == 0
 
 
+def test_overload_refusals_are_counted_per_admission_rule_with_the_pressure_arrivals_met():
+    config, costs, prompts = SchedulerConfig(max_requests=1024, max_codec_streams=1024), CostModel.load(), load_prompts()
+    result = simulate(Workload(200.0, duration_s=3.0, seed=2), config, costs, prompts)
+    assert sum(result.refused_by.values()) == result.refused > 0
+    assert set(result.refused_by) <= {"utilization", "pressure", "ttfa"}  # never malformed, never out of slots
+    assert len(result.pressure_at_admission) == result.offered
+    assert all(0.0 <= p <= 1.0 for p in result.pressure_at_admission)
+
+
+def test_simulator_prints_admission_detail_under_each_row_when_asked():
+    out = subprocess.run([sys.executable, "-m", "engine.scheduling.simulate", "--rps", "2", "--duration", "2",
+                          "--admission-detail"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=True).stdout  # fmt: skip
+    detail = out.strip().splitlines()[3]
+    assert detail.split()[:4] == ["admission:", "pressure", "met", "p50"] and detail.endswith("refused: none")
+
+
 def test_simulator_runs_from_one_command_and_prints_a_row_per_rps():
     out = subprocess.run([sys.executable, "-m", "engine.scheduling.simulate", "--rps", "2", "8", "--duration", "2"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=True).stdout
