@@ -13,7 +13,7 @@ Who is most pressing (policy DEADLINE, the default):
   2. startup: requests without first audio (the TTFA path), their first codec chunk first, then
      prefill (it brings newcomers into step with the others), code predictor, talker decode;
   3. urgent: playing streams with slack < `urgent_slack_ms` (rescue and urgent work are what admission's
-     pressure counts);
+     pressure counts, unless the stream is near its deadline only because its text came late);
   4. everyone else by slack (earliest to run dry first): filler that builds buffers ahead.
 FIFO and ROUND_ROBIN exist as baselines for the simulator (docs/scheduling.md compares them).
 
