@@ -469,9 +469,8 @@ class EngineLoop:
         pool = self.executors.codec.pool
         stats["slots.codec_state"] = (float(pool.free_slots), float(pool.slots))
         # Admission's two measured rules as (now, limit): how near the engine is to refusing newcomers, and why.
-        generating = sum(1 for r in s.requests if not r.generation_finished)
         stats["admission.pressure"] = (s.pressure, s.config.max_pressure)
-        stats["admission.utilization"] = (s.realtime_utilization(generating), s.config.max_utilization)
+        stats["admission.utilization"] = (s.realtime_utilization(s.generating_count), s.config.max_utilization)
         t = self.timeline
         for kind, ms in t.gpu_ms.items():  # cumulative since start: (plans finished, device seconds)
             stats[f"gpu.{kind}"] = (float(t.plans[kind]), ms / 1000)

@@ -147,6 +147,11 @@ class Scheduler:
     def active_count(self) -> int:
         return len(self._requests)
 
+    @property
+    def generating_count(self) -> int:
+        """Requests whose generation is not over: the streams that must be kept real-time."""
+        return sum(1 for r in self._requests.values() if not r.generation_finished)
+
     def pop_finished(self) -> list[RequestState]:
         """Requests that reached DONE, CANCELLED or FAILED since the last call; their slots are free."""
         finished, self._finished = self._finished, []
@@ -164,7 +169,7 @@ class Scheduler:
         if self.codec_slots.free_count == 0:
             return Admission(False, f"all {cfg.max_codec_streams} codec slots are in use", "overloaded",
                              rule="slots")
-        streams = sum(1 for r in self._requests.values() if not r.generation_finished)
+        streams = self.generating_count
         utilization = self.realtime_utilization(streams + 1)
         ttfa_ms = self.predicted_ttfa_ms(now_ns)
         if cfg.admission_control and utilization > cfg.max_utilization:
@@ -209,7 +214,7 @@ class Scheduler:
     def predicted_ttfa_ms(self, now_ns: int) -> float:
         """Time to first audio of a request admitted now (`engine.scheduling.capacity.predicted_ttfa_ms`)."""
         startup = 1 + sum(1 for r in self._requests.values() if r.first_audio_ns is None)
-        generating = 1 + sum(1 for r in self._requests.values() if not r.generation_finished)
+        generating = 1 + self.generating_count
         oldest_wait_ms = max(((now_ns - r.arrival_ns) / 1e6 for r in self._requests.values()
                               if r.first_audio_ns is None), default=0.0)
         return capacity.predicted_ttfa_ms(self.config, self.costs, startup, generating, oldest_wait_ms)
