@@ -22,7 +22,8 @@ per RPS: TTFA percentiles (request arrival to first audio published, engine side
 batch per work kind, then the codec's mean frames per plan, seconds of audio decoded per second (at
 saturation, the ceiling), the codec's share of the GPU work and its frames per second of lane time in
 thousands (`kfr/ev`: the engine's CUDA-event figure for the codec, stretched where it overlaps generation).
-`--admission-detail` adds a line under each row: admission's pressure as arrivals met it, and refusals per rule.
+`--admission-detail` adds a line under each row: admission's pressure as arrivals met it (with its mean split by the
+kind of the rescue plans it counted), and refusals per rule.
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ class SimResult:
     refused: int = 0
     refused_by: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # per `Admission.rule`
     pressure_at_admission: list[float] = field(default_factory=list)  # admission's pressure met by each arrival
+    pressure_by_kind_sum: dict[str, float] = field(default_factory=lambda: defaultdict(float))  # its parts, summed
     completed: int = 0
     ttfa_ms: list[float] = field(default_factory=list)
     underruns: int = 0  # chunks that reached a client after it ran dry, the engine's fault
@@ -263,6 +265,8 @@ def _apply(event: tuple[int, int, str, object], scheduler: Scheduler, listeners:
         state = RequestState(rid, at, load.layout, prefill, [0] * n_tokens, chars, ended)
         state.max_lead_ms = load.max_lead_ms
         result.pressure_at_admission.append(scheduler.pressure)
+        for work, share in scheduler.pressure_by_kind().items():
+            result.pressure_by_kind_sum[work.label] += share
         admission = scheduler.admit(state, at)
         if admission.ok:
             listeners[rid] = Listener(at)
@@ -322,7 +326,10 @@ def format_admission(r: SimResult) -> str:
         return ""
     p50, p99 = (met[min(len(met) - 1, int(q * len(met)))] for q in (0.5, 0.99))
     refused = ", ".join(f"{n} {rule}" for rule, n in sorted(r.refused_by.items())) or "none"
-    return f"{'':>6} admission: pressure met p50 {p50:.2f} p99 {p99:.2f} max {met[-1]:.2f}; refused: {refused}"
+    parts = sorted(r.pressure_by_kind_sum.items(), key=lambda kv: -kv[1])
+    split = ", ".join(f"{kind} {total / len(met):.2f}" for kind, total in parts if total / len(met) >= 0.005) or "-"
+    return (f"{'':>6} admission: pressure met p50 {p50:.2f} p99 {p99:.2f} max {met[-1]:.2f} (mean by kind: {split}); "
+            f"refused: {refused}")
 
 
 def main(argv: list[str] | None = None) -> None:

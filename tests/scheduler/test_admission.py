@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from engine.ipc.messages import Layout
 from engine.request import Phase, RequestState
 from engine.scheduling import DEFAULT_COSTS, CostModel, Outcome, Scheduler, SchedulerConfig
@@ -114,6 +116,24 @@ def test_pressure_refuses_while_streams_play_until_history_is_reset():
     assert not refused.ok and "near their deadlines" in refused.reason
     scheduler.reset_history()
     assert scheduler.pressure == 0.0 and scheduler.admit(make_request(5, arrival_ns=now), now).ok
+
+
+def test_a_pressure_refusal_says_which_kinds_of_work_the_rescues_were():
+    scheduler = make_scheduler(max_utilization=1.0, ttfa_budget_ms=10_000)
+    for rid in (1, 2, 3):
+        admit(scheduler, make_request(rid, chars=120, tokens=30))
+    now = _run_late(scheduler, 0, slowdown=8.0)
+    admit(scheduler, make_request(4, arrival_ns=now, chars=400, tokens=90), now)
+    parts = scheduler.pressure_by_kind()
+    assert sum(parts.values()) == pytest.approx(scheduler.pressure)
+    counted = sorted((k for k, share in parts.items() if share >= 0.005), key=lambda k: -parts[k])
+    assert counted  # the late run's rescues were of some kind
+    refused = scheduler.admit(make_request(5, arrival_ns=now), now)
+    named = [k.label for k in counted]
+    positions = [refused.reason.index(f"{label} ") for label in named]
+    assert positions == sorted(positions)  # largest share first
+    scheduler.reset_history()
+    assert not any(scheduler.pressure_by_kind().values())
 
 
 def _near_its_deadline_after_first_audio(text_ended: bool) -> tuple[Scheduler, RequestState, int]:

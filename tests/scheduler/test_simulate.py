@@ -54,6 +54,9 @@ def test_overload_refusals_are_counted_per_admission_rule_with_the_pressure_arri
     assert set(result.refused_by) <= {"utilization", "pressure", "ttfa"}  # never malformed, never out of slots
     assert len(result.pressure_at_admission) == result.offered
     assert all(0.0 <= p <= 1.0 for p in result.pressure_at_admission)
+    # The pressure's parts by the rescue plans' kind add up to the pressure met, arrival by arrival.
+    assert sum(result.pressure_by_kind_sum.values()) == pytest.approx(sum(result.pressure_at_admission))
+    assert max(result.pressure_by_kind_sum.values()) > 0.0
 
 
 def test_simulator_prints_admission_detail_under_each_row_when_asked():
