@@ -65,12 +65,12 @@ from engine.scheduling.config import Policy, SchedulerConfig, bucket, capture_si
 from engine.scheduling.costmodel import CostModel
 from engine.scheduling.pacing import Pace, pace_of
 from engine.scheduling.plan import ALL_LANES, Admission, Lane, Outcome, Plan, PlanRow
+from engine.scheduling.pressure import RescuePressure
 
 # Public names; all but Scheduler live in the modules imported above and stay importable from here.
 __all__ = ["Admission", "Lane", "Outcome", "Plan", "PlanRow", "Policy", "Scheduler", "SchedulerConfig",
            "SlackChunkPolicy", "next_size"]
 
-PRESSURE_DECAY = 0.98  # per plan: `pressure` looks back over roughly the last 50 plans
 GENERATION_PHASES = frozenset({Phase.PREFILL, Phase.CODE_PREDICT, Phase.TALKER_DECODE})
 # Order of a request's own items when it is the anchor: audio out first, then the pipeline front.
 STAGE_RANK = {WorkKind.CODEC_CHUNK: 0, WorkKind.TALKER_PREFILL: 1, WorkKind.CODE_PREDICT: 2,
@@ -126,8 +126,7 @@ class Scheduler:
         self._served_at = {kind: 0 for kind in WorkKind}  # ROUND_ROBIN: plan counter per kind
         self._plans = 0
         self._codec_lane_started_ns: int | None = None  # codec gathering: when the last codec-lane plan began
-        self._urgent_ms = self._planned_ms = 0.0  # decaying sums over recent plans, see `pressure`
-        self._urgent_ms_by_kind = dict.fromkeys(WorkKind, 0.0)  # `_urgent_ms` by the counted plans' kind
+        self.rescues = RescuePressure()  # admission's pressure over recent plans
         # Time to decode n frames of one request, n = 0..largest chunk (slack needs it per request per step).
         self._codec_row_ms = [costs.ms(WorkKind.CODEC_CHUNK, 1, max(n, 1))
                               for n in range(config.codec_chunk_sizes[-1] + 1)]
@@ -181,10 +180,8 @@ class Scheduler:
         # (and no plans run to let the decaying average fall, so an idle engine would refuse forever).
         playing = any(not r.is_ended for r in self._requests.values())
         if cfg.admission_control and playing and self.pressure > cfg.max_pressure:
-            parts = sorted(self.pressure_by_kind().items(), key=lambda kv: -kv[1])
-            split = ", ".join(f"{k.label} {share:.0%}" for k, share in parts if share >= 0.005)
-            return Admission(False, f"playing streams are near their deadlines ({self.pressure:.0%} of "
-                             f"recent GPU time went to rescuing them: {split}; limit {cfg.max_pressure:.0%})",
+            return Admission(False, f"playing streams are near their deadlines ({self.pressure:.0%} of recent GPU "
+                             f"time went to rescuing them: {self.rescues.describe()}; limit {cfg.max_pressure:.0%})",
                              "overloaded", ttfa_ms, utilization, "pressure")
         if cfg.admission_control and ttfa_ms > cfg.ttfa_budget_ms:
             return Admission(False, f"predicted time to first audio {ttfa_ms:.0f} ms exceeds the "
@@ -339,13 +336,7 @@ class Scheduler:
         # A stream whose text came late is near its deadline on an idle GPU too: it does not make a plan a rescue.
         urgent = self.config.policy is Policy.DEADLINE and anchor.key[0] in URGENT_TIERS and any(
             i.key[0] in URGENT_TIERS and not i.request.text_starved for i in rows)
-        self._urgent_ms = PRESSURE_DECAY * self._urgent_ms + (plan.predicted_ms if urgent else 0.0)
-        self._planned_ms = PRESSURE_DECAY * self._planned_ms + plan.predicted_ms
-        by_kind = self._urgent_ms_by_kind
-        for k in by_kind:
-            by_kind[k] *= PRESSURE_DECAY
-        if urgent:
-            by_kind[anchor.kind] += plan.predicted_ms
+        self.rescues.record(anchor.kind, plan.predicted_ms, urgent)
         return plan
 
     def next_wake_ns(self, now_ns: int) -> int | None:
@@ -408,20 +399,14 @@ class Scheduler:
     def reset_history(self) -> None:
         """Forget recent load: e.g. after the warm-up synthesis, whose cold first steps say nothing about
         serving."""
-        self._urgent_ms = self._planned_ms = 0.0
-        self._urgent_ms_by_kind = dict.fromkeys(WorkKind, 0.0)
+        self.rescues.reset()
 
     @property
     def pressure(self) -> float:
         """Share of recent planned GPU time whose anchor was an urgent stream (0 idle .. 1 saturated), not counting
-        plans whose only urgent rows are streams short of text (`RequestState.text_starved`)."""
-        return self._urgent_ms / self._planned_ms if self._planned_ms else 0.0
-
-    def pressure_by_kind(self) -> dict[WorkKind, float]:
-        """`pressure` split by the kind of the plans it counted (their shares add up to it): says whether rescues
-        were codec chunks or generation steps when admission refuses."""
-        planned = self._planned_ms
-        return {k: (ms / planned if planned else 0.0) for k, ms in self._urgent_ms_by_kind.items()}
+        plans whose only urgent rows are streams short of text (`RequestState.text_starved`); `rescues` has its
+        parts by work kind."""
+        return self.rescues.share
 
     def _ready_items(self, now_ns: int, lanes: frozenset[Lane] = ALL_LANES) -> list[_Item]:
         """Every request's next work item on `lanes`, with its key. The engine loop calls this before each plan

@@ -265,7 +265,7 @@ def _apply(event: tuple[int, int, str, object], scheduler: Scheduler, listeners:
         state = RequestState(rid, at, load.layout, prefill, [0] * n_tokens, chars, ended)
         state.max_lead_ms = load.max_lead_ms
         result.pressure_at_admission.append(scheduler.pressure)
-        for work, share in scheduler.pressure_by_kind().items():
+        for work, share in scheduler.rescues.share_by_kind().items():
             result.pressure_by_kind_sum[work.label] += share
         admission = scheduler.admit(state, at)
         if admission.ok:

@@ -124,7 +124,7 @@ def test_a_pressure_refusal_says_which_kinds_of_work_the_rescues_were():
         admit(scheduler, make_request(rid, chars=120, tokens=30))
     now = _run_late(scheduler, 0, slowdown=8.0)
     admit(scheduler, make_request(4, arrival_ns=now, chars=400, tokens=90), now)
-    parts = scheduler.pressure_by_kind()
+    parts = scheduler.rescues.share_by_kind()
     assert sum(parts.values()) == pytest.approx(scheduler.pressure)
     counted = sorted((k for k, share in parts.items() if share >= 0.005), key=lambda k: -parts[k])
     assert counted  # the late run's rescues were of some kind
@@ -133,7 +133,7 @@ def test_a_pressure_refusal_says_which_kinds_of_work_the_rescues_were():
     positions = [refused.reason.index(f"{label} ") for label in named]
     assert positions == sorted(positions)  # largest share first
     scheduler.reset_history()
-    assert not any(scheduler.pressure_by_kind().values())
+    assert not any(scheduler.rescues.share_by_kind().values())
 
 
 def _near_its_deadline_after_first_audio(text_ended: bool) -> tuple[Scheduler, RequestState, int]:

@@ -394,7 +394,8 @@ def test_with_codec_gathering_a_stream_running_low_ends_the_gathering_before_it_
 def test_with_codec_gathering_codec_plans_run_back_to_back_once_rescues_take_much_of_the_device():
     plan, scheduler, now = _codec_plans_a_moment_apart(codec_gather_ms=30.0)
     assert plan is None  # it gathers
-    scheduler._urgent_ms = scheduler._planned_ms * 0.75 * scheduler.config.max_pressure  # (as recent rescues leave it)
+    while scheduler.pressure < 0.75 * scheduler.config.max_pressure:  # as recent rescues leave it
+        scheduler.rescues.record(WorkKind.CODE_PREDICT, 5.0, rescue=True)
     plan = scheduler.plan(now + 10 * MS, frozenset({Lane.CODEC}))
     assert plan is not None and plan.lane is Lane.CODEC
 
