@@ -6,6 +6,7 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from statistics import fmean
 
 import pytest
 
@@ -57,6 +58,18 @@ def test_overload_refusals_are_counted_per_admission_rule_with_the_pressure_arri
     # The pressure's parts by the rescue plans' kind add up to the pressure met, arrival by arrival.
     assert sum(result.pressure_by_kind_sum.values()) == pytest.approx(sum(result.pressure_at_admission))
     assert max(result.pressure_by_kind_sum.values()) > 0.0
+
+
+def test_deadlines_come_a_network_margin_before_clients_run_dry_so_streams_turn_urgent_sooner():
+    # The gateway's playback clocks give the engine deadlines 10 ms before the listener runs dry (the time audio
+    # takes to reach it); the simulator plays that part, so a wider margin leaves every stream less slack.
+    config, costs, prompts = SchedulerConfig(), CostModel.load(), load_prompts()
+    results = [simulate(Workload(40.0, duration_s=3.0, seed=3, network_margin_ms=margin), config, costs, prompts)
+               for margin in (0.0, 10.0, 60.0)]  # fmt: skip
+    assert Workload(1.0, 1.0).network_margin_ms == 10.0
+    pressure = [fmean(r.pressure_at_admission) for r in results]
+    assert pressure == sorted(pressure) and pressure[0] < pressure[2]
+    assert all(r.underruns == 0 and r.completed == r.offered for r in results)
 
 
 def test_simulator_prints_admission_detail_under_each_row_when_asked():
