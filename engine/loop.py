@@ -270,7 +270,7 @@ class EngineLoop:
         elif isinstance(msg, Cancel):
             self.scheduler.cancel(engine_id)
         elif isinstance(msg, Deadline):
-            self.scheduler.set_deadline(engine_id, msg.deadline_ns)
+            self.scheduler.set_deadline(engine_id, msg.deadline_ns, msg.samples)
 
     def _submit(self, link_id: int, msg: Submit, now_ns: int) -> None:
         if self.shutting_down:

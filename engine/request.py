@@ -154,6 +154,7 @@ class RequestState:
     last_frame_ns: int | None = None  # when the code predictor last completed one of its frames
     frame_interval_ms: float | None = None  # moving average of the time between its frames (its pace)
     deadline_ns: int | None = None  # owned by the gateway; None: playback assumed to start at first audio
+    deadline_samples: int | None = None  # the audio the gateway's deadline counts as sent (None: it holds as it is)
     max_lead_ms: int = 0  # pacing: no generation while more audio than this lies ahead of the listener; 0 = off
     max_frames: int = 2048  # runaway cap before the text has ended; tightened when it ends
     target_frames: int | None = None  # length model of random-weight models, known once the text ended
@@ -258,9 +259,13 @@ class RequestState:
     # ---------------------------------------------------------------- deadlines
 
     def effective_deadline_ns(self) -> int | None:
-        """When the listener runs out of audio: the gateway's value, else first audio + audio published."""
+        """When the listener runs out of audio: the gateway's value, moved later by the audio published since
+        the audio it counted (on its way to the listener, who plays it after what it has); else first audio +
+        audio published."""
         if self.deadline_ns is not None:
-            return self.deadline_ns
+            if self.deadline_samples is None or self.samples_published <= self.deadline_samples:
+                return self.deadline_ns
+            return self.deadline_ns + int((self.samples_published - self.deadline_samples) * NS_PER_SAMPLE)
         if self.first_audio_ns is None:
             return None
         return self.first_audio_ns + int(self.samples_published * NS_PER_SAMPLE)

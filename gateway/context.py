@@ -17,7 +17,7 @@ from typing import Any
 from engine.ipc.messages import Layout, Submit
 from gateway import protocol as p
 from gateway.audio import OPUS_PACKET_SAMPLES, OpusPacketizer
-from gateway.clock import NS_PER_MS, PlaybackClock
+from gateway.clock import NS_PER_MS, SAMPLE_RATE, PlaybackClock, samples_to_ns
 from gateway.compat.timings import CharTimeline, WordTimeline
 from gateway.engines import EngineRequest
 from gateway.metrics import Gauge
@@ -26,8 +26,10 @@ from gateway.textstream import Piece, TextStream
 from gateway.voices import Voice
 
 RECENT_CONTEXTS = 64  # finished contexts remembered so late playback reports are not errors
-DEADLINE_EARLIER_NS = 1 * NS_PER_MS  # an earlier deadline is always worth telling the engine
-DEADLINE_LATER_NS = 200 * NS_PER_MS  # a later one only once it moved this much (bounds messages per stream)
+# The engine moves the last deadline it was told later by the audio it publishes after it (`Deadline.samples`), so
+# the gateway tells it a new one only where the listener drifts from that reckoning:
+DEADLINE_EARLIER_NS = 1 * NS_PER_MS  # earlier is always worth telling the engine
+DEADLINE_LATER_NS = 200 * NS_PER_MS  # later only once it drifted this much (bounds messages per stream)
 
 
 @dataclass(eq=False)
@@ -59,7 +61,7 @@ class Context:
     samples_queued: int = 0  # PCM samples turned into frames (timeline position of the next frame)
     samples_sent: int = 0  # real samples actually written to the socket
     heard_samples: int | None = None
-    last_deadline_ns: int | None = None
+    last_deadline: tuple[int, int] | None = None  # the last (deadline_ns, engine samples) told to the engine
     underruns_reported: int = 0
 
     def audio_description(self) -> dict[str, Any]:
@@ -97,16 +99,21 @@ class Context:
         self.samples_queued += samples if advance is None else advance
         return frame
 
-    def deadline_due(self, now_ns: int) -> int | None:
-        """A new playback deadline worth telling the engine (then remembered as sent), or None."""
+    def deadline_due(self, now_ns: int) -> tuple[int, int] | None:
+        """A new playback deadline worth telling the engine, with the audio it counts as sent in the engine's
+        samples (24 kHz), then remembered as told; None while the engine's own reckoning from the last one told
+        (later by the audio sent since) is within the bounds above."""
         deadline = self.clock.deadline_ns(now_ns)
         if deadline is None:
             return None
-        last = self.last_deadline_ns
-        if last is not None and last - DEADLINE_EARLIER_NS < deadline < last + DEADLINE_LATER_NS:
-            return None
-        self.last_deadline_ns = deadline
-        return deadline
+        samples = self.clock.samples_sent * SAMPLE_RATE // self.clock.sample_rate
+        if self.last_deadline is not None:
+            last_ns, last_samples = self.last_deadline
+            reckoned = last_ns + samples_to_ns(samples - last_samples, SAMPLE_RATE)
+            if reckoned - DEADLINE_EARLIER_NS < deadline < reckoned + DEADLINE_LATER_NS:
+                return None
+        self.last_deadline = (deadline, samples)
+        return deadline, samples
 
 
 class ContextTable:

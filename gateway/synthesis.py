@@ -84,12 +84,13 @@ class Synthesis:
     def update_deadline(self, ctx: Context, now_ns: int, source: str) -> None:
         if ctx.request is None or ctx.finished or ctx.cancelled:
             return
-        deadline = ctx.deadline_due(now_ns)
-        if deadline is None:
+        due = ctx.deadline_due(now_ns)
+        if due is None:
             return
+        deadline, samples = due
         self.metrics.deadlines_total.inc(source)
         self.metrics.deadline_lead_seconds.observe((deadline - now_ns) / 1e9, source)
-        self.send(ctx, Deadline(ctx.request.request_id, deadline))
+        self.send(ctx, Deadline(ctx.request.request_id, deadline, samples))
 
     def fail(self, ctx: Context, code: str, message: str, error_type: str) -> None:
         if ctx.finished:

@@ -104,6 +104,11 @@ class Cancel:
 class Deadline:
     request_id: int
     deadline_ns: int  # absolute time.monotonic_ns() when the listener's buffer runs dry
+    # ... having been sent this much of the request's audio (engine samples, 24 kHz). Audio the engine publishes
+    # beyond it moves the deadline later by its length until the gateway sends the next one (which it does only
+    # when the listener drifts from that), so the engine never counts fresh audio as missing. None: the deadline
+    # holds as it is.
+    samples: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

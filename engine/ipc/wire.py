@@ -30,7 +30,7 @@ Every record starts with a 2-byte head; all integers are little-endian, nothing 
     3     Flush        -                                           Q request_id
     4     EndText      -                                           Q request_id
     5     Cancel       -                                           Q request_id
-    6     Deadline     -                                           Q request_id q deadline_ns
+    6     Deadline     0 has samples                               Q request_id q deadline_ns   [Q samples]
     7     Shutdown     -                                           I grace_ms
     64    Ready        0 random_weights 1 has gpu_uuid             I sample_rate I max_batch    str model_id
                        2 has model_type 3 refuses instructions                                  str device
@@ -49,8 +49,8 @@ Every record starts with a 2-byte head; all integers are little-endian, nothing 
 
 Optional fields added after a layout was first used come last, each announced by a flag bit, and are
 left out (bit clear) when empty: a record without them is byte-identical to the older layout, and a
-record from an older peer decodes with the field's default. `[str gpu_uuid]`, `[str model_type]` and `[str voice]`
-above are.
+record from an older peer decodes with the field's default. `[str gpu_uuid]`, `[str model_type]`, `[str voice]`
+and `[Q samples]` above are.
 
 A record's length is known from its container (a ring record), so nothing stores it; `decode` checks
 that the body uses exactly the bytes given. Anything malformed raises `WireError`, never a bare
@@ -192,7 +192,10 @@ def _encode_fixed(msg: Inbound | Outbound) -> bytes:
             + _ids(msg.text_ids)
         )
     if kind is Deadline:
-        return _HEAD.pack(KIND_DEADLINE, 0) + _DEADLINE.pack(msg.request_id, msg.deadline_ns)
+        head = _DEADLINE.pack(msg.request_id, msg.deadline_ns)
+        if msg.samples is None:
+            return _HEAD.pack(KIND_DEADLINE, 0) + head
+        return _HEAD.pack(KIND_DEADLINE, 1) + head + _ID.pack(msg.samples)
     if kind is Flush:
         return _HEAD.pack(KIND_FLUSH, 0) + _ID.pack(msg.request_id)
     if kind is EndText:
@@ -360,7 +363,8 @@ def _one_id(record: type[Flush] | type[EndText] | type[Cancel]) -> Callable[[_Re
 
 def _deadline(r: _Reader, flags: int) -> Deadline:
     rid, deadline = r.fixed(_DEADLINE)
-    return Deadline(request_id=rid, deadline_ns=deadline)
+    samples = r.fixed(_ID)[0] if flags & 1 else None
+    return Deadline(request_id=rid, deadline_ns=deadline, samples=samples)
 
 
 def _shutdown(r: _Reader, flags: int) -> Shutdown:

@@ -261,12 +261,14 @@ class Scheduler:
         r.flush_pending = True
         return True
 
-    def set_deadline(self, request_id: int, deadline_ns: int) -> bool:
-        """The gateway's absolute monotonic deadline; 0 returns to the first-audio assumption."""
+    def set_deadline(self, request_id: int, deadline_ns: int, samples: int | None = None) -> bool:
+        """The gateway's absolute monotonic deadline for the listener that was sent `samples` of the audio (None:
+        the deadline holds as it is; `RequestState.effective_deadline_ns`); 0 returns to the first-audio
+        assumption."""
         r = self._live(request_id)
         if r is None:
             return False
-        r.deadline_ns = deadline_ns or None
+        r.deadline_ns, r.deadline_samples = (deadline_ns, samples) if deadline_ns else (None, None)
         return True
 
     def cancel(self, request_id: int) -> bool:
@@ -360,7 +362,7 @@ class Scheduler:
         """A moment by which playing request `r`'s codec row may no longer gather: its slack (buffered audio less
         its chunk's decode, as `_ready_items` counts it) is below `urgent_slack_ms + GATHER_HEADROOM_MS` even for a
         one-frame chunk, the cheapest (so at most a chunk's extra decode time late, and never early)."""
-        deadline = r.deadline_ns or r.effective_deadline_ns()
+        deadline = r.effective_deadline_ns()
         if deadline is None:
             return None
         return deadline - int((self._gather_min_slack_ms + self._codec_row_ms[1]) * 1e6) + 1_000
@@ -443,9 +445,9 @@ class Scheduler:
             pace = pace_of(r, now_ns)[0] if paced else free
             if pace is held:
                 gen_kind = None  # far enough ahead of its listener: leave the GPU to others for now
-            # The gateway's deadline when it sent one, else `effective_deadline_ns`'s first-audio assumption (its
-            # own first answer, read here without a method call per request).
-            deadline = None if newcomer else r.deadline_ns or r.effective_deadline_ns()
+            # The gateway's deadline when it sent one (moved on by the audio published since), else the
+            # first-audio assumption: `effective_deadline_ns`.
+            deadline = None if newcomer else r.effective_deadline_ns()
             if no_chunk:
                 chunk = 0
             elif chunks is None:

@@ -17,10 +17,12 @@ from engine.text.tokenizer import MISTRAL_FIX_SPLIT_REGEX, QWEN2_SPLIT_REGEX
 from gateway import protocol as p
 from gateway.audio import OPUS_PACKET_SAMPLES, OggOpusMuxer, OpusPacketizer, ogg_crc, wav_header
 from gateway.clock import NS_PER_MS, ClockOffset, PlaybackClock
+from gateway.context import Context
 from gateway.limits import Limits, TokenBucket
 from gateway.metrics import GatewayMetrics
 from gateway.settings import parse_settings
 from gateway.textstream import TextStream
+from gateway.voices import Voice
 
 CORPUS = [
     "Hello, world! It's a fine day; isn't it? I'll say: 42 apples, 7 pears...",
@@ -116,6 +118,30 @@ def test_a_report_before_playback_started_keeps_all_audio_ahead() -> None:
     clock.on_audio_sent(24000, now_ns=0)
     clock.on_report(played_samples=0, report_ns=300 * NS_PER_MS)
     assert clock.deadline_ns(500 * NS_PER_MS) == 1_500 * NS_PER_MS
+
+
+def _context(sample_rate: int = 24000) -> Context:
+    return Context("c", 1, Voice(speaker="ryan"), "english", "", "pcm", TextStream(TextTokenizer.fallback()), 0,
+                   sample_rate=sample_rate, clock=PlaybackClock(sample_rate=sample_rate))  # fmt: skip
+
+
+@pytest.mark.parametrize("sample_rate", [24000, 48000])
+def test_the_engine_is_told_a_deadline_with_the_audio_it_counts_and_again_only_when_the_listener_drifts(
+    sample_rate: int,
+) -> None:
+    ctx, ms = _context(sample_rate), NS_PER_MS
+    per_ms = sample_rate // 1000
+    ctx.clock.on_audio_sent(160 * per_ms, now_ns=0)  # the first chunk
+    assert ctx.deadline_due(0) == (150 * ms, 160 * 24)  # (its margin off), counted in the engine's 24 kHz samples
+    for t in (100, 200, 300):  # chunks on time: the engine's reckoning (later by each chunk) holds, nothing to tell
+        ctx.clock.on_audio_sent(320 * per_ms, now_ns=t * ms)
+        assert ctx.deadline_due(t * ms) is None
+    ctx.clock.on_report(played_samples=500 * per_ms, report_ns=600 * ms)  # playing 100 ms behind the model
+    assert ctx.deadline_due(600 * ms) is None  # later, but within the 200 ms of drift the engine may be behind
+    ctx.clock.on_report(played_samples=500 * per_ms, report_ns=900 * ms)  # stalled: 400 ms behind
+    assert ctx.deadline_due(900 * ms) == ((900 + 1120 - 500 - 10) * ms, 1120 * 24)
+    ctx.clock.on_report(played_samples=1000 * per_ms, report_ns=1_390 * ms)  # 10 ms ahead of that: earlier
+    assert ctx.deadline_due(1_390 * ms) == ((1_390 + 120 - 10) * ms, 1120 * 24)
 
 
 def test_clock_offset_takes_the_least_delayed_sample_and_never_maps_past_arrival() -> None:

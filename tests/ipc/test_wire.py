@@ -95,7 +95,9 @@ GENERATORS: dict[type, Callable[[random.Random], object]] = {
     Flush: lambda rng: Flush(_int(rng, 0, U64)),
     EndText: lambda rng: EndText(_int(rng, 0, U64)),
     Cancel: lambda rng: Cancel(_int(rng, 0, U64)),
-    Deadline: lambda rng: Deadline(_int(rng, 0, U64), _int(rng, I64_MIN, I64_MAX)),
+    Deadline: lambda rng: Deadline(
+        _int(rng, 0, U64), _int(rng, I64_MIN, I64_MAX), rng.choice([None, _int(rng, 0, U64)])
+    ),
     Shutdown: lambda rng: Shutdown(_int(rng, 0, U32)),
     Ready: _ready,
     Heartbeat: _heartbeat,
@@ -162,6 +164,17 @@ def test_a_submit_without_voice_keeps_the_layout_from_before_the_field_existed()
     named = encode(replace(plain, speaker="", voice="alloy"))
     assert named[1] & 8 and named.endswith(struct.pack("<I", 5) + b"alloy")
     assert decode(named) == replace(plain, speaker="", voice="alloy")
+
+
+def test_a_deadline_without_samples_keeps_the_layout_from_before_the_field_existed() -> None:
+    """Version safety both ways: a Deadline that counts no audio is the older record to the byte (no flag bit 0,
+    request id and deadline only), and one that does carries the count last."""
+    older = bytes([6, 0]) + struct.pack("<Qq", 7, 123_456_789)
+    assert encode(Deadline(7, 123_456_789)) == older
+    assert decode(older) == Deadline(7, 123_456_789) and decode(older).samples is None
+    counted = encode(Deadline(7, 123_456_789, 48_000))
+    assert counted == bytes([6, 1]) + struct.pack("<QqQ", 7, 123_456_789, 48_000)
+    assert decode(counted).samples == 48_000
 
 
 def test_audio_pcm_is_its_own_part_and_decoded_as_an_independent_copy() -> None:

@@ -188,6 +188,34 @@ def test_deadline_updates_take_effect_at_the_next_plan():
     assert plan is not None and plan.kind is WorkKind.CODEC_CHUNK and plan.request_ids == (1,)
 
 
+@pytest.mark.parametrize("counted", [False, True])
+def test_audio_published_after_the_gateways_deadline_moves_it_later_when_the_deadline_says_what_it_counted(counted):
+    # The gateway tells the engine a later deadline only when its listener drifts from the engine's reckoning; a
+    # deadline that names the audio it counted as sent moves on by each chunk published after it, so a stream that
+    # was just rescued is not still taken for one about to run dry (and its next work is not rescue work).
+    scheduler = make_scheduler()
+    a, b = make_request(1, 0, tokens=60, chars=300), make_request(2, 0, tokens=60, chars=300)
+    admit(scheduler, a, 0)
+    admit(scheduler, b, 0)
+    _, now = run(scheduler, 0, lambda: a.frames_generated >= 3 and b.frames_generated >= 3
+                 and a.phase is Phase.TALKER_DECODE and b.phase is Phase.TALKER_DECODE)
+    scheduler.set_deadline(1, now + 5_000 * MS)
+    scheduler.set_deadline(2, now + 20 * MS, b.samples_published if counted else None)
+    rescue = scheduler.plan(now)
+    assert rescue is not None and rescue.kind is WorkKind.CODEC_CHUNK and rescue.request_ids == (2,)
+    sent = b.samples_published
+    scheduler.complete(rescue, Outcome(), now + 2 * MS)
+    now += 2 * MS
+    published_ms = (b.samples_published - sent) / 24
+    assert published_ms >= 80  # at least one frame of audio
+    expected_ms = 18 + published_ms if counted else 18
+    assert b.effective_deadline_ns() - now == pytest.approx(expected_ms * MS, abs=MS // 1000)
+    before = scheduler.pressure
+    plan = scheduler.plan(now)
+    assert plan is not None and plan.kind is WorkKind.TALKER_DECODE and set(plan.request_ids) == {1, 2}
+    assert (scheduler.pressure <= before) if counted else (scheduler.pressure > before)
+
+
 def test_oversize_cohorts_are_split_across_turns():
     scheduler = make_scheduler(admission_control=False)
     requests = [admit(scheduler, make_request(rid, 0), 0) for rid in range(1, 201)]
