@@ -15,8 +15,8 @@ busy share.
 
 The simulator plays the gateway's part for deadlines: each client starts playing when its first
 audio arrives (plus `--client-buffer-ms`), plays continuously, and resumes as soon as audio arrives
-after running dry; its deadlines come `--network-margin-ms` (10, the gateway's `PlaybackClock` default) before
-it runs dry. An underrun is a chunk that arrives after its client ran dry; with streamed
+after running dry; its deadlines come `--network-margin-ms` before it runs dry (by default the gateway's 10 ms
+for streamed text, which comes over WebSocket, and none for whole texts, as over HTTP, which sends no deadlines). An underrun is a chunk that arrives after its client ran dry; with streamed
 text, one that follows a wait for text is counted apart as "starved". It prints one row
 per RPS: TTFA percentiles (request arrival to first audio published, engine side), underruns
 (count and requests affected), refusals, GPU utilisation (busy time / simulated time) and the mean
@@ -153,7 +153,7 @@ class Workload:
     text_mode: str = "whole"  # "whole" | "words"
     words_per_s: float = 20.0  # words mode: how fast the LLM streams text
     client_buffer_ms: float = 0.0  # client jitter buffer before playback starts
-    network_margin_ms: float = NETWORK_MARGIN_MS  # deadlines this much before the client runs dry, as the gateway's
+    network_margin_ms: float = 0.0  # deadlines this much before the client runs dry (WebSocket: NETWORK_MARGIN_MS)
     layout: Layout = Layout.STREAMING
     jitter: float = 0.0  # relative spread of step times around the cost model (uniform)
     max_lead_ms: int = 0  # pacing of every stream (the session's max_lead_ms); 0 = unpaced
@@ -349,8 +349,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--words-per-s", type=float, default=20.0)
     parser.add_argument("--layout", choices=["streaming", "non_streaming"], default="streaming")
     parser.add_argument("--client-buffer-ms", type=float, default=0.0)
-    parser.add_argument("--network-margin-ms", type=float, default=NETWORK_MARGIN_MS,
-                        help="deadlines this long before a client runs dry (the gateway's playback clocks: 10 ms)")
+    parser.add_argument("--network-margin-ms", type=float, default=None,
+                        help="deadlines this long before a client runs dry (default: 10 ms, the gateway's playback "
+                             "clocks, with --text words, which only WebSocket sessions send; 0 with whole texts, as "
+                             "HTTP requests, which send no deadlines: the engine's own first-audio reckoning)")
     parser.add_argument("--max-step-ms", type=float, default=DEFAULTS.max_step_ms)
     parser.add_argument("--first-chunk-frames", type=int, default=DEFAULTS.first_chunk_frames)
     parser.add_argument("--max-requests", type=int, default=DEFAULTS.max_requests)
@@ -420,13 +422,19 @@ def main(argv: list[str] | None = None) -> None:
     print(HEADER + (f" {'host':>5}" if host is not None else ""))
     for rps in args.rps:
         load = Workload(rps, args.duration, args.seed, args.text, args.words_per_s, args.client_buffer_ms,
-                        args.network_margin_ms, layout, args.jitter, args.max_lead_ms, args.codec_stream,
+                        _network_margin_ms(args), layout, args.jitter, args.max_lead_ms, args.codec_stream,
                         args.overlap_rate)
         result = simulate(load, config, costs, prompts, chunk_policy(args.chunks, config), host)
         busy = f" {result.host_ms / result.sim_ms:>5.0%}" if host is not None and result.sim_ms else ""
         print(format_row(result) + busy, flush=True)
         if args.admission_detail:
             print(format_admission(result), flush=True)
+
+
+def _network_margin_ms(args: argparse.Namespace) -> float:
+    if args.network_margin_ms is not None:
+        return args.network_margin_ms
+    return NETWORK_MARGIN_MS if args.text == "words" else 0.0
 
 
 HOST_KINDS = (WorkKind.TALKER_PREFILL, WorkKind.CODE_PREDICT, WorkKind.TALKER_DECODE, WorkKind.CODEC_CHUNK)
