@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.request import Phase, WorkKind
+from engine.request import Phase, RequestState, WorkKind
 from engine.scheduling import Lane, Outcome, Plan, Policy, Scheduler, SlackChunkPolicy
 from engine.scheduling.chunk_sizing import request_chunk_frames
 
@@ -157,13 +157,19 @@ def test_a_lane_with_no_room_on_the_device_gets_no_plan():
             scheduler.complete(plan, Outcome(), now)
 
 
-def test_stream_near_its_deadline_preempts_one_far_from_it():
+def _two_playing_streams() -> tuple[Scheduler, RequestState, RequestState, int]:
+    """Streams 1 and 2, playing, each with frames generated and its talker decode next."""
     scheduler = make_scheduler()
     a, b = make_request(1, 0, tokens=60, chars=300), make_request(2, 0, tokens=60, chars=300)
     admit(scheduler, a, 0)
     admit(scheduler, b, 0)
     _, now = run(scheduler, 0, lambda: a.frames_generated >= 3 and b.frames_generated >= 3
                  and a.phase is Phase.TALKER_DECODE and b.phase is Phase.TALKER_DECODE)
+    return scheduler, a, b, now
+
+
+def test_stream_near_its_deadline_preempts_one_far_from_it():
+    scheduler, a, b, now = _two_playing_streams()
     scheduler.set_deadline(1, now + 5_000 * MS)  # a: far
     scheduler.set_deadline(2, now + 20 * MS)  # b: about to run dry
     plan = scheduler.plan(now)
@@ -171,12 +177,7 @@ def test_stream_near_its_deadline_preempts_one_far_from_it():
 
 
 def test_deadline_updates_take_effect_at_the_next_plan():
-    scheduler = make_scheduler()
-    a, b = make_request(1, 0, tokens=60, chars=300), make_request(2, 0, tokens=60, chars=300)
-    admit(scheduler, a, 0)
-    admit(scheduler, b, 0)
-    _, now = run(scheduler, 0, lambda: a.frames_generated >= 3 and b.frames_generated >= 3
-                 and a.phase is Phase.TALKER_DECODE and b.phase is Phase.TALKER_DECODE)
+    scheduler, a, b, now = _two_playing_streams()
     scheduler.set_deadline(1, now + 5_000 * MS)
     scheduler.set_deadline(2, now + 5_000 * MS)
     plan = scheduler.plan(now)
@@ -193,12 +194,7 @@ def test_audio_published_after_the_gateways_deadline_moves_it_later_when_the_dea
     # The gateway tells the engine a later deadline only when its listener drifts from the engine's reckoning; a
     # deadline that names the audio it counted as sent moves on by each chunk published after it, so a stream that
     # was just rescued is not still taken for one about to run dry (and its next work is not rescue work).
-    scheduler = make_scheduler()
-    a, b = make_request(1, 0, tokens=60, chars=300), make_request(2, 0, tokens=60, chars=300)
-    admit(scheduler, a, 0)
-    admit(scheduler, b, 0)
-    _, now = run(scheduler, 0, lambda: a.frames_generated >= 3 and b.frames_generated >= 3
-                 and a.phase is Phase.TALKER_DECODE and b.phase is Phase.TALKER_DECODE)
+    scheduler, a, b, now = _two_playing_streams()
     scheduler.set_deadline(1, now + 5_000 * MS)
     scheduler.set_deadline(2, now + 20 * MS, b.samples_published if counted else None)
     rescue = scheduler.plan(now)
