@@ -15,9 +15,10 @@ busy share.
 
 The simulator plays the gateway's part for deadlines: each client starts playing when its first
 audio arrives (plus `--client-buffer-ms`), plays continuously, and resumes as soon as audio arrives
-after running dry; its deadlines come `--network-margin-ms` before it runs dry (by default the gateway's 10 ms
-for streamed text, which comes over WebSocket, and none for whole texts, as over HTTP, which sends no deadlines). An underrun is a chunk that arrives after its client ran dry; with streamed
-text, one that follows a wait for text is counted apart as "starved". It prints one row
+after running dry; its deadlines come `--network-margin-ms` before it runs dry (by default the
+gateway's 10 ms for streamed text, which comes over WebSocket, and none for whole texts, as over
+HTTP, which sends no deadlines). An underrun is a chunk that arrives after its client ran dry; with
+streamed text, one that follows a wait for text is counted apart as "starved". It prints one row
 per RPS: TTFA percentiles (request arrival to first audio published, engine side), underruns
 (count and requests affected), refusals, GPU utilisation (busy time / simulated time) and the mean
 batch per work kind, then the codec's mean frames per plan, seconds of audio decoded per second (at
